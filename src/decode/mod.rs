@@ -1,0 +1,221 @@
+//! Decoding: one Kafka record's bytes to one typed row, or a reason to reject it.
+//!
+//! A record is rejected — never dropped — when its value is absent (tombstone), empty, over the
+//! size limit, not UTF-8, not JSON, not a JSON object, or when a column is missing, of the wrong
+//! type, out of range or an unparseable timestamp. The [`RejectKind`] and a message naming the
+//! column and its JSON path go to the dead-letter table with the raw bytes.
+
+mod columns;
+mod json;
+pub mod value;
+
+use std::fmt;
+
+use serde::de::DeserializeSeed;
+use serde_json::value::RawValue;
+
+pub use columns::{DeadLetter, DeadLetterBuilder, RecordMeta, RowBuilder};
+use json::{Mismatch, Node, ObjectSeed};
+pub use value::Cell;
+
+use crate::spec::{ColumnType, TableSpec};
+
+/// Why a record went to the dead-letter table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectKind {
+    /// The key or value is not valid base64.
+    InvalidBase64,
+    /// The value is absent (a Kafka tombstone).
+    Tombstone,
+    /// The value is empty.
+    EmptyValue,
+    /// The value is larger than `max_record_bytes`.
+    Oversize,
+    /// The key or value is not valid UTF-8.
+    InvalidUtf8,
+    /// The value is not JSON.
+    NotJson,
+    /// The value is JSON but not an object.
+    NotAnObject,
+    /// A column's value has the wrong JSON type.
+    WrongType,
+    /// A required column is absent or null.
+    MissingField,
+    /// A timestamp or date column's value cannot be read.
+    InvalidTimestamp,
+    /// A number does not fit its column (or has too many decimal places).
+    OutOfRange,
+    /// The record's topic feeds no table in the pipeline spec.
+    UnknownTopic,
+}
+
+impl RejectKind {
+    /// Every kind, for documentation and tests.
+    pub const ALL: [RejectKind; 12] = [
+        RejectKind::InvalidBase64,
+        RejectKind::Tombstone,
+        RejectKind::EmptyValue,
+        RejectKind::Oversize,
+        RejectKind::InvalidUtf8,
+        RejectKind::NotJson,
+        RejectKind::NotAnObject,
+        RejectKind::WrongType,
+        RejectKind::MissingField,
+        RejectKind::InvalidTimestamp,
+        RejectKind::OutOfRange,
+        RejectKind::UnknownTopic,
+    ];
+
+    /// The value stored in the `error_kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectKind::InvalidBase64 => "invalid_base64",
+            RejectKind::Tombstone => "tombstone",
+            RejectKind::EmptyValue => "empty_value",
+            RejectKind::Oversize => "oversize",
+            RejectKind::InvalidUtf8 => "invalid_utf8",
+            RejectKind::NotJson => "not_json",
+            RejectKind::NotAnObject => "not_an_object",
+            RejectKind::WrongType => "wrong_type",
+            RejectKind::MissingField => "missing_field",
+            RejectKind::InvalidTimestamp => "invalid_timestamp",
+            RejectKind::OutOfRange => "out_of_range",
+            RejectKind::UnknownTopic => "unknown_topic",
+        }
+    }
+}
+
+impl fmt::Display for RejectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rejected record's kind and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub kind: RejectKind,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(kind: RejectKind, message: impl Into<String>) -> Self {
+        Rejection {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Column facts the decoder needs, in spec order.
+#[derive(Debug)]
+struct Column {
+    name: String,
+    path: String,
+    column_type: ColumnType,
+    required: bool,
+    slot: usize,
+}
+
+/// Decodes JSON record values for one table.
+#[derive(Debug)]
+pub struct RecordDecoder {
+    tree: Node,
+    columns: Vec<Column>,
+    slots: usize,
+}
+
+impl RecordDecoder {
+    /// A decoder for the table's columns.
+    pub fn new(table: &TableSpec) -> RecordDecoder {
+        let paths: Vec<_> = table.columns.iter().map(|c| &c.path).collect();
+        let (tree, slot_of, slots) = Node::build(&paths);
+        let columns = table
+            .columns
+            .iter()
+            .zip(slot_of)
+            .map(|(c, slot)| Column {
+                name: c.name.clone(),
+                path: c.path.to_string(),
+                column_type: c.column_type,
+                required: c.required,
+                slot,
+            })
+            .collect();
+        RecordDecoder {
+            tree,
+            columns,
+            slots,
+        }
+    }
+
+    /// Number of columns a decoded row has.
+    pub fn width(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Decodes one JSON object into its cells, one per column in spec order.
+    pub fn decode<'a>(&self, json: &'a str) -> Result<Vec<Cell<'a>>, Rejection> {
+        let mut raws: Vec<Option<&'a RawValue>> = vec![None; self.slots];
+        let mut mismatch = None;
+        let mut de = serde_json::Deserializer::from_str(json);
+        ObjectSeed {
+            node: &self.tree,
+            slots: &mut raws,
+            mismatch: &mut mismatch,
+        }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| Rejection::new(RejectKind::NotJson, format!("value is not JSON: {e}")))?;
+        if let Some(Mismatch { path, found }) = mismatch {
+            if path == "$" {
+                return Err(Rejection::new(
+                    RejectKind::NotAnObject,
+                    format!("value is {found}, not a JSON object"),
+                ));
+            }
+            let names: Vec<_> = self
+                .columns
+                .iter()
+                .filter(|c| c.path.starts_with(&path))
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(Rejection::new(
+                RejectKind::WrongType,
+                format!(
+                    "{path} (columns {}) must be an object, found {found}",
+                    names.join(", ")
+                ),
+            ));
+        }
+        let mut cells = Vec::with_capacity(self.columns.len());
+        for c in &self.columns {
+            let raw = raws.get(c.slot).copied().flatten();
+            let cell = match raw {
+                Some(raw) => value::parse_cell(c.column_type, raw.get()).map_err(|e| {
+                    Rejection::new(
+                        e.kind,
+                        format!("column {} ({}): {}", c.name, c.path, e.detail),
+                    )
+                })?,
+                None => Cell::Null,
+            };
+            if c.required && cell == Cell::Null {
+                let how = if raw.is_some() {
+                    "is null"
+                } else {
+                    "is missing"
+                };
+                return Err(Rejection::new(
+                    RejectKind::MissingField,
+                    format!("required column {} ({}) {how}", c.name, c.path),
+                ));
+            }
+            cells.push(cell);
+        }
+        Ok(cells)
+    }
+}
+
+#[cfg(test)]
+mod tests;

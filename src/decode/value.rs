@@ -1,0 +1,396 @@
+//! Typed values from raw JSON text, exactly: decimals never pass through `f64`, timestamps keep
+//! their microseconds, integers are range-checked.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, NaiveDate};
+
+use super::RejectKind;
+use crate::spec::ColumnType;
+
+/// One decoded value, ready to append to a column.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell<'a> {
+    Null,
+    Str(Cow<'a, str>),
+    Int(i32),
+    Long(i64),
+    Float(f32),
+    Double(f64),
+    Bool(bool),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Microseconds since the epoch, UTC.
+    Timestamp(i64),
+    /// Unscaled value at the column's scale.
+    Decimal(i128),
+}
+
+/// Why a value was refused: the dead-letter kind and a short detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueError {
+    pub kind: RejectKind,
+    pub detail: String,
+}
+
+impl ValueError {
+    fn new(kind: RejectKind, detail: impl Into<String>) -> Self {
+        ValueError {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What kind of JSON value a raw text holds, for messages.
+pub fn json_kind(raw: &str) -> &'static str {
+    match raw.as_bytes().first() {
+        Some(b'"') => "a string",
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
+}
+
+/// Decodes the raw JSON text of one value as `ty`. `null` becomes [`Cell::Null`].
+pub fn parse_cell(ty: ColumnType, raw: &str) -> Result<Cell<'_>, ValueError> {
+    let first = raw.as_bytes().first().copied().unwrap_or(b'n');
+    if first == b'n' {
+        return Ok(Cell::Null);
+    }
+    let wrong = || {
+        ValueError::new(
+            RejectKind::WrongType,
+            format!("expected {}, found {}", expected(ty), json_kind(raw)),
+        )
+    };
+    let is_number = first == b'-' || first.is_ascii_digit();
+    match ty {
+        ColumnType::String if first == b'"' => Ok(Cell::Str(json_string(raw)?)),
+        ColumnType::Boolean if first == b't' => Ok(Cell::Bool(true)),
+        ColumnType::Boolean if first == b'f' => Ok(Cell::Bool(false)),
+        ColumnType::Int if is_number => {
+            let v = parse_integer(raw, ty)?;
+            i32::try_from(v).map(Cell::Int).map_err(|_| {
+                ValueError::new(RejectKind::OutOfRange, format!("{raw} does not fit an int"))
+            })
+        }
+        ColumnType::Long if is_number => parse_integer(raw, ty).map(Cell::Long),
+        ColumnType::Double if is_number => {
+            let v: f64 = raw.parse().map_err(|_| wrong())?;
+            finite(v, raw).map(Cell::Double)
+        }
+        ColumnType::Float if is_number => {
+            let v: f32 = raw.parse().map_err(|_| wrong())?;
+            finite(v as f64, raw).map(|_| Cell::Float(v))
+        }
+        ColumnType::Decimal { precision, scale } if is_number => {
+            parse_decimal(raw, precision, scale).map(Cell::Decimal)
+        }
+        ColumnType::Decimal { precision, scale } if first == b'"' => {
+            let s = json_string(raw)?;
+            parse_decimal(s.trim(), precision, scale).map(Cell::Decimal)
+        }
+        ColumnType::Timestamp if first == b'"' => {
+            parse_timestamp(&json_string(raw)?).map(Cell::Timestamp)
+        }
+        ColumnType::Timestamp if is_number => {
+            let ms = parse_integer(raw, ty)
+                .map_err(|e| ValueError::new(RejectKind::InvalidTimestamp, e.detail))?;
+            ms.checked_mul(1000).map(Cell::Timestamp).ok_or_else(|| {
+                ValueError::new(
+                    RejectKind::InvalidTimestamp,
+                    format!("epoch milliseconds {raw} out of range"),
+                )
+            })
+        }
+        ColumnType::Date if first == b'"' => {
+            let s = json_string(raw)?;
+            let d = NaiveDate::parse_from_str(&s, "%Y-%m-%d").map_err(|_| {
+                ValueError::new(
+                    RejectKind::InvalidTimestamp,
+                    format!("{s:?} is not a date YYYY-MM-DD"),
+                )
+            })?;
+            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+            Ok(Cell::Date((d - epoch).num_days() as i32))
+        }
+        _ => Err(wrong()),
+    }
+}
+
+fn expected(ty: ColumnType) -> String {
+    match ty {
+        ColumnType::Timestamp => "a timestamp (RFC 3339 string or epoch milliseconds)".into(),
+        ColumnType::Decimal { .. } => format!("{ty} (number or numeric string)"),
+        ColumnType::Date => "a date string YYYY-MM-DD".into(),
+        _ => ty.to_string(),
+    }
+}
+
+fn finite(v: f64, raw: &str) -> Result<f64, ValueError> {
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(ValueError::new(
+            RejectKind::OutOfRange,
+            format!("{raw} is out of range"),
+        ))
+    }
+}
+
+/// The content of a JSON string literal, borrowed unless it has escapes.
+fn json_string(raw: &str) -> Result<Cow<'_, str>, ValueError> {
+    let inner = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .ok_or_else(|| ValueError::new(RejectKind::NotJson, "malformed string"))?;
+    if !inner.contains('\\') {
+        return Ok(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(raw)
+        .map(Cow::Owned)
+        .map_err(|e| ValueError::new(RejectKind::NotJson, e.to_string()))
+}
+
+/// A JSON integer literal (no fraction, no exponent).
+fn parse_integer(raw: &str, ty: ColumnType) -> Result<i64, ValueError> {
+    if raw.contains(['.', 'e', 'E']) {
+        return Err(ValueError::new(
+            RejectKind::WrongType,
+            format!(
+                "expected {}, found the non-integer number {raw}",
+                expected(ty)
+            ),
+        ));
+    }
+    raw.parse::<i64>()
+        .map_err(|_| ValueError::new(RejectKind::OutOfRange, format!("{raw} does not fit a {ty}")))
+}
+
+/// RFC 3339 with `Z` or an offset, to UTC microseconds.
+pub fn parse_timestamp(s: &str) -> Result<i64, ValueError> {
+    let t = DateTime::parse_from_rfc3339(s.trim()).map_err(|e| {
+        ValueError::new(
+            RejectKind::InvalidTimestamp,
+            format!("{s:?} is not an RFC 3339 timestamp with Z or an offset ({e})"),
+        )
+    })?;
+    Ok(t.timestamp_micros())
+}
+
+/// Parses a decimal literal exactly into its unscaled value at `scale`.
+///
+/// Accepts an optional sign, digits with an optional fraction and an optional exponent. Refuses
+/// more fractional digits than `scale` (unless they are zeros) and more than `precision` digits.
+pub fn parse_decimal(text: &str, precision: u8, scale: u8) -> Result<i128, ValueError> {
+    let bad = || {
+        ValueError::new(
+            RejectKind::WrongType,
+            format!("{text:?} is not a decimal number"),
+        )
+    };
+    let bytes = text.as_bytes();
+    let (negative, mut i) = match bytes.first() {
+        Some(b'-') => (true, 1),
+        Some(b'+') => (false, 1),
+        _ => (false, 0),
+    };
+    let mut digits: Vec<u8> = Vec::with_capacity(bytes.len());
+    let mut frac_digits: i64 = 0;
+    let mut seen_point = false;
+    let mut any_digit = false;
+    while i < bytes.len() {
+        match bytes[i] {
+            c @ b'0'..=b'9' => {
+                any_digit = true;
+                digits.push(c - b'0');
+                if seen_point {
+                    frac_digits += 1;
+                }
+            }
+            b'.' if !seen_point => seen_point = true,
+            b'e' | b'E' => break,
+            _ => return Err(bad()),
+        }
+        i += 1;
+    }
+    if !any_digit {
+        return Err(bad());
+    }
+    let mut exponent: i64 = 0;
+    if i < bytes.len() {
+        let exp_text = &text[i + 1..];
+        exponent = exp_text.parse::<i64>().map_err(|_| bad())?;
+        if exponent.abs() > 1000 {
+            return Err(ValueError::new(
+                RejectKind::OutOfRange,
+                format!("{text} is out of range"),
+            ));
+        }
+    }
+    // unscaled = digits * 10^(exponent - frac_digits + scale)
+    let mut shift = exponent - frac_digits + scale as i64;
+    while shift < 0 {
+        match digits.pop() {
+            Some(0) => shift += 1,
+            Some(_) => {
+                return Err(ValueError::new(
+                    RejectKind::OutOfRange,
+                    format!("{text} has more than {scale} decimal places"),
+                ));
+            }
+            None => {
+                shift = 0;
+            }
+        }
+    }
+    let first_nonzero = digits.iter().position(|&d| d != 0).unwrap_or(digits.len());
+    let significant = &digits[first_nonzero..];
+    let out_of_range = || {
+        ValueError::new(
+            RejectKind::OutOfRange,
+            format!("{text} does not fit decimal({precision},{scale})"),
+        )
+    };
+    if significant.is_empty() {
+        return Ok(0);
+    }
+    if significant.len() as i64 + shift > precision as i64 {
+        return Err(out_of_range());
+    }
+    let mut v: i128 = 0;
+    for &d in significant {
+        v = v * 10 + d as i128;
+    }
+    for _ in 0..shift {
+        v *= 10;
+    }
+    Ok(if negative { -v } else { v })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D18_2: ColumnType = ColumnType::Decimal {
+        precision: 18,
+        scale: 2,
+    };
+
+    #[test]
+    fn decimals_are_exact_from_numbers_and_strings() {
+        assert_eq!(parse_cell(D18_2, "12.34"), Ok(Cell::Decimal(1234)));
+        assert_eq!(parse_cell(D18_2, "\"12.34\""), Ok(Cell::Decimal(1234)));
+        assert_eq!(parse_cell(D18_2, "-0.1"), Ok(Cell::Decimal(-10)));
+        assert_eq!(parse_cell(D18_2, "7"), Ok(Cell::Decimal(700)));
+        assert_eq!(parse_cell(D18_2, "1.5e2"), Ok(Cell::Decimal(15000)));
+        assert_eq!(parse_cell(D18_2, "12.340"), Ok(Cell::Decimal(1234)));
+        assert_eq!(parse_cell(D18_2, "1234E-2"), Ok(Cell::Decimal(1234)));
+        // 0.1 + 0.2 style values that f64 would distort
+        assert_eq!(
+            parse_cell(D18_2, "9999999999999999.99"),
+            Ok(Cell::Decimal(999_999_999_999_999_999))
+        );
+        assert_eq!(
+            parse_decimal("12345678901234567890123456789012345678", 38, 0),
+            Ok(12345678901234567890123456789012345678)
+        );
+    }
+
+    #[test]
+    fn decimals_refuse_lost_digits_and_overflow() {
+        let err = parse_cell(D18_2, "1.234").expect_err("three places");
+        assert_eq!(err.kind, RejectKind::OutOfRange);
+        let err = parse_cell(D18_2, "10000000000000000").expect_err("17 integer digits");
+        assert_eq!(err.kind, RejectKind::OutOfRange);
+        let err = parse_cell(D18_2, "\"12,50\"").expect_err("comma");
+        assert_eq!(err.kind, RejectKind::WrongType);
+        let err = parse_cell(D18_2, "true").expect_err("bool");
+        assert_eq!(err.kind, RejectKind::WrongType);
+        assert!(parse_decimal("1e1000", 38, 0).is_err());
+        assert!(parse_decimal("123456789012345678901234567890123456789", 38, 0).is_err());
+    }
+
+    #[test]
+    fn timestamps_accept_rfc3339_with_offsets_and_epoch_millis() {
+        let ts = |s| parse_cell(ColumnType::Timestamp, s);
+        assert_eq!(
+            ts("\"2026-11-29T10:00:00Z\""),
+            Ok(Cell::Timestamp(1_795_946_400_000_000))
+        );
+        assert_eq!(
+            ts("\"2026-11-29T11:00:00+01:00\""),
+            Ok(Cell::Timestamp(1_795_946_400_000_000))
+        );
+        assert_eq!(
+            ts("\"2026-11-29T10:00:00.123456Z\""),
+            Ok(Cell::Timestamp(1_795_946_400_123_456))
+        );
+        assert_eq!(
+            ts("1795946400123"),
+            Ok(Cell::Timestamp(1_795_946_400_123_000))
+        );
+        assert_eq!(
+            ts("\"2026-11-29T10:00:00\"").map_err(|e| e.kind),
+            Err(RejectKind::InvalidTimestamp)
+        );
+        assert_eq!(
+            ts("\"yesterday\"").map_err(|e| e.kind),
+            Err(RejectKind::InvalidTimestamp)
+        );
+        assert_eq!(
+            ts("1.5").map_err(|e| e.kind),
+            Err(RejectKind::InvalidTimestamp)
+        );
+        assert_eq!(ts("false").map_err(|e| e.kind), Err(RejectKind::WrongType));
+    }
+
+    #[test]
+    fn integers_floats_strings_and_dates() {
+        assert_eq!(parse_cell(ColumnType::Int, "42"), Ok(Cell::Int(42)));
+        assert_eq!(
+            parse_cell(ColumnType::Int, "4294967296").map_err(|e| e.kind),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            parse_cell(ColumnType::Long, "4.2").map_err(|e| e.kind),
+            Err(RejectKind::WrongType)
+        );
+        assert_eq!(
+            parse_cell(ColumnType::Long, "\"42\"").map_err(|e| e.kind),
+            Err(RejectKind::WrongType)
+        );
+        assert_eq!(
+            parse_cell(ColumnType::Double, "21.5"),
+            Ok(Cell::Double(21.5))
+        );
+        assert_eq!(
+            parse_cell(ColumnType::Double, "1e400").map_err(|e| e.kind),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            parse_cell(ColumnType::String, "\"plain\""),
+            Ok(Cell::Str(Cow::Borrowed("plain")))
+        );
+        assert_eq!(
+            parse_cell(ColumnType::String, r#""a\"b\u00e9""#),
+            Ok(Cell::Str(Cow::Owned("a\"bé".into())))
+        );
+        assert_eq!(
+            parse_cell(ColumnType::String, "12").map_err(|e| e.kind),
+            Err(RejectKind::WrongType)
+        );
+        assert_eq!(parse_cell(ColumnType::String, "null"), Ok(Cell::Null));
+        assert_eq!(
+            parse_cell(ColumnType::Date, "\"1970-01-02\""),
+            Ok(Cell::Date(1))
+        );
+        assert_eq!(
+            parse_cell(ColumnType::Boolean, "false"),
+            Ok(Cell::Bool(false))
+        );
+    }
+}

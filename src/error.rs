@@ -1,0 +1,105 @@
+//! The library's error type.
+//!
+//! Every error says which input it concerns and why. [`Error::is_retryable`] tells the Lambda
+//! handlers whether to fail the invocation (so the event source mapping retries the batch) or
+//! not: only transient faults of S3, DynamoDB, Glue or the local disk are retryable. Bad records
+//! never surface here: they go to the dead-letter table (see [`crate::decode`]).
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, with the input it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pipeline spec could not be read or is invalid. The message names file, line and fix.
+    #[error("{0}")]
+    Spec(String),
+
+    /// A configuration value (flag or environment variable) is missing or invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+
+    /// An I/O error on a local file.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// An object store (S3 or the local warehouse) operation failed.
+    #[error("object store: {op} {location}: {message}")]
+    ObjectStore {
+        op: &'static str,
+        location: String,
+        message: String,
+        retryable: bool,
+    },
+
+    /// The state store (DynamoDB or SQLite) failed.
+    #[error("state store: {op}: {message}")]
+    State {
+        op: &'static str,
+        message: String,
+        retryable: bool,
+    },
+
+    /// Another writer kept winning the conditional checkpoint update.
+    #[error(
+        "checkpoint of {source_partition} kept changing under this invocation ({attempts} attempts)"
+    )]
+    CheckpointContention {
+        source_partition: String,
+        attempts: u32,
+    },
+
+    /// An error from the Iceberg library (metadata, writers, file IO).
+    #[error("iceberg: {context}: {source}")]
+    Iceberg {
+        context: String,
+        #[source]
+        source: iceberg::Error,
+    },
+
+    /// A broken invariant inside streamtable (a bug): never caused by input data.
+    #[error("internal error: {0}")]
+    Internal(String),
+
+    /// The input event itself is not an MSK event-source-mapping batch.
+    #[error("event {origin}: {message}")]
+    Event { origin: String, message: String },
+}
+
+impl Error {
+    /// Whether retrying the same input later can succeed. The Lambda returns an error to the
+    /// event source mapping only for these; everything else is handled inside the batch.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::ObjectStore { retryable, .. } | Error::State { retryable, .. } => *retryable,
+            Error::CheckpointContention { .. } => true,
+            Error::Io { .. } => true,
+            Error::Iceberg { source, .. } => source.retryable(),
+            Error::Spec(_) | Error::Config(_) | Error::Event { .. } | Error::Internal(_) => false,
+        }
+    }
+
+    /// Wraps an Iceberg library error with what was being done.
+    pub fn iceberg(context: impl Into<String>, source: iceberg::Error) -> Self {
+        Error::Iceberg {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Wraps a local I/O error with the operation and path.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

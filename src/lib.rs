@@ -1,0 +1,14 @@
+//! streamtable: Kafka (MSK) topics to Apache Iceberg tables on AWS Lambda, exactly once.
+//!
+//! The pipeline stages, each in its own module:
+//!
+//! - [`spec`]: the pipeline spec (topics to tables, columns, partitioning), validated at load.
+//! - [`schema`]: spec to Iceberg schema, partition spec and Arrow schema.
+//! - [`decode`]: one Kafka record to a typed row, or a dead letter with the reason.
+
+pub mod decode;
+pub mod error;
+pub mod schema;
+pub mod spec;
+
+pub use error::{Error, Result};

@@ -1,0 +1,199 @@
+//! Schema mapping: a [`TableSpec`] becomes an Iceberg schema, partition spec and Arrow schema.
+//!
+//! Field ids are assigned in order, business columns first (1..n) then the Kafka metadata
+//! columns, which is also the order in which Iceberg assigns fresh ids when a table is created,
+//! so the Parquet files written by ingest carry the ids the table will have.
+
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef as ArrowSchemaRef;
+use iceberg::spec::{
+    NestedField, PartitionSpec, PrimitiveType, Schema, SchemaRef, StructType, Transform, Type,
+};
+
+use crate::error::{Error, Result};
+use crate::spec::{ColumnType, DEAD_LETTER_TABLE, TableSpec};
+
+/// Everything a writer needs to know about a table's layout.
+#[derive(Debug, Clone)]
+pub struct TableLayout {
+    /// Table name.
+    pub name: String,
+    /// Iceberg schema.
+    pub schema: SchemaRef,
+    /// Iceberg partition spec (spec id 0).
+    pub partition_spec: Arc<PartitionSpec>,
+    /// Struct type of the partition tuple.
+    pub partition_type: StructType,
+    /// Arrow schema with Parquet field-id metadata, in schema order.
+    pub arrow_schema: ArrowSchemaRef,
+}
+
+impl TableLayout {
+    fn build(
+        name: &str,
+        fields: Vec<NestedField>,
+        partitions: &[(String, String, Transform)],
+    ) -> Result<Self> {
+        let ctx = |what: &str| format!("table {name}: {what}");
+        let schema = Schema::builder()
+            .with_schema_id(0)
+            .with_fields(fields.into_iter().map(Arc::new))
+            .build()
+            .map_err(|e| Error::iceberg(ctx("schema"), e))?;
+        let schema = Arc::new(schema);
+        let mut builder = PartitionSpec::builder(schema.clone()).with_spec_id(0);
+        for (source, target, transform) in partitions {
+            builder = builder
+                .add_partition_field(source, target, *transform)
+                .map_err(|e| Error::iceberg(ctx("partition spec"), e))?;
+        }
+        let partition_spec = builder
+            .build()
+            .map_err(|e| Error::iceberg(ctx("partition spec"), e))?;
+        let partition_type = partition_spec
+            .partition_type(&schema)
+            .map_err(|e| Error::iceberg(ctx("partition type"), e))?;
+        let arrow_schema = iceberg::arrow::schema_to_arrow_schema(&schema)
+            .map_err(|e| Error::iceberg(ctx("arrow schema"), e))?;
+        Ok(TableLayout {
+            name: name.to_string(),
+            schema,
+            partition_spec: Arc::new(partition_spec),
+            partition_type,
+            arrow_schema: Arc::new(arrow_schema),
+        })
+    }
+
+    /// The layout of a table from the pipeline spec: its columns, then the Kafka columns.
+    pub fn for_table(spec: &TableSpec) -> Result<Self> {
+        let mut fields = Vec::with_capacity(spec.columns.len() + 4);
+        for (i, c) in spec.columns.iter().enumerate() {
+            let id = i as i32 + 1;
+            let ty = Type::Primitive(primitive(c.column_type));
+            fields.push(if c.required {
+                NestedField::required(id, &c.name, ty)
+            } else {
+                NestedField::optional(id, &c.name, ty)
+            });
+        }
+        let next = spec.columns.len() as i32 + 1;
+        fields.extend(kafka_fields(next));
+        let partitions: Vec<_> = spec
+            .partition_by
+            .iter()
+            .map(|p| (p.source.clone(), p.field_name(), p.transform))
+            .collect();
+        Self::build(&spec.name, fields, &partitions)
+    }
+
+    /// The layout of the dead-letter table, partitioned by day of `failed_at`.
+    pub fn dead_letters() -> Result<Self> {
+        use PrimitiveType as P;
+        let p = |t| Type::Primitive(t);
+        let fields = vec![
+            NestedField::required(1, "topic", p(P::String)),
+            NestedField::required(2, "kafka_partition", p(P::Int)),
+            NestedField::required(3, "kafka_offset", p(P::Long)),
+            NestedField::optional(4, "kafka_timestamp", p(P::Timestamp)),
+            NestedField::optional(5, "kafka_key", p(P::Binary)),
+            NestedField::optional(6, "kafka_value", p(P::Binary)),
+            NestedField::required(7, "error_kind", p(P::String)),
+            NestedField::required(8, "error_message", p(P::String)),
+            NestedField::required(9, "failed_at", p(P::Timestamp)),
+        ];
+        Self::build(
+            DEAD_LETTER_TABLE,
+            fields,
+            &[("failed_at".into(), "failed_at_day".into(), Transform::Day)],
+        )
+    }
+}
+
+/// The Kafka metadata columns every table carries, with ids from `first`.
+fn kafka_fields(first: i32) -> [NestedField; 4] {
+    use PrimitiveType as P;
+    [
+        NestedField::required(first, "kafka_partition", Type::Primitive(P::Int)),
+        NestedField::required(first + 1, "kafka_offset", Type::Primitive(P::Long)),
+        NestedField::required(first + 2, "kafka_timestamp", Type::Primitive(P::Timestamp)),
+        NestedField::optional(first + 3, "kafka_key", Type::Primitive(P::String)),
+    ]
+}
+
+/// The Iceberg type of a spec column type.
+pub fn primitive(t: ColumnType) -> PrimitiveType {
+    match t {
+        ColumnType::String => PrimitiveType::String,
+        ColumnType::Int => PrimitiveType::Int,
+        ColumnType::Long => PrimitiveType::Long,
+        ColumnType::Float => PrimitiveType::Float,
+        ColumnType::Double => PrimitiveType::Double,
+        ColumnType::Boolean => PrimitiveType::Boolean,
+        ColumnType::Date => PrimitiveType::Date,
+        ColumnType::Timestamp => PrimitiveType::Timestamp,
+        ColumnType::Decimal { precision, scale } => PrimitiveType::Decimal {
+            precision: precision as u32,
+            scale: scale as u32,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use arrow_schema::{DataType, TimeUnit};
+
+    use super::*;
+    use crate::spec::PipelineSpec;
+
+    fn example() -> PipelineSpec {
+        let text = include_str!("../infra/pipeline.toml");
+        PipelineSpec::parse(text, Path::new("infra/pipeline.toml")).expect("example spec is valid")
+    }
+
+    #[test]
+    fn orders_layout_has_business_then_kafka_columns_with_sequential_ids() {
+        let spec = example();
+        let layout = TableLayout::for_table(spec.table("orders").expect("orders")).expect("layout");
+        let names: Vec<_> = layout
+            .schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| (f.id, f.name.clone()))
+            .collect();
+        assert_eq!(names[0], (1, "order_id".to_string()));
+        assert_eq!(names[6], (7, "created_at".to_string()));
+        assert_eq!(names[7], (8, "kafka_partition".to_string()));
+        assert_eq!(names[10], (11, "kafka_key".to_string()));
+        assert_eq!(layout.partition_spec.fields().len(), 1);
+        assert_eq!(layout.partition_spec.fields()[0].name, "created_at_day");
+        let arrow = &layout.arrow_schema;
+        assert_eq!(arrow.field(2).data_type(), &DataType::Decimal128(18, 2));
+        assert_eq!(
+            arrow.field(6).data_type(),
+            &DataType::Timestamp(TimeUnit::Microsecond, None)
+        );
+        assert_eq!(
+            arrow
+                .field(0)
+                .metadata()
+                .get("PARQUET:field_id")
+                .map(String::as_str),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn dead_letter_layout_stores_raw_bytes_as_binary() {
+        let layout = TableLayout::dead_letters().expect("layout");
+        assert_eq!(layout.arrow_schema.field(5).name(), "kafka_value");
+        assert_eq!(
+            layout.arrow_schema.field(5).data_type(),
+            &DataType::LargeBinary
+        );
+        assert_eq!(layout.partition_spec.fields()[0].name, "failed_at_day");
+    }
+}

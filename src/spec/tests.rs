@@ -1,0 +1,130 @@
+use std::path::Path;
+
+use super::*;
+
+fn parse(text: &str) -> Result<PipelineSpec> {
+    PipelineSpec::parse(text, Path::new("p.toml"))
+}
+
+fn error(text: &str) -> String {
+    parse(text).expect_err("spec should be refused").to_string()
+}
+
+const GOOD: &str = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [{ name = "id", type = "string", required = true }, { name = "at", type = "timestamp" }]
+partition_by = ["day(at)", "bucket(8, id)"]
+"#;
+
+#[test]
+fn the_shipped_example_is_valid() {
+    let spec = PipelineSpec::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/infra/pipeline.toml"
+    )))
+    .expect("infra/pipeline.toml is valid");
+    let names: Vec<_> = spec.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["orders", "payments", "readings"]);
+    let orders = spec.table_for_topic("orders").expect("orders topic");
+    assert_eq!(
+        orders.columns[2].column_type,
+        ColumnType::Decimal {
+            precision: 18,
+            scale: 2
+        }
+    );
+    assert!(orders.columns[2].required);
+    assert_eq!(orders.partition_by[0].field_name(), "created_at_day");
+    assert_eq!(spec.settings.max_record_bytes, 1024 * 1024);
+}
+
+#[test]
+fn defaults_apply_and_paths_default_to_the_column_name() {
+    let spec = parse(GOOD).expect("valid");
+    let t = &spec.tables[0];
+    assert_eq!(t.columns[0].path, JsonPath(vec!["id".into()]));
+    assert_eq!(t.target_file_size_mb, DEFAULT_TARGET_FILE_SIZE_MB);
+    assert_eq!(
+        t.partition_by[1].transform,
+        iceberg::spec::Transform::Bucket(8)
+    );
+}
+
+#[test]
+fn errors_name_file_line_and_fix() {
+    let bad = GOOD.replace("\"timestamp\"", "\"timestmp\"");
+    let msg = error(&bad);
+    assert!(msg.starts_with("p.toml:5:"), "{msg}");
+    assert!(msg.contains("unknown column type \"timestmp\""), "{msg}");
+    assert!(msg.contains("use one of"), "{msg}");
+}
+
+#[test]
+fn toml_syntax_errors_have_a_line() {
+    let msg = error("[[tables]]\nname = = 1\n");
+    assert!(msg.starts_with("p.toml:2:"), "{msg}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let msg = error(&GOOD.replace("topic = \"t\"", "topic = \"t\"\ncolour = 1"));
+    assert!(msg.contains("colour"), "{msg}");
+}
+
+#[test]
+fn reserved_and_invalid_names_are_refused() {
+    assert!(error(&GOOD.replace("name = \"id\"", "name = \"kafka_offset\"")).contains("reserved"));
+    assert!(error(&GOOD.replace("name = \"t\"", "name = \"dead_letters\"")).contains("reserved"));
+    assert!(error(&GOOD.replace("name = \"t\"", "name = \"Orders\"")).contains("lowercase"));
+    assert!(error(&GOOD.replace("name = \"at\"", "name = \"id\"")).contains("defined twice"));
+}
+
+#[test]
+fn partitions_must_fit_their_column() {
+    assert!(error(&GOOD.replace("day(at)", "day(id)")).contains("cannot apply"));
+    assert!(error(&GOOD.replace("day(at)", "day(nope)")).contains("not a column"));
+    assert!(error(&GOOD.replace("day(at)", "fortnight(at)")).contains("cannot read partition"));
+    assert!(
+        error(&GOOD.replace("bucket(8, id)", "bucket(0, id)")).contains("cannot read partition")
+    );
+}
+
+#[test]
+fn one_topic_feeds_one_table() {
+    let two = format!("{GOOD}\n{}", GOOD.replace("name = \"t\"", "name = \"u\""));
+    let msg = error(&two);
+    assert!(msg.contains("already feeds another table"), "{msg}");
+}
+
+#[test]
+fn nested_path_conflicts_are_refused() {
+    let text = GOOD.replace(
+        "{ name = \"at\", type = \"timestamp\" }",
+        "{ name = \"at\", type = \"timestamp\", path = \"$.id.at\" }",
+    );
+    assert!(error(&text).contains("lies inside"));
+}
+
+#[test]
+fn json_paths_parse() {
+    assert_eq!(
+        JsonPath::parse("$.a.b"),
+        Some(JsonPath(vec!["a".into(), "b".into()]))
+    );
+    assert_eq!(
+        JsonPath::parse("$['a b'].c"),
+        Some(JsonPath(vec!["a b".into(), "c".into()]))
+    );
+    assert_eq!(
+        JsonPath::parse("plain"),
+        Some(JsonPath(vec!["plain".into()]))
+    );
+    assert_eq!(JsonPath::parse("$."), None);
+    assert_eq!(JsonPath::parse("$"), None);
+    assert_eq!(
+        JsonPath(vec!["a b".into(), "c".into()]).to_string(),
+        "$['a b'].c"
+    );
+}
