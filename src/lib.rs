@@ -12,3 +12,14 @@ pub mod schema;
 pub mod spec;
 
 pub use error::{Error, Result};
+pub mod aws;
+pub mod storage;
+pub mod writer;
+pub mod checkpoint;
+pub mod state;
+pub mod config;
+pub mod ingest;
+pub mod bench;
+pub mod cli;
+pub mod generate;
+pub mod telemetry;

@@ -1,0 +1,175 @@
+//! `streamtable bench …`: benchmarks that print numbers (never timed assertions in tests).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::cli::{now_ms, read_event, synthetic_records};
+use crate::config::{Backend, BackendConfig, Config};
+use crate::error::{Error, Result};
+use crate::generate::{EventFactory, esm_event};
+use crate::ingest::Ingestor;
+
+/// Which benchmark.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// One full ESM batch of orders: event JSON to Parquet bytes in memory, then end to end on
+    /// the embedded backend (files + checkpoint), then peak RSS of one invocation.
+    Ingest {
+        /// Records per batch.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Kafka partitions in the batch.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Timed iterations (the median is reported).
+        #[arg(long, default_value_t = 15)]
+        iterations: usize,
+    },
+    /// One invocation on an event file, then the process's peak RSS (used by `bench ingest`).
+    #[command(hide = true)]
+    IngestOnce {
+        #[arg(long)]
+        event: PathBuf,
+    },
+}
+
+/// Runs a benchmark.
+pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
+    match which {
+        BenchCommand::Ingest {
+            records,
+            partitions,
+            iterations,
+        } => ingest(config, *records, *partitions, (*iterations).max(1)).await,
+        BenchCommand::IngestOnce { event } => ingest_once(config, event).await,
+    }
+}
+
+fn orders_event(records: u64, partitions: i32, start_offset: i64) -> String {
+    let mut factory = EventFactory::new(42);
+    let mut offsets = vec![start_offset; partitions.max(1) as usize];
+    let recs = synthetic_records(&mut factory, "orders", records, &mut offsets, 0, 0, now_ms() - 3_600_000);
+    esm_event(&recs)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn ingest(config: &Config, records: u64, partitions: i32, iterations: usize) -> Result<()> {
+    let spec = config.load_pipeline()?;
+    let event = orders_event(records, partitions, 0);
+    let mb = event.len() as f64 / 1e6;
+    println!("batch: {records} order records over {partitions} partitions, event JSON {mb:.2} MB");
+
+    // 1. Event JSON to Parquet bytes in memory, single invocation, no I/O.
+    let scratch = tempdir("bench-encode")?;
+    let backend = Backend::connect(&BackendConfig::Embedded { home: scratch.clone() }).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let (mut parse_ms, mut encode_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut parquet_bytes = 0;
+    for _ in 0..iterations {
+        let t0 = Instant::now();
+        let parsed: aws_lambda_events::event::kafka::KafkaEvent =
+            serde_json::from_str(&event).map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+        let t1 = Instant::now();
+        let (n, files) = ingestor.encode_event(&parsed).await?;
+        let t2 = Instant::now();
+        drop(parsed);
+        if n != records {
+            return Err(Error::Internal(format!("bench encoded {n} of {records} records")));
+        }
+        parquet_bytes = files.iter().map(|f| f.bytes.len()).sum::<usize>();
+        parse_ms.push((t1 - t0).as_secs_f64() * 1e3);
+        encode_ms.push((t2 - t1).as_secs_f64() * 1e3);
+        total_ms.push((t2 - t0).as_secs_f64() * 1e3);
+    }
+    let t = median(total_ms);
+    println!(
+        "encode (event JSON -> Parquet in memory): median {t:.1} ms = {:.0} records/s, {:.0} MB/s of event JSON \
+         (parse event {:.1} ms, decode+encode {:.1} ms; Parquet {:.2} MB)",
+        records as f64 / (t / 1e3),
+        mb / (t / 1e3),
+        median(parse_ms),
+        median(encode_ms),
+        parquet_bytes as f64 / 1e6
+    );
+
+    // 2. End to end on the embedded backend: files written, checkpoint advanced.
+    let home = tempdir("bench-e2e")?;
+    let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let events: Vec<String> = (0..iterations)
+        .map(|i| orders_event(records, partitions, i as i64 * records as i64))
+        .collect();
+    let mut e2e_ms = Vec::new();
+    for ev in &events {
+        let t0 = Instant::now();
+        let parsed: aws_lambda_events::event::kafka::KafkaEvent =
+            serde_json::from_str(ev).map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+        let summary = ingestor.handle(&parsed).await?;
+        e2e_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        if summary.accepted != records {
+            return Err(Error::Internal(format!("bench accepted {} of {records}", summary.accepted)));
+        }
+    }
+    let t = median(e2e_ms);
+    println!(
+        "end to end, embedded backend (parse, decode, encode, write files, checkpoint): median {t:.1} ms = {:.0} records/s, {:.0} MB/s",
+        records as f64 / (t / 1e3),
+        mb / (t / 1e3)
+    );
+
+    // 3. Peak RSS of one whole invocation, in a fresh process.
+    let file = home.join("event.json");
+    std::fs::write(&file, &event).map_err(|e| Error::io("write", &file, e))?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("find executable", "streamtable", e))?;
+    let rss_home = home.join("rss");
+    let out = std::process::Command::new(exe)
+        .args(["bench", "ingest-once", "--event"])
+        .arg(&file)
+        .env("STREAMTABLE_HOME", &rss_home)
+        .env("STREAMTABLE_BACKEND", "embedded")
+        .output()
+        .map_err(|e| Error::io("run", "streamtable bench ingest-once", e))?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    let _ = std::fs::remove_dir_all(&home);
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+async fn ingest_once(config: &Config, event: &Path) -> Result<()> {
+    let spec = config.load_pipeline()?;
+    let backend = Backend::connect(&config.backend).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let before = peak_rss_kb();
+    let parsed = read_event(event)?;
+    let summary = ingestor.handle(&parsed).await?;
+    println!(
+        "peak RSS of one invocation (process start, read + parse event, ingest): {:.1} MB (before the event: {:.1} MB); {}",
+        peak_rss_kb() as f64 / 1024.0,
+        before as f64 / 1024.0,
+        summary.line()
+    );
+    Ok(())
+}
+
+/// Peak resident set size of this process, in KiB (Linux `VmHWM`).
+pub fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn tempdir(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("streamtable-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+    Ok(dir)
+}

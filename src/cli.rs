@@ -1,0 +1,194 @@
+//! The CLI commands' bodies (the binary only parses arguments and maps errors to exit codes).
+
+use std::path::{Path, PathBuf};
+
+use aws_lambda_events::event::kafka::KafkaEvent;
+
+use crate::config::{Backend, Config};
+use crate::error::{Error, Result};
+use crate::generate::{EventFactory, Rng, SourceRecord, esm_event};
+use crate::ingest::{IngestSummary, Ingestor};
+
+/// Exit code for a retryable fault (EX_TEMPFAIL): run the command again later.
+pub const EXIT_RETRYABLE: u8 = 75;
+
+/// Reads and parses an ESM event file.
+pub fn read_event(path: &Path) -> Result<KafkaEvent> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("read event", path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::Event {
+        origin: path.display().to_string(),
+        message: format!("not an MSK event-source-mapping event ({e}); see events/orders.json for the shape"),
+    })
+}
+
+/// `streamtable ingest --event FILE...`: one summary line per file.
+pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
+    let spec = config.load_pipeline()?;
+    let backend = Backend::connect(&config.backend).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    for path in events {
+        let event = read_event(path)?;
+        let summary = ingestor.handle(&event).await?;
+        println!("{}: {}", path.display(), summary.line());
+    }
+    Ok(())
+}
+
+/// Arguments of `streamtable generate`.
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    /// Topic: orders, payments or readings.
+    #[arg(long, default_value = "orders")]
+    pub topic: String,
+    /// Number of records.
+    #[arg(long, default_value_t = 100)]
+    pub records: u64,
+    /// Kafka partitions to spread the records over.
+    #[arg(long, default_value_t = 1)]
+    pub partitions: i32,
+    /// First offset in each partition.
+    #[arg(long, default_value_t = 0)]
+    pub start_offset: i64,
+    /// Make every Nth record a bad one (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub bad_every: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (default: standard output).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Records for one topic, spread round-robin over the partitions whose next offsets are in
+/// `next_offsets` (advanced as records are made), every `bad_every`-th one bad. `first_id`
+/// numbers the business ids.
+pub fn synthetic_records(
+    factory: &mut EventFactory,
+    topic: &str,
+    count: u64,
+    next_offsets: &mut [i64],
+    first_id: u64,
+    bad_every: u64,
+    start_ms: i64,
+) -> Vec<SourceRecord> {
+    let partitions = next_offsets.len().max(1);
+    let mut rng = Rng::new(first_id ^ count);
+    (0..count)
+        .map(|i| {
+            let p = (i % partitions as u64) as usize;
+            let offset = next_offsets.get(p).copied().unwrap_or(0);
+            if let Some(o) = next_offsets.get_mut(p) {
+                *o += 1;
+            }
+            let n = first_id + i;
+            let at = start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64;
+            let record = SourceRecord {
+                topic: topic.to_string(),
+                partition: p as i32,
+                offset,
+                timestamp_ms: at + 250,
+                key: Some(format!("k-{}", n % 997).into_bytes()),
+                value: Some(factory.event(topic, n, at).into_bytes()),
+                raw_value_field: None,
+            };
+            if bad_every > 0 && i % bad_every == bad_every - 1 {
+                factory.bad_record(n / bad_every, record)
+            } else {
+                record
+            }
+        })
+        .collect()
+}
+
+/// `streamtable generate`.
+pub fn generate(args: &GenerateArgs) -> Result<()> {
+    let mut factory = EventFactory::new(args.seed);
+    let start_ms = now_ms() - 3_600_000;
+    let mut offsets = vec![args.start_offset; args.partitions.max(1) as usize];
+    let records = synthetic_records(
+        &mut factory,
+        &args.topic,
+        args.records,
+        &mut offsets,
+        args.start_offset as u64 * args.partitions.max(1) as u64,
+        args.bad_every,
+        start_ms,
+    );
+    let json = esm_event(&records);
+    match &args.out {
+        Some(path) => std::fs::write(path, json).map_err(|e| Error::io("write event", path, e)),
+        None => {
+            println!("{json}");
+            Ok(())
+        }
+    }
+}
+
+/// Arguments of `streamtable demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Events per topic.
+    #[arg(long, default_value_t = 20_000)]
+    pub events: u64,
+    /// Records per ESM batch.
+    #[arg(long, default_value_t = 2_000)]
+    pub batch_size: u64,
+}
+
+/// `streamtable demo`: synthetic events for every example topic through ingest, with bad
+/// records and re-delivered batches, then what landed.
+pub async fn demo(config: &Config, args: &DemoArgs) -> Result<()> {
+    let spec = config.load_pipeline()?;
+    let backend = Backend::connect(&config.backend).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let mut factory = EventFactory::new(7);
+    let start_ms = now_ms() - 3_600_000;
+    let mut total = IngestSummary::default();
+    let batch = args.batch_size.max(1);
+    let partitions = 3;
+    for table in &spec.tables {
+        // Continue after what earlier demo runs on this home already ingested.
+        let mut offsets = Vec::new();
+        for p in 0..partitions {
+            let source = crate::checkpoint::SourcePartition::new(&table.topic, p);
+            offsets.push(backend.state.checkpoint(&source).await?.next_offset);
+        }
+        let first_id: u64 = offsets.iter().map(|o| *o as u64).sum();
+        let mut sent = 0;
+        let mut batch_no = 0u64;
+        let mut topic_total = IngestSummary::default();
+        while sent < args.events {
+            let n = batch.min(args.events - sent);
+            let records =
+                synthetic_records(&mut factory, &table.topic, n, &mut offsets, first_id + sent, 200, start_ms);
+            let event: KafkaEvent = serde_json::from_str(&esm_event(&records))
+                .map_err(|e| Error::Internal(format!("generated event does not parse: {e}")))?;
+            let summary = ingestor.handle(&event).await?;
+            topic_total.add(&summary);
+            // Every fifth batch is delivered twice, as the ESM does after a lost response.
+            if batch_no % 5 == 4 {
+                topic_total.add(&ingestor.handle(&event).await?);
+            }
+            sent += n;
+            batch_no += 1;
+        }
+        println!("{:<10} {}", table.name, topic_total.line());
+        total.add(&topic_total);
+    }
+    println!("{:<10} {}", "total", total.line());
+    if !total.dead_letters_by_kind.is_empty() {
+        let kinds: Vec<String> = total.dead_letters_by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        println!("dead letters by kind: {}", kinds.join(" "));
+    }
+    if let crate::config::BackendConfig::Embedded { home } = &config.backend {
+        println!("pending Parquet files are under {}", home.join("warehouse").display());
+    }
+    Ok(())
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

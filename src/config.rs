@@ -1,0 +1,195 @@
+//! Configuration: which backend, where things live. Read from the environment (the Lambda
+//! functions) or from flags that default to the same variables (the CLI).
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `STREAMTABLE_BACKEND` | `embedded` or `aws` | `embedded` |
+//! | `STREAMTABLE_PIPELINE` | pipeline spec file | `infra/pipeline.toml` if present, else the built-in copy |
+//! | `STREAMTABLE_HOME` | embedded: state, catalog and warehouse directory | `./.streamtable` |
+//! | `STREAMTABLE_BUCKET` | aws: S3 bucket of the warehouse | required |
+//! | `STREAMTABLE_WAREHOUSE_PREFIX` | aws: key prefix of the warehouse | `warehouse` |
+//! | `STREAMTABLE_STATE_TABLE` | aws: DynamoDB table of checkpoints | required |
+//! | `STREAMTABLE_GLUE_DATABASE` | aws: Glue database (Iceberg namespace) | `streamtable` |
+//!
+//! The AWS SDK reads its own standard variables (`AWS_REGION`, credentials,
+//! `AWS_ENDPOINT_URL`), so a local emulator stands in for AWS without code changes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::checkpoint::StateStore;
+use crate::error::{Error, Result};
+use crate::spec::PipelineSpec;
+use crate::state::{DynamoStateStore, SqliteStateStore};
+use crate::storage::{DEFAULT_NAMESPACE, Warehouse};
+
+/// The pipeline spec shipped in `infra/pipeline.toml`, compiled in as the default.
+pub const BUILTIN_PIPELINE: &str = include_str!("../infra/pipeline.toml");
+/// Default location of the pipeline spec.
+pub const DEFAULT_PIPELINE_PATH: &str = "infra/pipeline.toml";
+/// Default home of the embedded backend.
+pub const DEFAULT_HOME: &str = ".streamtable";
+
+/// Where state, catalog and data live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendConfig {
+    /// Everything in one local directory: no AWS account needed.
+    Embedded { home: PathBuf },
+    /// S3 + DynamoDB + Glue.
+    Aws {
+        bucket: String,
+        prefix: String,
+        state_table: String,
+        glue_database: String,
+    },
+}
+
+/// Full configuration of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Pipeline spec file; `None` means the built-in copy.
+    pub pipeline: Option<PathBuf>,
+    pub backend: BackendConfig,
+}
+
+impl Config {
+    /// Reads the configuration from environment variables.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// Reads the configuration through `var` (for tests and for flags layered over the env).
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let pipeline = var("STREAMTABLE_PIPELINE").map(PathBuf::from).or_else(|| {
+            Path::new(DEFAULT_PIPELINE_PATH)
+                .exists()
+                .then(|| PathBuf::from(DEFAULT_PIPELINE_PATH))
+        });
+        let backend = match var("STREAMTABLE_BACKEND").as_deref().unwrap_or("embedded") {
+            "embedded" => BackendConfig::Embedded {
+                home: PathBuf::from(var("STREAMTABLE_HOME").unwrap_or_else(|| DEFAULT_HOME.into())),
+            },
+            "aws" => {
+                let need = |k: &str, what: &str| {
+                    var(k).ok_or_else(|| {
+                        Error::Config(format!("{k} is not set; STREAMTABLE_BACKEND=aws needs {what}"))
+                    })
+                };
+                BackendConfig::Aws {
+                    bucket: need("STREAMTABLE_BUCKET", "the S3 bucket of the warehouse")?,
+                    prefix: var("STREAMTABLE_WAREHOUSE_PREFIX").unwrap_or_else(|| "warehouse".into()),
+                    state_table: need("STREAMTABLE_STATE_TABLE", "the DynamoDB table of checkpoints")?,
+                    glue_database: var("STREAMTABLE_GLUE_DATABASE").unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
+                }
+            }
+            other => {
+                return Err(Error::Config(format!(
+                    "STREAMTABLE_BACKEND={other:?} is not a backend; use embedded or aws"
+                )));
+            }
+        };
+        Ok(Config { pipeline, backend })
+    }
+
+    /// Loads and validates the pipeline spec.
+    pub fn load_pipeline(&self) -> Result<PipelineSpec> {
+        match &self.pipeline {
+            Some(path) => PipelineSpec::load(path),
+            None => PipelineSpec::parse(BUILTIN_PIPELINE, Path::new("(built-in) infra/pipeline.toml")),
+        }
+    }
+}
+
+/// The connected backend: warehouse storage and the state store. Built once per process.
+#[derive(Clone)]
+pub struct Backend {
+    pub warehouse: Warehouse,
+    pub state: Arc<dyn StateStore>,
+    /// Iceberg namespace (Glue database) of the tables.
+    pub namespace: String,
+}
+
+impl Backend {
+    /// Connects to the configured backend; `aws` may be given an SDK configuration loaded
+    /// once by the caller (see [`crate::aws::load_config`]).
+    pub async fn connect(config: &BackendConfig) -> Result<Backend> {
+        match config {
+            BackendConfig::Embedded { home } => {
+                let warehouse = Warehouse::local(&home.join("warehouse"))?;
+                let state = SqliteStateStore::open(&home.join("state.db"))?;
+                Ok(Backend {
+                    warehouse,
+                    state: Arc::new(state),
+                    namespace: DEFAULT_NAMESPACE.to_string(),
+                })
+            }
+            BackendConfig::Aws {
+                bucket,
+                prefix,
+                state_table,
+                glue_database,
+            } => {
+                let sdk = crate::aws::load_config().await;
+                let s3_config = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build();
+                let s3 = aws_sdk_s3::Client::from_conf(s3_config);
+                let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+                Ok(Backend {
+                    warehouse: Warehouse::s3(s3, bucket, prefix),
+                    state: Arc::new(DynamoStateStore::new(dynamo, state_table)),
+                    namespace: glue_database.clone(),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn embedded_is_the_default() {
+        let c = Config::from_lookup(lookup(&[])).expect("config");
+        assert_eq!(c.backend, BackendConfig::Embedded { home: PathBuf::from(".streamtable") });
+    }
+
+    #[test]
+    fn aws_needs_bucket_and_table_and_says_so() {
+        let err = Config::from_lookup(lookup(&[("STREAMTABLE_BACKEND", "aws")])).expect_err("missing");
+        assert!(err.to_string().contains("STREAMTABLE_BUCKET"), "{err}");
+        let c = Config::from_lookup(lookup(&[
+            ("STREAMTABLE_BACKEND", "aws"),
+            ("STREAMTABLE_BUCKET", "b"),
+            ("STREAMTABLE_STATE_TABLE", "t"),
+        ]))
+        .expect("config");
+        assert_eq!(
+            c.backend,
+            BackendConfig::Aws {
+                bucket: "b".into(),
+                prefix: "warehouse".into(),
+                state_table: "t".into(),
+                glue_database: "streamtable".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_backend_is_refused() {
+        let err = Config::from_lookup(lookup(&[("STREAMTABLE_BACKEND", "gcp")])).expect_err("bad");
+        assert!(err.to_string().contains("use embedded or aws"));
+    }
+
+    #[test]
+    fn the_builtin_pipeline_is_valid() {
+        let c = Config { pipeline: None, backend: BackendConfig::Embedded { home: ".".into() } };
+        assert_eq!(c.load_pipeline().expect("valid").tables.len(), 3);
+    }
+}

@@ -1,0 +1,201 @@
+//! Synthetic sources: realistic order, payment and sensor events, and MSK ESM batch events
+//! carrying them, for the demo, the benchmarks, the tests and `streamtable generate`.
+//!
+//! Everything is deterministic from a seed, so a run can be reproduced exactly.
+
+use std::fmt::Write as _;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+/// One Kafka record as the ESM delivers it, before base64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<Vec<u8>>,
+    /// The value bytes; `None` is a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Sends this text verbatim as the base64 value field (to produce invalid base64).
+    pub raw_value_field: Option<String>,
+}
+
+/// Serialises records as one MSK ESM event (`aws:kafka`), grouped by `topic-partition`.
+pub fn esm_event(records: &[SourceRecord]) -> String {
+    let mut groups: std::collections::BTreeMap<String, Vec<&SourceRecord>> = Default::default();
+    for r in records {
+        groups.entry(format!("{}-{}", r.topic, r.partition)).or_default().push(r);
+    }
+    let mut out = String::with_capacity(records.len() * 512 + 512);
+    out.push_str(r#"{"eventSource":"aws:kafka","eventSourceArn":"arn:aws:kafka:us-east-1:123456789012:cluster/streamtable-demo/00000000-0000-0000-0000-000000000000-1","bootstrapServers":"b-1.streamtable-demo.kafka.us-east-1.amazonaws.com:9098","records":{"#);
+    for (gi, (key, recs)) in groups.iter().enumerate() {
+        if gi > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "\"{key}\":[");
+        for (ri, r) in recs.iter().enumerate() {
+            if ri > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                r#"{{"topic":"{}","partition":{},"offset":{},"timestamp":{},"timestampType":"CREATE_TIME","key":"#,
+                r.topic, r.partition, r.offset, r.timestamp_ms
+            );
+            push_b64(&mut out, r.key.as_deref(), None);
+            out.push_str(r#","value":"#);
+            push_b64(&mut out, r.value.as_deref(), r.raw_value_field.as_deref());
+            out.push_str(r#","headers":[]}"#);
+        }
+        out.push(']');
+    }
+    out.push_str("}}");
+    out
+}
+
+fn push_b64(out: &mut String, bytes: Option<&[u8]>, raw: Option<&str>) {
+    match (raw, bytes) {
+        (Some(raw), _) => {
+            out.push('"');
+            out.push_str(raw);
+            out.push('"');
+        }
+        (None, Some(b)) => {
+            out.push('"');
+            STANDARD.encode_string(b, out);
+            out.push('"');
+        }
+        (None, None) => out.push_str("null"),
+    }
+}
+
+/// A small, fast, reproducible random source (xorshift64*).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const COUNTRIES: [&str; 8] = ["US", "DE", "FR", "GB", "JP", "BR", "IN", "CA"];
+const CURRENCIES: [&str; 8] = ["USD", "EUR", "EUR", "GBP", "JPY", "BRL", "INR", "CAD"];
+const ORDER_STATUS: [&str; 4] = ["placed", "paid", "paid", "shipped"];
+const METHODS: [&str; 4] = ["card", "paypal", "bank_transfer", "apple_pay"];
+const SITES: [&str; 5] = ["berlin", "lisbon", "oslo", "austin", "osaka"];
+
+/// RFC 3339 UTC text of epoch milliseconds.
+pub fn rfc3339_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// Generates the demo's business events.
+#[derive(Debug, Clone)]
+pub struct EventFactory {
+    rng: Rng,
+}
+
+impl EventFactory {
+    pub fn new(seed: u64) -> EventFactory {
+        EventFactory { rng: Rng::new(seed) }
+    }
+
+    /// An order placed at `at_ms`; `n` makes its id unique.
+    pub fn order(&mut self, n: u64, at_ms: i64) -> String {
+        let c = self.rng.below(COUNTRIES.len() as u64) as usize;
+        let cents = 500 + self.rng.below(49_500);
+        format!(
+            r#"{{"order_id":"ord-{n:010}","customer_id":"cus-{:06}","amount":"{}.{:02}","currency":"{}","country":"{}","status":"{}","created_at":"{}","channel":"{}","items":{}}}"#,
+            self.rng.below(100_000),
+            cents / 100,
+            cents % 100,
+            CURRENCIES[c],
+            COUNTRIES[c],
+            self.rng.pick(&ORDER_STATUS),
+            rfc3339_ms(at_ms),
+            self.rng.pick(&["web", "ios", "android"]),
+            1 + self.rng.below(4),
+        )
+    }
+
+    /// A payment attempt for order `n` at `at_ms`.
+    pub fn payment(&mut self, n: u64, at_ms: i64) -> String {
+        let cents = 500 + self.rng.below(49_500);
+        let ok = self.rng.below(100) < 93;
+        format!(
+            r#"{{"payment_id":"pay-{n:010}","order_id":"ord-{n:010}","amount":{}.{:02},"method":"{}","status":"{}","attempted_at":{at_ms}}}"#,
+            cents / 100,
+            cents % 100,
+            self.rng.pick(&METHODS),
+            if ok { "succeeded" } else { "failed" },
+        )
+    }
+
+    /// A sensor reading at `at_ms`.
+    pub fn reading(&mut self, n: u64, at_ms: i64) -> String {
+        let site = self.rng.below(SITES.len() as u64);
+        let temp = 150 + self.rng.below(200) as i64 + site as i64 * 10;
+        format!(
+            r#"{{"sensor_id":"sen-{:04}","site":"{}","temperature":{}.{},"humidity":{}.{},"reported_at":"{}"}}"#,
+            n % 1000,
+            SITES[site as usize],
+            temp / 10,
+            temp % 10,
+            30 + self.rng.below(60),
+            self.rng.below(10),
+            rfc3339_ms(at_ms),
+        )
+    }
+
+    /// The event of `topic` (orders, payments, readings); other topics get an order.
+    pub fn event(&mut self, topic: &str, n: u64, at_ms: i64) -> String {
+        match topic {
+            "payments" => self.payment(n, at_ms),
+            "readings" => self.reading(n, at_ms),
+            _ => self.order(n, at_ms),
+        }
+    }
+
+    /// A bad record of one of the rejected kinds, chosen by `which`.
+    pub fn bad_record(&mut self, which: u64, mut base: SourceRecord) -> SourceRecord {
+        match which % 8 {
+            0 => base.value = Some(b"{\"order_id\": \"ord-broken\", \"amount\": ".to_vec()),
+            1 => base.value = None,
+            2 => base.value = Some(Vec::new()),
+            3 => base.value = Some(b"[1, 2, 3]".to_vec()),
+            4 => base.value = Some(vec![b'{', 0xff, 0xfe, b'}']),
+            5 => base.raw_value_field = Some("%%% not base64 %%%".into()),
+            6 => {
+                base.value = Some(
+                    br#"{"order_id":"ord-x","payment_id":"pay-x","sensor_id":"sen-x","amount":"12.5.0","created_at":"yesterday","attempted_at":"yesterday","reported_at":"yesterday"}"#.to_vec(),
+                )
+            }
+            _ => base.value = Some(br#"{"note":"required fields missing"}"#.to_vec()),
+        }
+        base
+    }
+}

@@ -1,0 +1,342 @@
+//! Ingest: one MSK event-source-mapping batch to Parquet micro-files, exactly once.
+//!
+//! Per topic-partition of the batch (see [`crate::checkpoint`] for the protocol):
+//! 1. read the checkpoint and drop records below it;
+//! 2. decode the rest; rejected records become dead letters;
+//! 3. encode Parquet files for the table and for `dead_letters`, and upload them;
+//! 4. advance the checkpoint and record the files as pending, in one conditional write.
+//!
+//! If the conditional write loses (a duplicate or zombie invocation got there first), the
+//! partition is re-planned from the new checkpoint; usually nothing is left to do. Files written
+//! by the loser are never referenced and are removed later by orphan clean-up.
+
+mod records;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
+use futures::future::join_all;
+use parquet::file::properties::WriterProperties;
+use serde::Serialize;
+
+use crate::checkpoint::{Advance, PendingBatch, PendingFile, SourcePartition, StateStore, plan};
+use crate::config::Backend;
+use crate::decode::{DeadLetterBuilder, RecordDecoder};
+use crate::error::{Error, Result};
+use crate::schema::TableLayout;
+use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec, TableSpec};
+use crate::storage::Warehouse;
+use crate::writer::{self, EncodedFile};
+
+/// How often a partition is re-planned after losing the conditional write.
+const MAX_ATTEMPTS: u32 = 5;
+/// File lists larger than this are written to the warehouse instead of the state item.
+pub const MAX_INLINE_FILES_BYTES: usize = 300 * 1024;
+
+/// What one invocation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IngestSummary {
+    /// Records in the event.
+    pub records: u64,
+    /// Records written to their table.
+    pub accepted: u64,
+    /// Records skipped because an earlier invocation already processed them.
+    pub already_seen: u64,
+    /// Records written to the dead-letter table.
+    pub dead_lettered: u64,
+    /// Parquet files written (tables and dead letters).
+    pub files_written: u64,
+    /// Bytes of Parquet written.
+    pub bytes_written: u64,
+    /// Topic-partitions in the event.
+    pub partitions: u64,
+    /// Conditional writes lost to another invocation.
+    pub conflicts: u64,
+    /// Newest Kafka timestamp seen, epoch milliseconds.
+    pub newest_timestamp_ms: Option<i64>,
+    /// Dead letters by kind.
+    pub dead_letters_by_kind: BTreeMap<String, u64>,
+}
+
+impl IngestSummary {
+    /// Adds another summary's counts to this one.
+    pub fn add(&mut self, o: &IngestSummary) {
+        self.records += o.records;
+        self.accepted += o.accepted;
+        self.already_seen += o.already_seen;
+        self.dead_lettered += o.dead_lettered;
+        self.files_written += o.files_written;
+        self.bytes_written += o.bytes_written;
+        self.partitions += o.partitions;
+        self.conflicts += o.conflicts;
+        self.newest_timestamp_ms = self.newest_timestamp_ms.max(o.newest_timestamp_ms);
+        for (k, n) in &o.dead_letters_by_kind {
+            *self.dead_letters_by_kind.entry(k.clone()).or_default() += n;
+        }
+    }
+
+    /// One line for humans.
+    pub fn line(&self) -> String {
+        format!(
+            "records={} accepted={} already_seen={} dead_lettered={} files_written={} bytes_written={} partitions={}",
+            self.records,
+            self.accepted,
+            self.already_seen,
+            self.dead_lettered,
+            self.files_written,
+            self.bytes_written,
+            self.partitions
+        )
+    }
+}
+
+/// A table fed by a topic, with what decoding and writing it needs.
+pub(crate) struct TopicTable {
+    pub spec: TableSpec,
+    pub layout: Arc<TableLayout>,
+    pub decoder: RecordDecoder,
+    pub location: String,
+}
+
+/// The ingest handler. Build once per process; [`Ingestor::handle`] once per batch.
+pub struct Ingestor {
+    topics: HashMap<String, TopicTable>,
+    dead_letters: Arc<TableLayout>,
+    dead_letter_location: String,
+    max_record_bytes: usize,
+    warehouse: Warehouse,
+    state: Arc<dyn StateStore>,
+    props: WriterProperties,
+}
+
+impl Ingestor {
+    /// An ingestor for `spec` on `backend`.
+    pub fn new(spec: &PipelineSpec, backend: &Backend) -> Result<Ingestor> {
+        Self::with_parts(spec, backend.warehouse.clone(), backend.state.clone(), &backend.namespace)
+    }
+
+    /// An ingestor on explicit parts (tests wrap the state store).
+    pub fn with_parts(
+        spec: &PipelineSpec,
+        warehouse: Warehouse,
+        state: Arc<dyn StateStore>,
+        namespace: &str,
+    ) -> Result<Ingestor> {
+        let mut topics = HashMap::new();
+        for t in &spec.tables {
+            topics.insert(
+                t.topic.clone(),
+                TopicTable {
+                    spec: t.clone(),
+                    layout: Arc::new(TableLayout::for_table(t)?),
+                    decoder: RecordDecoder::new(t),
+                    location: warehouse.table_location(namespace, &t.name),
+                },
+            );
+        }
+        Ok(Ingestor {
+            topics,
+            dead_letters: Arc::new(TableLayout::dead_letters()?),
+            dead_letter_location: warehouse.table_location(namespace, DEAD_LETTER_TABLE),
+            max_record_bytes: spec.settings.max_record_bytes,
+            warehouse,
+            state,
+            props: writer::micro_file_properties(),
+        })
+    }
+
+    /// Lands one ESM batch. Returns an error only when some partition could not be landed;
+    /// partitions that were landed stay landed, and a retry skips them by their checkpoints.
+    pub async fn handle(&self, event: &KafkaEvent) -> Result<IngestSummary> {
+        let groups = group_by_partition(event)?;
+        let results = join_all(groups.iter().map(|(source, records)| self.ingest_partition(source, records))).await;
+        let mut total = IngestSummary::default();
+        let mut first_error = None;
+        for r in results {
+            match r {
+                Ok(s) => total.add(&s),
+                Err(e) => {
+                    tracing::error!(error = %e, retryable = e.is_retryable(), "partition not landed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+
+    /// The CPU work of one invocation with no I/O: decodes and encodes every record of the
+    /// event as if none had been seen. Returns the records processed and the encoded files.
+    pub async fn encode_event(&self, event: &KafkaEvent) -> Result<(u64, Vec<EncodedFile>)> {
+        let mut files = Vec::new();
+        let mut records = 0;
+        for (source, group) in group_by_partition(event)? {
+            let offsets: Vec<i64> = group.iter().map(|r| r.offset).collect();
+            let plan = plan(crate::checkpoint::Checkpoint::INITIAL, &offsets);
+            let new: Vec<&KafkaRecord> = plan.accept.iter().map(|&i| group[i]).collect();
+            if let (Some(first), Some(last)) = (new.first(), new.last()) {
+                let (first, last) = (first.offset, last.offset);
+                files.extend(self.encode_partition(&source, &new, first, last).await?.0);
+                records += new.len() as u64;
+            }
+        }
+        Ok((records, files))
+    }
+
+    async fn ingest_partition(&self, source: &SourcePartition, records: &[&KafkaRecord]) -> Result<IngestSummary> {
+        let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+        let mut summary = IngestSummary {
+            records: records.len() as u64,
+            partitions: 1,
+            newest_timestamp_ms: records.iter().map(|r| r.timestamp.timestamp_millis()).max(),
+            ..Default::default()
+        };
+        for _ in 0..MAX_ATTEMPTS {
+            let checkpoint = self.state.checkpoint(source).await?;
+            let plan = plan(checkpoint, &offsets);
+            summary.already_seen = plan.already_seen as u64;
+            if plan.accept.is_empty() {
+                return Ok(summary);
+            }
+            let new: Vec<&KafkaRecord> = plan.accept.iter().map(|&i| records[i]).collect();
+            let (first, last) = (new[0].offset, new[new.len() - 1].offset);
+            let (files, decoded) = self.encode_partition(source, &new, first, last).await?;
+            join_all(files.iter().map(|f| self.warehouse.write(&f.location, f.bytes.clone())))
+                .await
+                .into_iter()
+                .collect::<Result<Vec<()>>>()?;
+            let batch = self.pending_batch(source, first, last, &files).await?;
+            match self.state.advance(source, checkpoint, plan.next_offset, &batch).await? {
+                Advance::Advanced(cp) => {
+                    summary.accepted = decoded.accepted;
+                    summary.dead_lettered = decoded.rejected;
+                    summary.files_written = files.len() as u64;
+                    summary.bytes_written = files.iter().map(|f| f.bytes.len() as u64).sum();
+                    summary.dead_letters_by_kind = decoded
+                        .rejected_by_kind
+                        .iter()
+                        .map(|(k, n)| (k.as_str().to_string(), *n))
+                        .collect();
+                    tracing::info!(
+                        source = %source, first_offset = first, last_offset = last,
+                        accepted = decoded.accepted, dead_lettered = decoded.rejected,
+                        already_seen = summary.already_seen, files = files.len(),
+                        checkpoint_version = cp.version, next_offset = cp.next_offset,
+                        "partition landed"
+                    );
+                    return Ok(summary);
+                }
+                Advance::Conflict => {
+                    summary.conflicts += 1;
+                    tracing::warn!(source = %source, version = checkpoint.version,
+                        "checkpoint moved under this invocation; re-planning");
+                }
+            }
+        }
+        Err(Error::CheckpointContention {
+            source_partition: source.to_string(),
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// Decodes the new records of a partition and encodes them as files (CPU only).
+    async fn encode_partition(
+        &self,
+        source: &SourcePartition,
+        records: &[&KafkaRecord],
+        first: i64,
+        last: i64,
+    ) -> Result<(Vec<EncodedFile>, records::Decoded)> {
+        let table = self.topics.get(&source.topic);
+        let mut dead = DeadLetterBuilder::new(self.dead_letters.clone(), now_ms() * 1000);
+        let decoded = records::decode_records(table, records, source, self.max_record_bytes, &mut dead)?;
+        let stem = format!("{}-{}-{first:020}-{last:020}", source.topic, source.partition);
+        let mut files = Vec::new();
+        if let (Some(rows), Some(t)) = (&decoded.rows, table) {
+            files.extend(writer::encode(&t.layout, rows, &t.location, &stem, &self.props).await?);
+        }
+        if let Some(rows) = &decoded.dead_letters {
+            files.extend(writer::encode(&self.dead_letters, rows, &self.dead_letter_location, &stem, &self.props).await?);
+        }
+        Ok((files, decoded))
+    }
+
+    /// The pending record of the files, spilled to the warehouse when too large to keep inline.
+    async fn pending_batch(
+        &self,
+        source: &SourcePartition,
+        first: i64,
+        last: i64,
+        files: &[EncodedFile],
+    ) -> Result<PendingBatch> {
+        let mut pending = Vec::with_capacity(files.len());
+        for f in files {
+            let layout = if f.table == DEAD_LETTER_TABLE {
+                &self.dead_letters
+            } else {
+                &self
+                    .topics
+                    .get(&source.topic)
+                    .ok_or_else(|| Error::Internal(format!("no table for topic {}", source.topic)))?
+                    .layout
+            };
+            pending.push(PendingFile {
+                table: f.table.clone(),
+                data_file: f.data_file_json(layout)?,
+                rows: f.data_file.record_count(),
+                bytes: f.bytes.len() as u64,
+            });
+        }
+        let mut batch = PendingBatch {
+            source: source.clone(),
+            first_offset: first,
+            last_offset: last,
+            created_at_ms: now_ms(),
+            files: pending,
+            files_location: None,
+        };
+        let json = serde_json::to_vec(&batch.files).map_err(|e| Error::Internal(format!("pending files: {e}")))?;
+        if json.len() > MAX_INLINE_FILES_BYTES {
+            let hash = xxhash_rust::xxh3::xxh3_64(&json);
+            let location = format!(
+                "{}/_pending/{}/{}/{first:020}-{last:020}-{hash:016x}.json",
+                self.warehouse.root(),
+                source.topic,
+                source.partition
+            );
+            self.warehouse.write(&location, json.into()).await?;
+            batch.files.clear();
+            batch.files_location = Some(location);
+        }
+        Ok(batch)
+    }
+}
+
+/// Groups an event's records by topic-partition. Each record's own topic and partition count;
+/// the map key (`topic-partition`) names the topic when a record lacks one.
+pub fn group_by_partition(event: &KafkaEvent) -> Result<BTreeMap<SourcePartition, Vec<&KafkaRecord>>> {
+    let mut groups: BTreeMap<SourcePartition, Vec<&KafkaRecord>> = BTreeMap::new();
+    for (key, records) in &event.records {
+        for r in records {
+            let topic = match &r.topic {
+                Some(t) => t.clone(),
+                None => key.rsplit_once('-').map_or(key.as_str(), |(t, _)| t).to_string(),
+            };
+            let partition = i32::try_from(r.partition).map_err(|_| Error::Event {
+                origin: key.clone(),
+                message: format!("partition {} of offset {} is not a Kafka partition number", r.partition, r.offset),
+            })?;
+            groups.entry(SourcePartition::new(topic, partition)).or_default().push(r);
+        }
+    }
+    Ok(groups)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,212 @@
+//! Checkpoints and pending batches in SQLite (the embedded backend's `state.db`).
+//!
+//! The conditional advance is one `BEGIN IMMEDIATE` transaction: read the version, compare,
+//! update the checkpoint, insert the pending batch. SQLite's file lock serialises writers across
+//! processes, so concurrent `streamtable ingest` runs on one home behave like concurrent Lambdas.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::checkpoint::{Advance, Checkpoint, PendingBatch, SourcePartition, StateStore};
+use crate::error::{Error, Result};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS checkpoints (
+    topic         TEXT    NOT NULL,
+    partition     INTEGER NOT NULL,
+    next_offset   INTEGER NOT NULL,
+    version       INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS pending (
+    topic         TEXT    NOT NULL,
+    partition     INTEGER NOT NULL,
+    first_offset  INTEGER NOT NULL,
+    last_offset   INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    files         TEXT    NOT NULL,
+    files_location TEXT,
+    PRIMARY KEY (topic, partition, first_offset)
+);
+";
+
+/// SQLite state store.
+#[derive(Debug, Clone)]
+pub struct SqliteStateStore {
+    path: PathBuf,
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn db_error(op: &'static str, path: &Path, e: rusqlite::Error) -> Error {
+    let busy = matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
+    Error::State {
+        op,
+        message: format!("{}: {e}", path.display()),
+        retryable: busy,
+    }
+}
+
+impl SqliteStateStore {
+    /// Opens (creating if needed) the state database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("create state directory", dir, e))?;
+        }
+        let conn = Connection::open(path).map_err(|e| db_error("open", path, e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(|e| db_error("configure", path, e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_error("configure", path, e))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| db_error("configure", path, e))?;
+        conn.execute_batch(SCHEMA).map_err(|e| db_error("create schema", path, e))?;
+        Ok(SqliteStateStore {
+            path: path.to_path_buf(),
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Runs `f` on the connection in the blocking pool.
+    async fn with_conn<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Path) -> Result<T> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn
+                .lock()
+                .map_err(|_| Error::Internal("state database lock poisoned".into()))?;
+            f(&mut guard, &path)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("state task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl StateStore for SqliteStateStore {
+    async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
+        let source = source.clone();
+        self.with_conn(move |conn, path| {
+            conn.query_row(
+                "SELECT next_offset, version FROM checkpoints WHERE topic = ?1 AND partition = ?2",
+                params![source.topic, source.partition],
+                |r| {
+                    Ok(Checkpoint {
+                        next_offset: r.get(0)?,
+                        version: r.get::<_, i64>(1)? as u64,
+                    })
+                },
+            )
+            .optional()
+            .map(|c| c.unwrap_or(Checkpoint::INITIAL))
+            .map_err(|e| db_error("read checkpoint", path, e))
+        })
+        .await
+    }
+
+    async fn advance(
+        &self,
+        source: &SourcePartition,
+        from: Checkpoint,
+        to_next_offset: i64,
+        batch: &PendingBatch,
+    ) -> Result<Advance> {
+        let source = source.clone();
+        let files = serde_json::to_string(&batch.files)
+            .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
+        let location = batch.files_location.clone();
+        let batch = (batch.first_offset, batch.last_offset, batch.created_at_ms);
+        self.with_conn(move |conn, path| {
+            let err = |op| move |e| db_error(op, path, e);
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err("begin"))?;
+            let current: Option<i64> = tx
+                .query_row(
+                    "SELECT version FROM checkpoints WHERE topic = ?1 AND partition = ?2",
+                    params![source.topic, source.partition],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(err("read checkpoint"))?;
+            if current.unwrap_or(0) as u64 != from.version {
+                return Ok(Advance::Conflict);
+            }
+            let next = Checkpoint {
+                next_offset: to_next_offset,
+                version: from.version + 1,
+            };
+            tx.execute(
+                "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (topic, partition) DO UPDATE SET
+                   next_offset = excluded.next_offset, version = excluded.version,
+                   updated_at_ms = excluded.updated_at_ms",
+                params![source.topic, source.partition, next.next_offset, next.version as i64, batch.2],
+            )
+            .map_err(err("write checkpoint"))?;
+            tx.execute(
+                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![source.topic, source.partition, batch.0, batch.1, batch.2, files, location],
+            )
+            .map_err(err("record pending files"))?;
+            tx.commit().map_err(err("commit"))?;
+            Ok(Advance::Advanced(next))
+        })
+        .await
+    }
+
+    async fn pending(&self) -> Result<Vec<PendingBatch>> {
+        self.with_conn(|conn, path| {
+            let err = |op| move |e| db_error(op, path, e);
+            let mut stmt = conn
+                .prepare(
+                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location
+                     FROM pending ORDER BY topic, partition, first_offset",
+                )
+                .map_err(err("read pending"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        SourcePartition::new(r.get::<_, String>(0)?, r.get(1)?),
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, String>(5)?,
+                        r.get::<_, Option<String>>(6)?,
+                    ))
+                })
+                .map_err(err("read pending"))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (source, first_offset, last_offset, created_at_ms, files, files_location) = row.map_err(err("read pending"))?;
+                let files = serde_json::from_str(&files).map_err(|e| Error::State {
+                    op: "read pending",
+                    message: format!("{}: pending batch {source}@{first_offset} is corrupt: {e}", path.display()),
+                    retryable: false,
+                })?;
+                out.push(PendingBatch {
+                    source,
+                    first_offset,
+                    last_offset,
+                    created_at_ms,
+                    files,
+                    files_location,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+}

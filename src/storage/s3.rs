@@ -1,0 +1,409 @@
+//! Amazon S3 behind Iceberg's `Storage` trait, on the AWS SDK.
+//!
+//! One S3 stack for the whole project: the SDK's credentials chain (Lambda role, environment,
+//! profile), its retries, and `AWS_ENDPOINT_URL` for a local emulator. Small objects are written
+//! with one `PutObject`; large ones (compaction output) stream as a multipart upload so memory
+//! stays bounded by one part.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use iceberg::io::{
+    FileMetadata, FileRead, FileWrite, InputFile, OutputFile, Storage, StorageConfig,
+    StorageFactory,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::aws::SdkFault;
+
+/// Part size of multipart uploads (S3's minimum is 5 MiB).
+const PART_SIZE: usize = 16 * 1024 * 1024;
+
+/// Splits `s3://bucket/key` (or `s3a://`) into bucket and key.
+pub fn split_location(location: &str) -> iceberg::Result<(&str, &str)> {
+    let rest = location
+        .strip_prefix("s3://")
+        .or_else(|| location.strip_prefix("s3a://"))
+        .ok_or_else(|| invalid(location, "is not an s3:// location"))?;
+    let (bucket, key) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid(location, "has no object key after the bucket"))?;
+    if bucket.is_empty() {
+        return Err(invalid(location, "has no bucket"));
+    }
+    Ok((bucket, key))
+}
+
+fn invalid(location: &str, why: &str) -> iceberg::Error {
+    iceberg::Error::new(iceberg::ErrorKind::DataInvalid, format!("{location} {why}"))
+}
+
+fn fault(op: &'static str, location: &str, f: SdkFault) -> iceberg::Error {
+    let kind = if f.is_not_found() {
+        iceberg::ErrorKind::DataInvalid
+    } else {
+        iceberg::ErrorKind::Unexpected
+    };
+    iceberg::Error::new(kind, format!("S3 {op} {location}: {}", f.message)).with_retryable(f.retryable)
+}
+
+/// S3 storage for Iceberg's `FileIO`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct S3Storage {
+    #[serde(skip)]
+    client: Option<Client>,
+}
+
+impl S3Storage {
+    /// Storage on an SDK client built once by the caller.
+    pub fn new(client: Client) -> Self {
+        S3Storage { client: Some(client) }
+    }
+
+    fn client(&self) -> iceberg::Result<&Client> {
+        self.client.as_ref().ok_or_else(|| {
+            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "S3 storage used without an SDK client")
+        })
+    }
+
+    /// Lists the objects under `prefix` (an `s3://bucket/prefix` location): location, size and
+    /// last-modified time in epoch milliseconds.
+    pub async fn list(&self, prefix: &str) -> iceberg::Result<Vec<(String, u64, i64)>> {
+        let (bucket, key_prefix) = split_location(prefix)?;
+        let client = self.client()?;
+        let mut out = Vec::new();
+        let mut token = None;
+        loop {
+            let page = client
+                .list_objects_v2()
+                .bucket(bucket)
+                .prefix(key_prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| fault("list", prefix, SdkFault::from_sdk(&e)))?;
+            for o in page.contents() {
+                if let Some(key) = o.key() {
+                    let modified = o.last_modified().map_or(0, |t| t.secs() * 1000 + t.subsec_nanos() as i64 / 1_000_000);
+                    out.push((format!("s3://{bucket}/{key}"), o.size().unwrap_or(0) as u64, modified));
+                }
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_keys(&self, bucket: &str, keys: Vec<String>) -> iceberg::Result<()> {
+        let client = self.client()?;
+        for chunk in keys.chunks(1000) {
+            let objects = chunk
+                .iter()
+                .map(|k| ObjectIdentifier::builder().key(k).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid(bucket, &e.to_string()))?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|e| invalid(bucket, &e.to_string()))?;
+            let out = client
+                .delete_objects()
+                .bucket(bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| fault("delete", bucket, SdkFault::from_sdk(&e)))?;
+            if let Some(e) = out.errors().first() {
+                return Err(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!(
+                        "S3 delete s3://{bucket}/{}: {}",
+                        e.key().unwrap_or_default(),
+                        e.message().unwrap_or_default()
+                    ),
+                )
+                .with_retryable(true));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+#[typetag::serde]
+impl Storage for S3Storage {
+    async fn exists(&self, path: &str) -> iceberg::Result<bool> {
+        let (bucket, key) = split_location(path)?;
+        match self.client()?.head_object().bucket(bucket).key(key).send().await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.is_not_found() { Ok(false) } else { Err(fault("head", path, f)) }
+            }
+        }
+    }
+
+    async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
+        let (bucket, key) = split_location(path)?;
+        let head = self
+            .client()?
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| fault("head", path, SdkFault::from_sdk(&e)))?;
+        Ok(FileMetadata {
+            size: head.content_length().unwrap_or(0).max(0) as u64,
+        })
+    }
+
+    async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        get(self.client()?, path, None).await
+    }
+
+    async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
+        split_location(path)?;
+        Ok(Box::new(S3Read {
+            client: self.client()?.clone(),
+            location: path.to_string(),
+        }))
+    }
+
+    async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
+        put(self.client()?, path, bs).await
+    }
+
+    async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
+        split_location(path)?;
+        Ok(Box::new(S3Write {
+            client: self.client()?.clone(),
+            location: path.to_string(),
+            buffer: BytesMut::new(),
+            upload: None,
+        }))
+    }
+
+    async fn delete(&self, path: &str) -> iceberg::Result<()> {
+        let (bucket, key) = split_location(path)?;
+        self.client()?
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| fault("delete", path, SdkFault::from_sdk(&e)))?;
+        Ok(())
+    }
+
+    async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
+        let prefix = if path.ends_with('/') { path.to_string() } else { format!("{path}/") };
+        let (bucket, _) = split_location(&prefix)?;
+        let keys = self
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|(loc, _, _)| split_location(&loc).ok().map(|(_, k)| k.to_string()))
+            .collect();
+        self.delete_keys(bucket, keys).await
+    }
+
+    async fn delete_stream(&self, mut paths: BoxStream<'static, String>) -> iceberg::Result<()> {
+        let mut by_bucket: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        while let Some(p) = paths.next().await {
+            let (bucket, key) = split_location(&p)?;
+            by_bucket.entry(bucket.to_string()).or_default().push(key.to_string());
+        }
+        for (bucket, keys) in by_bucket {
+            self.delete_keys(&bucket, keys).await?;
+        }
+        Ok(())
+    }
+
+    fn new_input(&self, path: &str) -> iceberg::Result<InputFile> {
+        Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+
+    fn new_output(&self, path: &str) -> iceberg::Result<OutputFile> {
+        Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+}
+
+async fn get(client: &Client, location: &str, range: Option<Range<u64>>) -> iceberg::Result<Bytes> {
+    let (bucket, key) = split_location(location)?;
+    let mut req = client.get_object().bucket(bucket).key(key);
+    if let Some(r) = &range {
+        if r.start >= r.end {
+            return Ok(Bytes::new());
+        }
+        req = req.range(format!("bytes={}-{}", r.start, r.end - 1));
+    }
+    let out = req.send().await.map_err(|e| fault("get", location, SdkFault::from_sdk(&e)))?;
+    let body = out.body.collect().await.map_err(|e| {
+        iceberg::Error::new(iceberg::ErrorKind::Unexpected, format!("S3 get {location}: {e}")).with_retryable(true)
+    })?;
+    Ok(body.into_bytes())
+}
+
+async fn put(client: &Client, location: &str, bytes: Bytes) -> iceberg::Result<()> {
+    let (bucket, key) = split_location(location)?;
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(bytes))
+        .send()
+        .await
+        .map_err(|e| fault("put", location, SdkFault::from_sdk(&e)))?;
+    Ok(())
+}
+
+struct S3Read {
+    client: Client,
+    location: String,
+}
+
+#[async_trait]
+impl FileRead for S3Read {
+    async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
+        get(&self.client, &self.location, Some(range)).await
+    }
+}
+
+struct S3Write {
+    client: Client,
+    location: String,
+    buffer: BytesMut,
+    /// Upload id and the parts uploaded so far, once the object outgrew one part.
+    upload: Option<(String, Vec<CompletedPart>)>,
+}
+
+impl S3Write {
+    async fn flush_part(&mut self) -> iceberg::Result<()> {
+        let (bucket, key) = split_location(&self.location)?;
+        if self.upload.is_none() {
+            let created = self
+                .client
+                .create_multipart_upload()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| fault("create multipart upload", &self.location, SdkFault::from_sdk(&e)))?;
+            let id = created.upload_id().unwrap_or_default().to_string();
+            self.upload = Some((id, Vec::new()));
+        }
+        let Some((id, parts)) = self.upload.as_mut() else {
+            return Ok(());
+        };
+        let number = parts.len() as i32 + 1;
+        let body = self.buffer.split().freeze();
+        let out = self
+            .client
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(id.as_str())
+            .part_number(number)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| fault("upload part", &self.location, SdkFault::from_sdk(&e)))?;
+        parts.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(out.e_tag().map(str::to_string))
+                .build(),
+        );
+        Ok(())
+    }
+
+    async fn abort(&self) {
+        if let (Some((id, _)), Ok((bucket, key))) = (&self.upload, split_location(&self.location)) {
+            let _ = self.client.abort_multipart_upload().bucket(bucket).key(key).upload_id(id).send().await;
+        }
+    }
+}
+
+#[async_trait]
+impl FileWrite for S3Write {
+    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+        self.buffer.extend_from_slice(&bs);
+        if self.buffer.len() >= PART_SIZE {
+            if let Err(e) = self.flush_part().await {
+                self.abort().await;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> iceberg::Result<()> {
+        if self.upload.is_none() {
+            let body = self.buffer.split().freeze();
+            return put(&self.client, &self.location, body).await;
+        }
+        let result = async {
+            if !self.buffer.is_empty() {
+                self.flush_part().await?;
+            }
+            let (bucket, key) = split_location(&self.location)?;
+            let Some((id, parts)) = self.upload.clone() else {
+                return Ok(());
+            };
+            self.client
+                .complete_multipart_upload()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(&id)
+                .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+                .send()
+                .await
+                .map_err(|e| fault("complete multipart upload", &self.location, SdkFault::from_sdk(&e)))?;
+            self.upload = None;
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            self.abort().await;
+        }
+        result
+    }
+}
+
+/// Builds [`S3Storage`] for a `FileIO`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct S3StorageFactory {
+    #[serde(skip)]
+    client: Option<Client>,
+}
+
+impl S3StorageFactory {
+    /// A factory handing out storage on `client`.
+    pub fn new(client: Client) -> Self {
+        S3StorageFactory { client: Some(client) }
+    }
+}
+
+#[typetag::serde]
+impl StorageFactory for S3StorageFactory {
+    fn build(&self, _config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
+        match &self.client {
+            Some(c) => Ok(Arc::new(S3Storage::new(c.clone()))),
+            None => Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "S3 storage factory has no SDK client",
+            )),
+        }
+    }
+}
