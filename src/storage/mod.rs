@@ -96,7 +96,9 @@ impl Warehouse {
                 let path = PathBuf::from(location);
                 let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
                 let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("object");
-                let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+                static TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
                 tokio::fs::create_dir_all(&dir)
                     .await
                     .map_err(|e| Error::io("create directory", &dir, e))?;

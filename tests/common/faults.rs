@@ -1,0 +1,80 @@
+//! A state store wrapper that injects crashes and races around the conditional advance, on top
+//! of a real store.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use streamtable::checkpoint::{Advance, Checkpoint, PendingBatch, SourcePartition, StateStore};
+use streamtable::{Error, Result};
+
+type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// What to do at the next advance.
+pub enum Fault {
+    /// Die after the files were written, before the transaction.
+    CrashBeforeAdvance,
+    /// Die after the transaction committed, before the response.
+    CrashAfterAdvance,
+    /// Run something (another invocation) between reading the checkpoint and advancing.
+    Before(Hook),
+}
+
+pub struct FaultyState {
+    pub inner: Arc<dyn StateStore>,
+    pub faults: Mutex<Vec<Fault>>,
+}
+
+impl FaultyState {
+    pub fn new(inner: Arc<dyn StateStore>, faults: Vec<Fault>) -> Arc<Self> {
+        Arc::new(FaultyState {
+            inner,
+            faults: Mutex::new(faults),
+        })
+    }
+}
+
+fn crash() -> Error {
+    Error::State {
+        op: "advance checkpoint",
+        message: "injected crash".into(),
+        retryable: true,
+    }
+}
+
+#[async_trait]
+impl StateStore for FaultyState {
+    async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
+        self.inner.checkpoint(source).await
+    }
+
+    async fn advance(
+        &self,
+        source: &SourcePartition,
+        from: Checkpoint,
+        to_next_offset: i64,
+        batch: &PendingBatch,
+    ) -> Result<Advance> {
+        let fault = {
+            let mut faults = self.faults.lock().expect("faults");
+            if faults.is_empty() { None } else { Some(faults.remove(0)) }
+        };
+        match fault {
+            None => self.inner.advance(source, from, to_next_offset, batch).await,
+            Some(Fault::CrashBeforeAdvance) => Err(crash()),
+            Some(Fault::CrashAfterAdvance) => {
+                self.inner.advance(source, from, to_next_offset, batch).await?;
+                Err(crash())
+            }
+            Some(Fault::Before(hook)) => {
+                hook().await;
+                self.inner.advance(source, from, to_next_offset, batch).await
+            }
+        }
+    }
+
+    async fn pending(&self) -> Result<Vec<PendingBatch>> {
+        self.inner.pending().await
+    }
+}

@@ -1,0 +1,248 @@
+//! Test harness: real backends (embedded SQLite + local files, or S3 + DynamoDB on the moto
+//! server), synthetic ESM events, and readers that check what landed.
+#![allow(dead_code)]
+
+pub mod faults;
+pub mod scenarios;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, RecordBatch};
+use aws_lambda_events::event::kafka::KafkaEvent;
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use streamtable::checkpoint::{PendingFile, StateStore};
+use streamtable::config::{Backend, BackendConfig};
+use streamtable::generate::{EventFactory, SourceRecord, esm_event};
+use streamtable::ingest::Ingestor;
+use streamtable::spec::PipelineSpec;
+
+/// A connected backend plus the example pipeline spec.
+pub struct Harness {
+    pub backend: Backend,
+    pub spec: PipelineSpec,
+    /// Keeps the embedded home alive.
+    pub _home: Option<tempfile::TempDir>,
+}
+
+pub fn example_spec() -> PipelineSpec {
+    PipelineSpec::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml")).expect("example spec")
+}
+
+/// A fresh embedded backend in a temporary directory.
+pub async fn embedded() -> Harness {
+    let home = tempfile::tempdir().expect("tempdir");
+    let backend = Backend::connect(&BackendConfig::Embedded { home: home.path().to_path_buf() })
+        .await
+        .expect("embedded backend");
+    Harness {
+        backend,
+        spec: example_spec(),
+        _home: Some(home),
+    }
+}
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh bucket and DynamoDB table on the moto server named by `AWS_ENDPOINT_URL`.
+pub async fn moto() -> Harness {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
+    assert!(
+        !endpoint.is_empty(),
+        "AWS_ENDPOINT_URL is not set: the moto-backed tests need a moto server; run ./scripts/test, which starts one"
+    );
+    let name = format!(
+        "st-{}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis()),
+        UNIQUE.fetch_add(1, Ordering::Relaxed)
+    );
+    let sdk = streamtable::aws::load_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build());
+    s3.create_bucket().bucket(&name).send().await.expect("create bucket on moto");
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    create_state_table(&dynamo, &name).await;
+    let backend = Backend::connect(&BackendConfig::Aws {
+        bucket: name.clone(),
+        prefix: "warehouse".into(),
+        state_table: name,
+        glue_database: "streamtable".into(),
+    })
+    .await
+    .expect("aws backend");
+    Harness {
+        backend,
+        spec: example_spec(),
+        _home: None,
+    }
+}
+
+pub async fn create_state_table(dynamo: &aws_sdk_dynamodb::Client, name: &str) {
+    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .expect("attribute")
+    };
+    let key = |n: &str, t| KeySchemaElement::builder().attribute_name(n).key_type(t).build().expect("key");
+    dynamo
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(attr("pk"))
+        .attribute_definitions(attr("sk"))
+        .key_schema(key("pk", KeyType::Hash))
+        .key_schema(key("sk", KeyType::Range))
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .expect("create DynamoDB table on moto");
+}
+
+impl Harness {
+    pub fn ingestor(&self) -> Ingestor {
+        Ingestor::new(&self.spec, &self.backend).expect("ingestor")
+    }
+
+    pub fn ingestor_with_state(&self, state: Arc<dyn StateStore>) -> Ingestor {
+        Ingestor::with_parts(&self.spec, self.backend.warehouse.clone(), state, &self.backend.namespace)
+            .expect("ingestor")
+    }
+
+    /// Every pending file, resolving spilled file lists.
+    pub async fn pending_files(&self) -> Vec<PendingFile> {
+        let mut out = Vec::new();
+        for batch in self.backend.state.pending().await.expect("pending") {
+            out.extend(batch.files.clone());
+            if let Some(loc) = &batch.files_location {
+                let bytes = self.backend.warehouse.read(loc).await.expect("spilled file list");
+                let files: Vec<PendingFile> = serde_json::from_slice(&bytes).expect("file list json");
+                out.extend(files);
+            }
+        }
+        out
+    }
+
+    /// All rows of `table` in its pending files.
+    pub async fn rows(&self, table: &str) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        for f in self.pending_files().await.into_iter().filter(|f| f.table == table) {
+            let df: serde_json::Value = serde_json::from_str(&f.data_file).expect("data file json");
+            let path = df["file_path"].as_str().expect("file_path").to_string();
+            let bytes = self.backend.warehouse.read(&path).await.expect("data file readable");
+            assert_eq!(bytes.len() as u64, f.bytes, "{path}: size differs from its pending record");
+            assert_eq!(df["file_size_in_bytes"].as_u64(), Some(f.bytes), "{path}: DataFile size");
+            let batches = read_parquet(bytes);
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            assert_eq!(rows as u64, f.rows, "{path}: row count differs from its pending record");
+            assert_eq!(df["record_count"].as_u64(), Some(f.rows), "{path}: DataFile record_count");
+            out.extend(batches);
+        }
+        out
+    }
+
+    /// (kafka_partition, kafka_offset) of every landed row of a business table, sorted.
+    pub async fn landed(&self, table: &str) -> Vec<(i32, i64)> {
+        let mut keys: Vec<(i32, i64)> = Vec::new();
+        for b in self.rows(table).await {
+            let p = b.column_by_name("kafka_partition").expect("kafka_partition").as_primitive::<Int32Type>();
+            let o = b.column_by_name("kafka_offset").expect("kafka_offset").as_primitive::<Int64Type>();
+            keys.extend((0..b.num_rows()).map(|i| (p.value(i), o.value(i))));
+        }
+        keys.sort();
+        keys
+    }
+
+    /// Dead letters: (topic, partition, offset) -> (kind, value bytes), one entry per row.
+    pub async fn dead_letters(&self) -> Vec<DeadRow> {
+        let mut out = Vec::new();
+        for b in self.rows("dead_letters").await {
+            let topic = b.column_by_name("topic").expect("topic").as_string::<i32>();
+            let p = b.column_by_name("kafka_partition").expect("p").as_primitive::<Int32Type>();
+            let o = b.column_by_name("kafka_offset").expect("o").as_primitive::<Int64Type>();
+            let kind = b.column_by_name("error_kind").expect("kind").as_string::<i32>();
+            let msg = b.column_by_name("error_message").expect("msg").as_string::<i32>();
+            let value = b.column_by_name("kafka_value").expect("value").as_binary::<i64>();
+            for i in 0..b.num_rows() {
+                out.push(DeadRow {
+                    topic: topic.value(i).to_string(),
+                    partition: p.value(i),
+                    offset: o.value(i),
+                    kind: kind.value(i).to_string(),
+                    message: msg.value(i).to_string(),
+                    value: (!value.is_null(i)).then(|| value.value(i).to_vec()),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+        out
+    }
+
+    /// The checkpoint's next offset for a topic-partition.
+    pub async fn next_offset(&self, topic: &str, partition: i32) -> i64 {
+        let source = streamtable::checkpoint::SourcePartition::new(topic, partition);
+        self.backend.state.checkpoint(&source).await.expect("checkpoint").next_offset
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadRow {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub kind: String,
+    pub message: String,
+    pub value: Option<Vec<u8>>,
+}
+
+pub fn read_parquet(bytes: Bytes) -> Vec<RecordBatch> {
+    ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .expect("parquet")
+        .build()
+        .expect("reader")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("batches")
+}
+
+/// Good records of `topic` in `partition` at `offsets`.
+pub fn records(topic: &str, partition: i32, offsets: impl IntoIterator<Item = i64>) -> Vec<SourceRecord> {
+    let mut f = EventFactory::new(partition as u64 + 1);
+    let base = 1_795_946_400_000;
+    offsets
+        .into_iter()
+        .map(|o| SourceRecord {
+            topic: topic.to_string(),
+            partition,
+            offset: o,
+            timestamp_ms: base + o * 1000,
+            key: Some(format!("key-{o}").into_bytes()),
+            value: Some(f.event(topic, (partition as u64) << 32 | o as u64, base + o * 1000).into_bytes()),
+            raw_value_field: None,
+        })
+        .collect()
+}
+
+/// An ESM event carrying `records`.
+pub fn event(records: &[SourceRecord]) -> KafkaEvent {
+    serde_json::from_str(&esm_event(records)).expect("generated event parses")
+}
+
+/// The expected landed keys for `partition` and `offsets`.
+pub fn keys(partition: i32, offsets: impl IntoIterator<Item = i64>) -> Vec<(i32, i64)> {
+    offsets.into_iter().map(|o| (partition, o)).collect()
+}
+
+/// Counts per kind.
+pub fn kinds(rows: &[DeadRow]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for r in rows {
+        *m.entry(r.kind.clone()).or_default() += 1;
+    }
+    m
+}
