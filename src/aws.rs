@@ -48,7 +48,9 @@ impl SdkFault {
         });
         let retryable = match err {
             SdkError::ConstructionFailure(_) => false,
-            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
+            SdkError::TimeoutError(_)
+            | SdkError::DispatchFailure(_)
+            | SdkError::ResponseError(_) => true,
             SdkError::ServiceError(_) => throttled || status.is_some_and(|s| s >= 500 || s == 429),
             _ => true,
         };
@@ -65,7 +67,12 @@ impl SdkFault {
         self.status == Some(404)
             || matches!(
                 self.code.as_deref(),
-                Some("NoSuchKey" | "NotFound" | "ResourceNotFoundException" | "EntityNotFoundException")
+                Some(
+                    "NoSuchKey"
+                        | "NotFound"
+                        | "ResourceNotFoundException"
+                        | "EntityNotFoundException"
+                )
             )
     }
 }

@@ -48,7 +48,15 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
 fn orders_event(records: u64, partitions: i32, start_offset: i64) -> String {
     let mut factory = EventFactory::new(42);
     let mut offsets = vec![start_offset; partitions.max(1) as usize];
-    let recs = synthetic_records(&mut factory, "orders", records, &mut offsets, 0, 0, now_ms() - 3_600_000);
+    let recs = synthetic_records(
+        &mut factory,
+        "orders",
+        records,
+        &mut offsets,
+        0,
+        0,
+        now_ms() - 3_600_000,
+    );
     esm_event(&recs)
 }
 
@@ -65,20 +73,25 @@ async fn ingest(config: &Config, records: u64, partitions: i32, iterations: usiz
 
     // 1. Event JSON to Parquet bytes in memory, single invocation, no I/O.
     let scratch = tempdir("bench-encode")?;
-    let backend = Backend::connect(&BackendConfig::Embedded { home: scratch.clone() }).await?;
+    let backend = Backend::connect(&BackendConfig::Embedded {
+        home: scratch.clone(),
+    })
+    .await?;
     let ingestor = Ingestor::new(&spec, &backend)?;
     let (mut parse_ms, mut encode_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
     let mut parquet_bytes = 0;
     for _ in 0..iterations {
         let t0 = Instant::now();
-        let parsed: aws_lambda_events::event::kafka::KafkaEvent =
-            serde_json::from_str(&event).map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+        let parsed: aws_lambda_events::event::kafka::KafkaEvent = serde_json::from_str(&event)
+            .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
         let t1 = Instant::now();
         let (n, files) = ingestor.encode_event(&parsed).await?;
         let t2 = Instant::now();
         drop(parsed);
         if n != records {
-            return Err(Error::Internal(format!("bench encoded {n} of {records} records")));
+            return Err(Error::Internal(format!(
+                "bench encoded {n} of {records} records"
+            )));
         }
         parquet_bytes = files.iter().map(|f| f.bytes.len()).sum::<usize>();
         parse_ms.push((t1 - t0).as_secs_f64() * 1e3);
@@ -111,7 +124,10 @@ async fn ingest(config: &Config, records: u64, partitions: i32, iterations: usiz
         let summary = ingestor.handle(&parsed).await?;
         e2e_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         if summary.accepted != records {
-            return Err(Error::Internal(format!("bench accepted {} of {records}", summary.accepted)));
+            return Err(Error::Internal(format!(
+                "bench accepted {} of {records}",
+                summary.accepted
+            )));
         }
     }
     let t = median(e2e_ms);
@@ -124,7 +140,8 @@ async fn ingest(config: &Config, records: u64, partitions: i32, iterations: usiz
     // 3. Peak RSS of one whole invocation, in a fresh process.
     let file = home.join("event.json");
     std::fs::write(&file, &event).map_err(|e| Error::io("write", &file, e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("find executable", "streamtable", e))?;
+    let exe =
+        std::env::current_exe().map_err(|e| Error::io("find executable", "streamtable", e))?;
     let rss_home = home.join("rss");
     let out = std::process::Command::new(exe)
         .args(["bench", "ingest-once", "--event"])

@@ -160,7 +160,10 @@ mod tests {
 
     #[test]
     fn a_redelivery_overlapping_the_checkpoint_keeps_only_new_offsets() {
-        let cp = Checkpoint { next_offset: 12, version: 3 };
+        let cp = Checkpoint {
+            next_offset: 12,
+            version: 3,
+        };
         let p = plan(cp, &[10, 11, 12, 13]);
         assert_eq!(p.accept, vec![2, 3]);
         assert_eq!(p.already_seen, 2);
@@ -169,7 +172,10 @@ mod tests {
 
     #[test]
     fn a_fully_seen_batch_leaves_the_checkpoint_alone() {
-        let cp = Checkpoint { next_offset: 100, version: 9 };
+        let cp = Checkpoint {
+            next_offset: 100,
+            version: 9,
+        };
         let p = plan(cp, &[50, 99]);
         assert!(p.accept.is_empty());
         assert_eq!(p.next_offset, 100);

@@ -17,7 +17,9 @@ pub fn read_event(path: &Path) -> Result<KafkaEvent> {
     let bytes = std::fs::read(path).map_err(|e| Error::io("read event", path, e))?;
     serde_json::from_slice(&bytes).map_err(|e| Error::Event {
         origin: path.display().to_string(),
-        message: format!("not an MSK event-source-mapping event ({e}); see events/orders.json for the shape"),
+        message: format!(
+            "not an MSK event-source-mapping event ({e}); see events/orders.json for the shape"
+        ),
     })
 }
 
@@ -160,8 +162,15 @@ pub async fn demo(config: &Config, args: &DemoArgs) -> Result<()> {
         let mut topic_total = IngestSummary::default();
         while sent < args.events {
             let n = batch.min(args.events - sent);
-            let records =
-                synthetic_records(&mut factory, &table.topic, n, &mut offsets, first_id + sent, 200, start_ms);
+            let records = synthetic_records(
+                &mut factory,
+                &table.topic,
+                n,
+                &mut offsets,
+                first_id + sent,
+                200,
+                start_ms,
+            );
             let event: KafkaEvent = serde_json::from_str(&esm_event(&records))
                 .map_err(|e| Error::Internal(format!("generated event does not parse: {e}")))?;
             let summary = ingestor.handle(&event).await?;
@@ -178,11 +187,18 @@ pub async fn demo(config: &Config, args: &DemoArgs) -> Result<()> {
     }
     println!("{:<10} {}", "total", total.line());
     if !total.dead_letters_by_kind.is_empty() {
-        let kinds: Vec<String> = total.dead_letters_by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        let kinds: Vec<String> = total
+            .dead_letters_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
         println!("dead letters by kind: {}", kinds.join(" "));
     }
     if let crate::config::BackendConfig::Embedded { home } = &config.backend {
-        println!("pending Parquet files are under {}", home.join("warehouse").display());
+        println!(
+            "pending Parquet files are under {}",
+            home.join("warehouse").display()
+        );
     }
     Ok(())
 }

@@ -72,14 +72,21 @@ impl Config {
             "aws" => {
                 let need = |k: &str, what: &str| {
                     var(k).ok_or_else(|| {
-                        Error::Config(format!("{k} is not set; STREAMTABLE_BACKEND=aws needs {what}"))
+                        Error::Config(format!(
+                            "{k} is not set; STREAMTABLE_BACKEND=aws needs {what}"
+                        ))
                     })
                 };
                 BackendConfig::Aws {
                     bucket: need("STREAMTABLE_BUCKET", "the S3 bucket of the warehouse")?,
-                    prefix: var("STREAMTABLE_WAREHOUSE_PREFIX").unwrap_or_else(|| "warehouse".into()),
-                    state_table: need("STREAMTABLE_STATE_TABLE", "the DynamoDB table of checkpoints")?,
-                    glue_database: var("STREAMTABLE_GLUE_DATABASE").unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
+                    prefix: var("STREAMTABLE_WAREHOUSE_PREFIX")
+                        .unwrap_or_else(|| "warehouse".into()),
+                    state_table: need(
+                        "STREAMTABLE_STATE_TABLE",
+                        "the DynamoDB table of checkpoints",
+                    )?,
+                    glue_database: var("STREAMTABLE_GLUE_DATABASE")
+                        .unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
                 }
             }
             other => {
@@ -95,7 +102,10 @@ impl Config {
     pub fn load_pipeline(&self) -> Result<PipelineSpec> {
         match &self.pipeline {
             Some(path) => PipelineSpec::load(path),
-            None => PipelineSpec::parse(BUILTIN_PIPELINE, Path::new("(built-in) infra/pipeline.toml")),
+            None => PipelineSpec::parse(
+                BUILTIN_PIPELINE,
+                Path::new("(built-in) infra/pipeline.toml"),
+            ),
         }
     }
 }
@@ -130,7 +140,9 @@ impl Backend {
                 glue_database,
             } => {
                 let sdk = crate::aws::load_config().await;
-                let s3_config = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build();
+                let s3_config = aws_sdk_s3::config::Builder::from(&sdk)
+                    .force_path_style(true)
+                    .build();
                 let s3 = aws_sdk_s3::Client::from_conf(s3_config);
                 let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
                 Ok(Backend {
@@ -150,19 +162,28 @@ mod tests {
     use super::*;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
     #[test]
     fn embedded_is_the_default() {
         let c = Config::from_lookup(lookup(&[])).expect("config");
-        assert_eq!(c.backend, BackendConfig::Embedded { home: PathBuf::from(".streamtable") });
+        assert_eq!(
+            c.backend,
+            BackendConfig::Embedded {
+                home: PathBuf::from(".streamtable")
+            }
+        );
     }
 
     #[test]
     fn aws_needs_bucket_and_table_and_says_so() {
-        let err = Config::from_lookup(lookup(&[("STREAMTABLE_BACKEND", "aws")])).expect_err("missing");
+        let err =
+            Config::from_lookup(lookup(&[("STREAMTABLE_BACKEND", "aws")])).expect_err("missing");
         assert!(err.to_string().contains("STREAMTABLE_BUCKET"), "{err}");
         let c = Config::from_lookup(lookup(&[
             ("STREAMTABLE_BACKEND", "aws"),
@@ -189,7 +210,10 @@ mod tests {
 
     #[test]
     fn the_builtin_pipeline_is_valid() {
-        let c = Config { pipeline: None, backend: BackendConfig::Embedded { home: ".".into() } };
+        let c = Config {
+            pipeline: None,
+            backend: BackendConfig::Embedded { home: ".".into() },
+        };
         assert_eq!(c.load_pipeline().expect("valid").tables.len(), 3);
     }
 }

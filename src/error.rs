@@ -61,7 +61,7 @@ pub enum Error {
     Iceberg {
         context: String,
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
 
     /// A broken invariant inside streamtable (a bug): never caused by input data.
@@ -90,7 +90,7 @@ impl Error {
     pub fn iceberg(context: impl Into<String>, source: iceberg::Error) -> Self {
         Error::Iceberg {
             context: context.into(),
-            source,
+            source: Box::new(source),
         }
     }
 

@@ -26,7 +26,10 @@ pub struct SourceRecord {
 pub fn esm_event(records: &[SourceRecord]) -> String {
     let mut groups: std::collections::BTreeMap<String, Vec<&SourceRecord>> = Default::default();
     for r in records {
-        groups.entry(format!("{}-{}", r.topic, r.partition)).or_default().push(r);
+        groups
+            .entry(format!("{}-{}", r.topic, r.partition))
+            .or_default()
+            .push(r);
     }
     let mut out = String::with_capacity(records.len() * 512 + 512);
     out.push_str(r#"{"eventSource":"aws:kafka","eventSourceArn":"arn:aws:kafka:us-east-1:123456789012:cluster/streamtable-demo/00000000-0000-0000-0000-000000000000-1","bootstrapServers":"b-1.streamtable-demo.kafka.us-east-1.amazonaws.com:9098","records":{"#);
@@ -121,7 +124,9 @@ pub struct EventFactory {
 
 impl EventFactory {
     pub fn new(seed: u64) -> EventFactory {
-        EventFactory { rng: Rng::new(seed) }
+        EventFactory {
+            rng: Rng::new(seed),
+        }
     }
 
     /// An order placed at `at_ms`; `n` makes its id unique.

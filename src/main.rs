@@ -9,7 +9,11 @@ use streamtable::config::Config;
 use streamtable::{Error, bench, cli};
 
 #[derive(Parser)]
-#[command(name = "streamtable", version, about = "Kafka topics to Apache Iceberg tables, exactly once")]
+#[command(
+    name = "streamtable",
+    version,
+    about = "Kafka topics to Apache Iceberg tables, exactly once"
+)]
 struct Args {
     /// Pipeline spec (default: infra/pipeline.toml if present, else the built-in copy).
     #[arg(long, global = true, env = "STREAMTABLE_PIPELINE")]

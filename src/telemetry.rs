@@ -64,7 +64,9 @@ pub fn emf_line(function: &str, timestamp_ms: i64, metrics: &[Metric<'_>]) -> St
 /// The EMF line of one ingest invocation: records in/out/dead-lettered, files, bytes, and the
 /// lag (now minus the newest Kafka timestamp of the batch).
 pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) -> String {
-    let lag = summary.newest_timestamp_ms.map_or(0.0, |t| (now_ms - t).max(0) as f64);
+    let lag = summary
+        .newest_timestamp_ms
+        .map_or(0.0, |t| (now_ms - t).max(0) as f64);
     emf_line(
         "ingest",
         now_ms,

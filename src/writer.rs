@@ -40,8 +40,12 @@ pub struct EncodedFile {
 impl EncodedFile {
     /// The `DataFile` as JSON, to be kept with the pending batch until commit.
     pub fn data_file_json(&self, layout: &TableLayout) -> Result<String> {
-        serialize_data_file_to_json(self.data_file.clone(), &layout.partition_type, FormatVersion::V2)
-            .map_err(|e| Error::iceberg(format!("serialize data file {}", self.location), e))
+        serialize_data_file_to_json(
+            self.data_file.clone(),
+            &layout.partition_type,
+            FormatVersion::V2,
+        )
+        .map_err(|e| Error::iceberg(format!("serialize data file {}", self.location), e))
     }
 }
 
@@ -70,7 +74,8 @@ pub async fn encode(
         return Ok(Vec::new());
     }
     let ctx = |what: &str| format!("table {}: {what}", layout.name);
-    let mut groups: Vec<(String, Struct, RecordBatch)> = if layout.partition_spec.is_unpartitioned() {
+    let mut groups: Vec<(String, Struct, RecordBatch)> = if layout.partition_spec.is_unpartitioned()
+    {
         vec![(String::new(), Struct::empty(), batch.clone())]
     } else {
         let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
@@ -91,20 +96,46 @@ pub async fn encode(
     let builder = ParquetWriterBuilder::new(props.clone(), layout.schema.clone());
     let mut files = Vec::with_capacity(groups.len());
     for (seq, (path, partition, rows)) in groups.into_iter().enumerate() {
-        let staged = format!("memory:/staging/{}.parquet", STAGING.fetch_add(1, Ordering::Relaxed));
-        let output = staging.new_output(&staged).map_err(|e| Error::iceberg(ctx("staging"), e))?;
-        let mut writer = builder.build(output).await.map_err(|e| Error::iceberg(ctx("parquet writer"), e))?;
-        writer.write(&rows).await.map_err(|e| Error::iceberg(ctx("encode parquet"), e))?;
-        let mut written = writer.close().await.map_err(|e| Error::iceberg(ctx("finish parquet"), e))?;
+        let staged = format!(
+            "memory:/staging/{}.parquet",
+            STAGING.fetch_add(1, Ordering::Relaxed)
+        );
+        let output = staging
+            .new_output(&staged)
+            .map_err(|e| Error::iceberg(ctx("staging"), e))?;
+        let mut writer = builder
+            .build(output)
+            .await
+            .map_err(|e| Error::iceberg(ctx("parquet writer"), e))?;
+        writer
+            .write(&rows)
+            .await
+            .map_err(|e| Error::iceberg(ctx("encode parquet"), e))?;
+        let mut written = writer
+            .close()
+            .await
+            .map_err(|e| Error::iceberg(ctx("finish parquet"), e))?;
         let mut data_file = written
             .pop()
             .ok_or_else(|| Error::Internal(ctx("parquet writer returned no file")))?;
-        let input = staging.new_input(&staged).map_err(|e| Error::iceberg(ctx("staging"), e))?;
-        let bytes = input.read().await.map_err(|e| Error::iceberg(ctx("read staged file"), e))?;
-        staging.delete(&staged).await.map_err(|e| Error::iceberg(ctx("drop staged file"), e))?;
+        let input = staging
+            .new_input(&staged)
+            .map_err(|e| Error::iceberg(ctx("staging"), e))?;
+        let bytes = input
+            .read()
+            .await
+            .map_err(|e| Error::iceberg(ctx("read staged file"), e))?;
+        staging
+            .delete(&staged)
+            .await
+            .map_err(|e| Error::iceberg(ctx("drop staged file"), e))?;
 
         let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
-        let dir = if path.is_empty() { String::new() } else { format!("{path}/") };
+        let dir = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
         let location = format!("{table_location}/data/{dir}{stem}-{seq:03}-{hash:016x}.parquet");
         let data_file = data_file
             .file_path(location.clone())

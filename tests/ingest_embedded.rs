@@ -11,7 +11,8 @@ async fn redelivered_batch_lands_once() {
 
 #[tokio::test]
 async fn retry_overlapping_accepted_offsets_takes_only_new_ones() {
-    scenarios::retry_overlapping_accepted_offsets_takes_only_new_ones(&common::embedded().await).await;
+    scenarios::retry_overlapping_accepted_offsets_takes_only_new_ones(&common::embedded().await)
+        .await;
 }
 
 #[tokio::test]
@@ -21,12 +22,16 @@ async fn gaps_in_offsets_are_normal() {
 
 #[tokio::test]
 async fn crash_after_files_before_transaction_is_recovered_by_the_retry() {
-    scenarios::crash_after_files_before_transaction_is_recovered_by_the_retry(&common::embedded().await).await;
+    scenarios::crash_after_files_before_transaction_is_recovered_by_the_retry(
+        &common::embedded().await,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn crash_after_transaction_before_response_is_not_repeated() {
-    scenarios::crash_after_transaction_before_response_is_not_repeated(&common::embedded().await).await;
+    scenarios::crash_after_transaction_before_response_is_not_repeated(&common::embedded().await)
+        .await;
 }
 
 #[tokio::test]

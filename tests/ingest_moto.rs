@@ -21,7 +21,10 @@ async fn gaps_in_offsets_are_normal() {
 
 #[tokio::test]
 async fn crash_after_files_before_transaction_is_recovered_by_the_retry() {
-    scenarios::crash_after_files_before_transaction_is_recovered_by_the_retry(&common::moto().await).await;
+    scenarios::crash_after_files_before_transaction_is_recovered_by_the_retry(
+        &common::moto().await,
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -113,7 +113,12 @@ pub struct Ingestor {
 impl Ingestor {
     /// An ingestor for `spec` on `backend`.
     pub fn new(spec: &PipelineSpec, backend: &Backend) -> Result<Ingestor> {
-        Self::with_parts(spec, backend.warehouse.clone(), backend.state.clone(), &backend.namespace)
+        Self::with_parts(
+            spec,
+            backend.warehouse.clone(),
+            backend.state.clone(),
+            &backend.namespace,
+        )
     }
 
     /// An ingestor on explicit parts (tests wrap the state store).
@@ -150,7 +155,12 @@ impl Ingestor {
     /// partitions that were landed stay landed, and a retry skips them by their checkpoints.
     pub async fn handle(&self, event: &KafkaEvent) -> Result<IngestSummary> {
         let groups = group_by_partition(event)?;
-        let results = join_all(groups.iter().map(|(source, records)| self.ingest_partition(source, records))).await;
+        let results = join_all(
+            groups
+                .iter()
+                .map(|(source, records)| self.ingest_partition(source, records)),
+        )
+        .await;
         let mut total = IngestSummary::default();
         let mut first_error = None;
         for r in results {
@@ -186,7 +196,11 @@ impl Ingestor {
         Ok((records, files))
     }
 
-    async fn ingest_partition(&self, source: &SourcePartition, records: &[&KafkaRecord]) -> Result<IngestSummary> {
+    async fn ingest_partition(
+        &self,
+        source: &SourcePartition,
+        records: &[&KafkaRecord],
+    ) -> Result<IngestSummary> {
         let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
         let mut summary = IngestSummary {
             records: records.len() as u64,
@@ -204,12 +218,20 @@ impl Ingestor {
             let new: Vec<&KafkaRecord> = plan.accept.iter().map(|&i| records[i]).collect();
             let (first, last) = (new[0].offset, new[new.len() - 1].offset);
             let (files, decoded) = self.encode_partition(source, &new, first, last).await?;
-            join_all(files.iter().map(|f| self.warehouse.write(&f.location, f.bytes.clone())))
-                .await
-                .into_iter()
-                .collect::<Result<Vec<()>>>()?;
+            join_all(
+                files
+                    .iter()
+                    .map(|f| self.warehouse.write(&f.location, f.bytes.clone())),
+            )
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>>>()?;
             let batch = self.pending_batch(source, first, last, &files).await?;
-            match self.state.advance(source, checkpoint, plan.next_offset, &batch).await? {
+            match self
+                .state
+                .advance(source, checkpoint, plan.next_offset, &batch)
+                .await?
+            {
                 Advance::Advanced(cp) => {
                     summary.accepted = decoded.accepted;
                     summary.dead_lettered = decoded.rejected;
@@ -252,14 +274,27 @@ impl Ingestor {
     ) -> Result<(Vec<EncodedFile>, records::Decoded)> {
         let table = self.topics.get(&source.topic);
         let mut dead = DeadLetterBuilder::new(self.dead_letters.clone(), now_ms() * 1000);
-        let decoded = records::decode_records(table, records, source, self.max_record_bytes, &mut dead)?;
-        let stem = format!("{}-{}-{first:020}-{last:020}", source.topic, source.partition);
+        let decoded =
+            records::decode_records(table, records, source, self.max_record_bytes, &mut dead)?;
+        let stem = format!(
+            "{}-{}-{first:020}-{last:020}",
+            source.topic, source.partition
+        );
         let mut files = Vec::new();
         if let (Some(rows), Some(t)) = (&decoded.rows, table) {
             files.extend(writer::encode(&t.layout, rows, &t.location, &stem, &self.props).await?);
         }
         if let Some(rows) = &decoded.dead_letters {
-            files.extend(writer::encode(&self.dead_letters, rows, &self.dead_letter_location, &stem, &self.props).await?);
+            files.extend(
+                writer::encode(
+                    &self.dead_letters,
+                    rows,
+                    &self.dead_letter_location,
+                    &stem,
+                    &self.props,
+                )
+                .await?,
+            );
         }
         Ok((files, decoded))
     }
@@ -298,7 +333,8 @@ impl Ingestor {
             files: pending,
             files_location: None,
         };
-        let json = serde_json::to_vec(&batch.files).map_err(|e| Error::Internal(format!("pending files: {e}")))?;
+        let json = serde_json::to_vec(&batch.files)
+            .map_err(|e| Error::Internal(format!("pending files: {e}")))?;
         if json.len() > MAX_INLINE_FILES_BYTES {
             let hash = xxhash_rust::xxh3::xxh3_64(&json);
             let location = format!(
@@ -317,19 +353,30 @@ impl Ingestor {
 
 /// Groups an event's records by topic-partition. Each record's own topic and partition count;
 /// the map key (`topic-partition`) names the topic when a record lacks one.
-pub fn group_by_partition(event: &KafkaEvent) -> Result<BTreeMap<SourcePartition, Vec<&KafkaRecord>>> {
+pub fn group_by_partition(
+    event: &KafkaEvent,
+) -> Result<BTreeMap<SourcePartition, Vec<&KafkaRecord>>> {
     let mut groups: BTreeMap<SourcePartition, Vec<&KafkaRecord>> = BTreeMap::new();
     for (key, records) in &event.records {
         for r in records {
             let topic = match &r.topic {
                 Some(t) => t.clone(),
-                None => key.rsplit_once('-').map_or(key.as_str(), |(t, _)| t).to_string(),
+                None => key
+                    .rsplit_once('-')
+                    .map_or(key.as_str(), |(t, _)| t)
+                    .to_string(),
             };
             let partition = i32::try_from(r.partition).map_err(|_| Error::Event {
                 origin: key.clone(),
-                message: format!("partition {} of offset {} is not a Kafka partition number", r.partition, r.offset),
+                message: format!(
+                    "partition {} of offset {} is not a Kafka partition number",
+                    r.partition, r.offset
+                ),
             })?;
-            groups.entry(SourcePartition::new(topic, partition)).or_default().push(r);
+            groups
+                .entry(SourcePartition::new(topic, partition))
+                .or_default()
+                .push(r);
         }
     }
     Ok(groups)

@@ -7,8 +7,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::TopicTable;
-use crate::decode::{DeadLetter, DeadLetterBuilder, RecordMeta, RejectKind, Rejection, RowBuilder};
 use crate::checkpoint::SourcePartition;
+use crate::decode::{DeadLetter, DeadLetterBuilder, RecordMeta, RejectKind, Rejection, RowBuilder};
 use crate::error::Result;
 
 /// The decoded content of one partition's new records.
@@ -37,15 +37,29 @@ pub(super) fn decode_records(
     let mut counts: Vec<(RejectKind, u64)> = Vec::new();
     for record in records {
         let (topic, partition) = (source.topic.as_str(), source.partition);
-        let outcome = decode_one(table, record, partition, max_record_bytes, &mut value_buf, &mut key_buf, rows.as_mut());
+        let outcome = decode_one(
+            table,
+            record,
+            partition,
+            max_record_bytes,
+            &mut value_buf,
+            &mut key_buf,
+            rows.as_mut(),
+        );
         if let Err(rejection) = outcome {
-            let key_ok = record.key.as_deref().map(|k| STANDARD.decode_vec(k, &mut key_buf.clear_and()).is_ok());
+            let key_ok = record
+                .key
+                .as_deref()
+                .map(|k| STANDARD.decode_vec(k, key_buf.clear_and()).is_ok());
             let key: Option<&[u8]> = match (record.key.as_deref(), key_ok) {
                 (Some(_), Some(true)) => Some(&key_buf),
                 (Some(raw), _) => Some(raw.as_bytes()),
                 (None, _) => None,
             };
-            let value_ok = record.value.as_deref().map(|v| STANDARD.decode_vec(v, &mut value_buf.clear_and()).is_ok());
+            let value_ok = record
+                .value
+                .as_deref()
+                .map(|v| STANDARD.decode_vec(v, value_buf.clear_and()).is_ok());
             let value: Option<&[u8]> = match (record.value.as_deref(), value_ok) {
                 (Some(_), Some(true)) => Some(&value_buf),
                 (Some(raw), _) => Some(raw.as_bytes()),
@@ -73,7 +87,11 @@ pub(super) fn decode_records(
         Some(r) if !r.is_empty() => Some(r.finish()?),
         _ => None,
     };
-    let dead_letters = if dead.is_empty() { None } else { Some(dead.finish()?) };
+    let dead_letters = if dead.is_empty() {
+        None
+    } else {
+        Some(dead.finish()?)
+    };
     Ok(Decoded {
         rows,
         dead_letters,
@@ -108,34 +126,49 @@ fn decode_one(
         let topic = record.topic.as_deref().unwrap_or("(none)");
         return Err(Rejection::new(
             RejectKind::UnknownTopic,
-            format!("topic {topic:?} feeds no table in the pipeline spec; add a [[tables]] entry for it"),
+            format!(
+                "topic {topic:?} feeds no table in the pipeline spec; add a [[tables]] entry for it"
+            ),
         ));
     };
     let key = match record.key.as_deref() {
         None => None,
         Some(k) => {
-            STANDARD
-                .decode_vec(k, key_buf.clear_and())
-                .map_err(|e| Rejection::new(RejectKind::InvalidBase64, format!("key is not valid base64: {e}")))?;
-            Some(
-                std::str::from_utf8(key_buf)
-                    .map_err(|e| Rejection::new(RejectKind::InvalidUtf8, format!("key is not UTF-8: {e}")))?,
-            )
+            STANDARD.decode_vec(k, key_buf.clear_and()).map_err(|e| {
+                Rejection::new(
+                    RejectKind::InvalidBase64,
+                    format!("key is not valid base64: {e}"),
+                )
+            })?;
+            Some(std::str::from_utf8(key_buf).map_err(|e| {
+                Rejection::new(RejectKind::InvalidUtf8, format!("key is not UTF-8: {e}"))
+            })?)
         }
     };
     let Some(raw) = record.value.as_deref() else {
-        return Err(Rejection::new(RejectKind::Tombstone, "value is absent (tombstone)"));
+        return Err(Rejection::new(
+            RejectKind::Tombstone,
+            "value is absent (tombstone)",
+        ));
     };
     STANDARD
         .decode_vec(raw, value_buf.clear_and())
-        .map_err(|e| Rejection::new(RejectKind::InvalidBase64, format!("value is not valid base64: {e}")))?;
+        .map_err(|e| {
+            Rejection::new(
+                RejectKind::InvalidBase64,
+                format!("value is not valid base64: {e}"),
+            )
+        })?;
     if value_buf.is_empty() {
         return Err(Rejection::new(RejectKind::EmptyValue, "value is empty"));
     }
     if value_buf.len() > max_record_bytes {
         return Err(Rejection::new(
             RejectKind::Oversize,
-            format!("value is {} bytes, over the limit of {max_record_bytes} (max_record_bytes)", value_buf.len()),
+            format!(
+                "value is {} bytes, over the limit of {max_record_bytes} (max_record_bytes)",
+                value_buf.len()
+            ),
         ));
     }
     let json = std::str::from_utf8(value_buf)

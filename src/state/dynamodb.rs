@@ -146,33 +146,57 @@ impl StateStore for DynamoStateStore {
         if let Some(location) = &batch.files_location {
             put = put.item("files_location", s(location));
         }
-        let build = |e: aws_sdk_dynamodb::error::BuildError| Error::Internal(format!("DynamoDB request: {e}"));
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            Error::Internal(format!("DynamoDB request: {e}"))
+        };
         let token = format!(
             "{:016x}{:016x}",
             xxhash_rust::xxh3::xxh3_64(pk.as_bytes()),
-            xxhash_rust::xxh3::xxh3_64(format!("{}:{}:{}", from.version, batch.first_offset, batch.last_offset).as_bytes())
+            xxhash_rust::xxh3::xxh3_64(
+                format!(
+                    "{}:{}:{}",
+                    from.version, batch.first_offset, batch.last_offset
+                )
+                .as_bytes()
+            )
         );
         let result = self
             .client
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(update.build().map_err(build)?).build())
-            .transact_items(TransactWriteItem::builder().put(put.build().map_err(build)?).build())
+            .transact_items(
+                TransactWriteItem::builder()
+                    .update(update.build().map_err(build)?)
+                    .build(),
+            )
+            .transact_items(
+                TransactWriteItem::builder()
+                    .put(put.build().map_err(build)?)
+                    .build(),
+            )
             .client_request_token(token)
             .send()
             .await;
         match result {
             Ok(_) => Ok(Advance::Advanced(next)),
             Err(e) => {
-                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
-                    let lost_race = c
-                        .cancellation_reasons()
-                        .iter()
-                        .any(|r| matches!(r.code(), Some("ConditionalCheckFailed" | "TransactionConflict")));
+                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
+                    e.as_service_error()
+                {
+                    let lost_race = c.cancellation_reasons().iter().any(|r| {
+                        matches!(
+                            r.code(),
+                            Some("ConditionalCheckFailed" | "TransactionConflict")
+                        )
+                    });
                     if lost_race {
                         return Ok(Advance::Conflict);
                     }
                 }
-                Err(state_error("advance checkpoint", &self.table, SdkFault::from_sdk(&e)))
+                Err(state_error(
+                    "advance checkpoint",
+                    &self.table,
+                    SdkFault::from_sdk(&e),
+                ))
             }
         }
     }
@@ -193,13 +217,18 @@ impl StateStore for DynamoStateStore {
                 .await
                 .map_err(|e| state_error("read pending", &self.table, SdkFault::from_sdk(&e)))?;
             for item in page.items() {
-                let topic = get_s(item, "topic").ok_or_else(|| self.corrupt("pending item without topic".into()))?;
-                let partition = get_n(item, "partition").ok_or_else(|| self.corrupt("pending item without partition".into()))?;
+                let topic = get_s(item, "topic")
+                    .ok_or_else(|| self.corrupt("pending item without topic".into()))?;
+                let partition = get_n(item, "partition")
+                    .ok_or_else(|| self.corrupt("pending item without partition".into()))?;
                 let source = SourcePartition::new(topic, partition);
                 let first_offset = get_n(item, "first_offset").unwrap_or(0);
                 let files = get_s(item, "files").unwrap_or("[]");
-                let files = serde_json::from_str(files)
-                    .map_err(|e| self.corrupt(format!("pending batch {source}@{first_offset} is corrupt: {e}")))?;
+                let files = serde_json::from_str(files).map_err(|e| {
+                    self.corrupt(format!(
+                        "pending batch {source}@{first_offset} is corrupt: {e}"
+                    ))
+                })?;
                 out.push(PendingBatch {
                     source,
                     first_offset,

@@ -57,7 +57,8 @@ impl SqliteStateStore {
     /// Opens (creating if needed) the state database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io("create state directory", dir, e))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io("create state directory", dir, e))?;
         }
         let conn = Connection::open(path).map_err(|e| db_error("open", path, e))?;
         conn.busy_timeout(std::time::Duration::from_secs(30))
@@ -66,7 +67,8 @@ impl SqliteStateStore {
             .map_err(|e| db_error("configure", path, e))?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| db_error("configure", path, e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| db_error("create schema", path, e))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| db_error("create schema", path, e))?;
         Ok(SqliteStateStore {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),

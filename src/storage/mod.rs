@@ -44,8 +44,11 @@ pub struct Warehouse {
 impl Warehouse {
     /// A warehouse in a local directory (created if absent). Locations are absolute paths.
     pub fn local(dir: &Path) -> Result<Warehouse> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create warehouse directory", dir, e))?;
-        let dir = dir.canonicalize().map_err(|e| Error::io("resolve warehouse directory", dir, e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io("create warehouse directory", dir, e))?;
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| Error::io("resolve warehouse directory", dir, e))?;
         let root = dir
             .to_str()
             .ok_or_else(|| Error::Config(format!("warehouse path {} is not UTF-8", dir.display())))?
@@ -95,22 +98,31 @@ impl Warehouse {
             Backend::Local => {
                 let path = PathBuf::from(location);
                 let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("object");
+                let name = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("object");
                 static TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let n = TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
                 tokio::fs::create_dir_all(&dir)
                     .await
                     .map_err(|e| Error::io("create directory", &dir, e))?;
-                tokio::fs::write(&tmp, &bytes).await.map_err(|e| Error::io("write", &tmp, e))?;
-                tokio::fs::rename(&tmp, &path).await.map_err(|e| Error::io("rename", &path, e))
+                tokio::fs::write(&tmp, &bytes)
+                    .await
+                    .map_err(|e| Error::io("write", &tmp, e))?;
+                tokio::fs::rename(&tmp, &path)
+                    .await
+                    .map_err(|e| Error::io("rename", &path, e))
             }
             Backend::S3(_) => {
                 let out = self
                     .file_io
                     .new_output(location)
                     .map_err(|e| Error::iceberg(format!("write {location}"), e))?;
-                out.write(bytes).await.map_err(|e| object_error("write", location, e))
+                out.write(bytes)
+                    .await
+                    .map_err(|e| object_error("write", location, e))
             }
         }
     }
@@ -121,17 +133,26 @@ impl Warehouse {
             .file_io
             .new_input(location)
             .map_err(|e| Error::iceberg(format!("read {location}"), e))?;
-        input.read().await.map_err(|e| object_error("read", location, e))
+        input
+            .read()
+            .await
+            .map_err(|e| object_error("read", location, e))
     }
 
     /// Deletes an object; a missing object is not an error.
     pub async fn delete(&self, location: &str) -> Result<()> {
         match &self.backend {
             Backend::Local => match tokio::fs::remove_file(location).await {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("delete", location, e)),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::io("delete", location, e))
+                }
                 _ => Ok(()),
             },
-            Backend::S3(_) => self.file_io.delete(location).await.map_err(|e| object_error("delete", location, e)),
+            Backend::S3(_) => self
+                .file_io
+                .delete(location)
+                .await
+                .map_err(|e| object_error("delete", location, e)),
         }
     }
 
@@ -179,7 +200,9 @@ fn list_local(root: &Path) -> Result<Vec<ObjectInfo>> {
         };
         for entry in entries {
             let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
-            let meta = entry.metadata().map_err(|e| Error::io("stat", entry.path(), e))?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| Error::io("stat", entry.path(), e))?;
             if meta.is_dir() {
                 stack.push(entry.path());
             } else if let Some(location) = entry.path().to_str() {

@@ -51,7 +51,8 @@ fn fault(op: &'static str, location: &str, f: SdkFault) -> iceberg::Error {
     } else {
         iceberg::ErrorKind::Unexpected
     };
-    iceberg::Error::new(kind, format!("S3 {op} {location}: {}", f.message)).with_retryable(f.retryable)
+    iceberg::Error::new(kind, format!("S3 {op} {location}: {}", f.message))
+        .with_retryable(f.retryable)
 }
 
 /// S3 storage for Iceberg's `FileIO`.
@@ -64,12 +65,17 @@ pub struct S3Storage {
 impl S3Storage {
     /// Storage on an SDK client built once by the caller.
     pub fn new(client: Client) -> Self {
-        S3Storage { client: Some(client) }
+        S3Storage {
+            client: Some(client),
+        }
     }
 
     fn client(&self) -> iceberg::Result<&Client> {
         self.client.as_ref().ok_or_else(|| {
-            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "S3 storage used without an SDK client")
+            iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "S3 storage used without an SDK client",
+            )
         })
     }
 
@@ -91,8 +97,14 @@ impl S3Storage {
                 .map_err(|e| fault("list", prefix, SdkFault::from_sdk(&e)))?;
             for o in page.contents() {
                 if let Some(key) = o.key() {
-                    let modified = o.last_modified().map_or(0, |t| t.secs() * 1000 + t.subsec_nanos() as i64 / 1_000_000);
-                    out.push((format!("s3://{bucket}/{key}"), o.size().unwrap_or(0) as u64, modified));
+                    let modified = o
+                        .last_modified()
+                        .map_or(0, |t| t.secs() * 1000 + t.subsec_nanos() as i64 / 1_000_000);
+                    out.push((
+                        format!("s3://{bucket}/{key}"),
+                        o.size().unwrap_or(0) as u64,
+                        modified,
+                    ));
                 }
             }
             match page.next_continuation_token() {
@@ -144,11 +156,22 @@ impl S3Storage {
 impl Storage for S3Storage {
     async fn exists(&self, path: &str) -> iceberg::Result<bool> {
         let (bucket, key) = split_location(path)?;
-        match self.client()?.head_object().bucket(bucket).key(key).send().await {
+        match self
+            .client()?
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) => {
                 let f = SdkFault::from_sdk(&e);
-                if f.is_not_found() { Ok(false) } else { Err(fault("head", path, f)) }
+                if f.is_not_found() {
+                    Ok(false)
+                } else {
+                    Err(fault("head", path, f))
+                }
             }
         }
     }
@@ -207,7 +230,11 @@ impl Storage for S3Storage {
     }
 
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
-        let prefix = if path.ends_with('/') { path.to_string() } else { format!("{path}/") };
+        let prefix = if path.ends_with('/') {
+            path.to_string()
+        } else {
+            format!("{path}/")
+        };
         let (bucket, _) = split_location(&prefix)?;
         let keys = self
             .list(&prefix)
@@ -222,7 +249,10 @@ impl Storage for S3Storage {
         let mut by_bucket: std::collections::BTreeMap<String, Vec<String>> = Default::default();
         while let Some(p) = paths.next().await {
             let (bucket, key) = split_location(&p)?;
-            by_bucket.entry(bucket.to_string()).or_default().push(key.to_string());
+            by_bucket
+                .entry(bucket.to_string())
+                .or_default()
+                .push(key.to_string());
         }
         for (bucket, keys) in by_bucket {
             self.delete_keys(&bucket, keys).await?;
@@ -248,9 +278,16 @@ async fn get(client: &Client, location: &str, range: Option<Range<u64>>) -> iceb
         }
         req = req.range(format!("bytes={}-{}", r.start, r.end - 1));
     }
-    let out = req.send().await.map_err(|e| fault("get", location, SdkFault::from_sdk(&e)))?;
+    let out = req
+        .send()
+        .await
+        .map_err(|e| fault("get", location, SdkFault::from_sdk(&e)))?;
     let body = out.body.collect().await.map_err(|e| {
-        iceberg::Error::new(iceberg::ErrorKind::Unexpected, format!("S3 get {location}: {e}")).with_retryable(true)
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("S3 get {location}: {e}"),
+        )
+        .with_retryable(true)
     })?;
     Ok(body.into_bytes())
 }
@@ -299,7 +336,13 @@ impl S3Write {
                 .key(key)
                 .send()
                 .await
-                .map_err(|e| fault("create multipart upload", &self.location, SdkFault::from_sdk(&e)))?;
+                .map_err(|e| {
+                    fault(
+                        "create multipart upload",
+                        &self.location,
+                        SdkFault::from_sdk(&e),
+                    )
+                })?;
             let id = created.upload_id().unwrap_or_default().to_string();
             self.upload = Some((id, Vec::new()));
         }
@@ -330,7 +373,14 @@ impl S3Write {
 
     async fn abort(&self) {
         if let (Some((id, _)), Ok((bucket, key))) = (&self.upload, split_location(&self.location)) {
-            let _ = self.client.abort_multipart_upload().bucket(bucket).key(key).upload_id(id).send().await;
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(id)
+                .send()
+                .await;
         }
     }
 }
@@ -339,11 +389,11 @@ impl S3Write {
 impl FileWrite for S3Write {
     async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
         self.buffer.extend_from_slice(&bs);
-        if self.buffer.len() >= PART_SIZE {
-            if let Err(e) = self.flush_part().await {
-                self.abort().await;
-                return Err(e);
-            }
+        if self.buffer.len() >= PART_SIZE
+            && let Err(e) = self.flush_part().await
+        {
+            self.abort().await;
+            return Err(e);
         }
         Ok(())
     }
@@ -366,10 +416,20 @@ impl FileWrite for S3Write {
                 .bucket(bucket)
                 .key(key)
                 .upload_id(&id)
-                .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
                 .send()
                 .await
-                .map_err(|e| fault("complete multipart upload", &self.location, SdkFault::from_sdk(&e)))?;
+                .map_err(|e| {
+                    fault(
+                        "complete multipart upload",
+                        &self.location,
+                        SdkFault::from_sdk(&e),
+                    )
+                })?;
             self.upload = None;
             Ok(())
         }
@@ -391,7 +451,9 @@ pub struct S3StorageFactory {
 impl S3StorageFactory {
     /// A factory handing out storage on `client`.
     pub fn new(client: Client) -> Self {
-        S3StorageFactory { client: Some(client) }
+        S3StorageFactory {
+            client: Some(client),
+        }
     }
 }
 

@@ -58,18 +58,30 @@ impl StateStore for FaultyState {
     ) -> Result<Advance> {
         let fault = {
             let mut faults = self.faults.lock().expect("faults");
-            if faults.is_empty() { None } else { Some(faults.remove(0)) }
+            if faults.is_empty() {
+                None
+            } else {
+                Some(faults.remove(0))
+            }
         };
         match fault {
-            None => self.inner.advance(source, from, to_next_offset, batch).await,
+            None => {
+                self.inner
+                    .advance(source, from, to_next_offset, batch)
+                    .await
+            }
             Some(Fault::CrashBeforeAdvance) => Err(crash()),
             Some(Fault::CrashAfterAdvance) => {
-                self.inner.advance(source, from, to_next_offset, batch).await?;
+                self.inner
+                    .advance(source, from, to_next_offset, batch)
+                    .await?;
                 Err(crash())
             }
             Some(Fault::Before(hook)) => {
                 hook().await;
-                self.inner.advance(source, from, to_next_offset, batch).await
+                self.inner
+                    .advance(source, from, to_next_offset, batch)
+                    .await
             }
         }
     }

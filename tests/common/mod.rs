@@ -31,15 +31,18 @@ pub struct Harness {
 }
 
 pub fn example_spec() -> PipelineSpec {
-    PipelineSpec::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml")).expect("example spec")
+    PipelineSpec::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml"))
+        .expect("example spec")
 }
 
 /// A fresh embedded backend in a temporary directory.
 pub async fn embedded() -> Harness {
     let home = tempfile::tempdir().expect("tempdir");
-    let backend = Backend::connect(&BackendConfig::Embedded { home: home.path().to_path_buf() })
-        .await
-        .expect("embedded backend");
+    let backend = Backend::connect(&BackendConfig::Embedded {
+        home: home.path().to_path_buf(),
+    })
+    .await
+    .expect("embedded backend");
     Harness {
         backend,
         spec: example_spec(),
@@ -59,12 +62,22 @@ pub async fn moto() -> Harness {
     let name = format!(
         "st-{}-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis()),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
         UNIQUE.fetch_add(1, Ordering::Relaxed)
     );
     let sdk = streamtable::aws::load_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build());
-    s3.create_bucket().bucket(&name).send().await.expect("create bucket on moto");
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build(),
+    );
+    s3.create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .expect("create bucket on moto");
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     create_state_table(&dynamo, &name).await;
     let backend = Backend::connect(&BackendConfig::Aws {
@@ -83,7 +96,9 @@ pub async fn moto() -> Harness {
 }
 
 pub async fn create_state_table(dynamo: &aws_sdk_dynamodb::Client, name: &str) {
-    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
     let attr = |n: &str| {
         AttributeDefinition::builder()
             .attribute_name(n)
@@ -91,7 +106,13 @@ pub async fn create_state_table(dynamo: &aws_sdk_dynamodb::Client, name: &str) {
             .build()
             .expect("attribute")
     };
-    let key = |n: &str, t| KeySchemaElement::builder().attribute_name(n).key_type(t).build().expect("key");
+    let key = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .expect("key")
+    };
     dynamo
         .create_table()
         .table_name(name)
@@ -111,8 +132,13 @@ impl Harness {
     }
 
     pub fn ingestor_with_state(&self, state: Arc<dyn StateStore>) -> Ingestor {
-        Ingestor::with_parts(&self.spec, self.backend.warehouse.clone(), state, &self.backend.namespace)
-            .expect("ingestor")
+        Ingestor::with_parts(
+            &self.spec,
+            self.backend.warehouse.clone(),
+            state,
+            &self.backend.namespace,
+        )
+        .expect("ingestor")
     }
 
     /// Every pending file, resolving spilled file lists.
@@ -121,8 +147,14 @@ impl Harness {
         for batch in self.backend.state.pending().await.expect("pending") {
             out.extend(batch.files.clone());
             if let Some(loc) = &batch.files_location {
-                let bytes = self.backend.warehouse.read(loc).await.expect("spilled file list");
-                let files: Vec<PendingFile> = serde_json::from_slice(&bytes).expect("file list json");
+                let bytes = self
+                    .backend
+                    .warehouse
+                    .read(loc)
+                    .await
+                    .expect("spilled file list");
+                let files: Vec<PendingFile> =
+                    serde_json::from_slice(&bytes).expect("file list json");
                 out.extend(files);
             }
         }
@@ -132,16 +164,41 @@ impl Harness {
     /// All rows of `table` in its pending files.
     pub async fn rows(&self, table: &str) -> Vec<RecordBatch> {
         let mut out = Vec::new();
-        for f in self.pending_files().await.into_iter().filter(|f| f.table == table) {
+        for f in self
+            .pending_files()
+            .await
+            .into_iter()
+            .filter(|f| f.table == table)
+        {
             let df: serde_json::Value = serde_json::from_str(&f.data_file).expect("data file json");
             let path = df["file_path"].as_str().expect("file_path").to_string();
-            let bytes = self.backend.warehouse.read(&path).await.expect("data file readable");
-            assert_eq!(bytes.len() as u64, f.bytes, "{path}: size differs from its pending record");
-            assert_eq!(df["file_size_in_bytes"].as_u64(), Some(f.bytes), "{path}: DataFile size");
+            let bytes = self
+                .backend
+                .warehouse
+                .read(&path)
+                .await
+                .expect("data file readable");
+            assert_eq!(
+                bytes.len() as u64,
+                f.bytes,
+                "{path}: size differs from its pending record"
+            );
+            assert_eq!(
+                df["file_size_in_bytes"].as_u64(),
+                Some(f.bytes),
+                "{path}: DataFile size"
+            );
             let batches = read_parquet(bytes);
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            assert_eq!(rows as u64, f.rows, "{path}: row count differs from its pending record");
-            assert_eq!(df["record_count"].as_u64(), Some(f.rows), "{path}: DataFile record_count");
+            assert_eq!(
+                rows as u64, f.rows,
+                "{path}: row count differs from its pending record"
+            );
+            assert_eq!(
+                df["record_count"].as_u64(),
+                Some(f.rows),
+                "{path}: DataFile record_count"
+            );
             out.extend(batches);
         }
         out
@@ -151,8 +208,14 @@ impl Harness {
     pub async fn landed(&self, table: &str) -> Vec<(i32, i64)> {
         let mut keys: Vec<(i32, i64)> = Vec::new();
         for b in self.rows(table).await {
-            let p = b.column_by_name("kafka_partition").expect("kafka_partition").as_primitive::<Int32Type>();
-            let o = b.column_by_name("kafka_offset").expect("kafka_offset").as_primitive::<Int64Type>();
+            let p = b
+                .column_by_name("kafka_partition")
+                .expect("kafka_partition")
+                .as_primitive::<Int32Type>();
+            let o = b
+                .column_by_name("kafka_offset")
+                .expect("kafka_offset")
+                .as_primitive::<Int64Type>();
             keys.extend((0..b.num_rows()).map(|i| (p.value(i), o.value(i))));
         }
         keys.sort();
@@ -164,11 +227,26 @@ impl Harness {
         let mut out = Vec::new();
         for b in self.rows("dead_letters").await {
             let topic = b.column_by_name("topic").expect("topic").as_string::<i32>();
-            let p = b.column_by_name("kafka_partition").expect("p").as_primitive::<Int32Type>();
-            let o = b.column_by_name("kafka_offset").expect("o").as_primitive::<Int64Type>();
-            let kind = b.column_by_name("error_kind").expect("kind").as_string::<i32>();
-            let msg = b.column_by_name("error_message").expect("msg").as_string::<i32>();
-            let value = b.column_by_name("kafka_value").expect("value").as_binary::<i64>();
+            let p = b
+                .column_by_name("kafka_partition")
+                .expect("p")
+                .as_primitive::<Int32Type>();
+            let o = b
+                .column_by_name("kafka_offset")
+                .expect("o")
+                .as_primitive::<Int64Type>();
+            let kind = b
+                .column_by_name("error_kind")
+                .expect("kind")
+                .as_string::<i32>();
+            let msg = b
+                .column_by_name("error_message")
+                .expect("msg")
+                .as_string::<i32>();
+            let value = b
+                .column_by_name("kafka_value")
+                .expect("value")
+                .as_binary::<i64>();
             for i in 0..b.num_rows() {
                 out.push(DeadRow {
                     topic: topic.value(i).to_string(),
@@ -180,14 +258,21 @@ impl Harness {
                 });
             }
         }
-        out.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+        out.sort_by(|a, b| {
+            (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset))
+        });
         out
     }
 
     /// The checkpoint's next offset for a topic-partition.
     pub async fn next_offset(&self, topic: &str, partition: i32) -> i64 {
         let source = streamtable::checkpoint::SourcePartition::new(topic, partition);
-        self.backend.state.checkpoint(&source).await.expect("checkpoint").next_offset
+        self.backend
+            .state
+            .checkpoint(&source)
+            .await
+            .expect("checkpoint")
+            .next_offset
     }
 }
 
@@ -211,7 +296,11 @@ pub fn read_parquet(bytes: Bytes) -> Vec<RecordBatch> {
 }
 
 /// Good records of `topic` in `partition` at `offsets`.
-pub fn records(topic: &str, partition: i32, offsets: impl IntoIterator<Item = i64>) -> Vec<SourceRecord> {
+pub fn records(
+    topic: &str,
+    partition: i32,
+    offsets: impl IntoIterator<Item = i64>,
+) -> Vec<SourceRecord> {
     let mut f = EventFactory::new(partition as u64 + 1);
     let base = 1_795_946_400_000;
     offsets
@@ -222,7 +311,10 @@ pub fn records(topic: &str, partition: i32, offsets: impl IntoIterator<Item = i6
             offset: o,
             timestamp_ms: base + o * 1000,
             key: Some(format!("key-{o}").into_bytes()),
-            value: Some(f.event(topic, (partition as u64) << 32 | o as u64, base + o * 1000).into_bytes()),
+            value: Some(
+                f.event(topic, (partition as u64) << 32 | o as u64, base + o * 1000)
+                    .into_bytes(),
+            ),
             raw_value_field: None,
         })
         .collect()

@@ -13,7 +13,10 @@ pub async fn redelivered_batch_lands_once(h: &Harness) {
     let first = ing.handle(&ev).await.expect("first delivery");
     assert_eq!((first.accepted, first.already_seen), (40, 0));
     let again = ing.handle(&ev).await.expect("re-delivery");
-    assert_eq!((again.accepted, again.already_seen, again.files_written), (0, 40, 0));
+    assert_eq!(
+        (again.accepted, again.already_seen, again.files_written),
+        (0, 40, 0)
+    );
     assert_eq!(h.landed("orders").await, keys(0, 0..40));
     assert_eq!(h.next_offset("orders", 0).await, 40);
     assert_eq!(h.backend.state.pending().await.expect("pending").len(), 1);
@@ -21,8 +24,13 @@ pub async fn redelivered_batch_lands_once(h: &Harness) {
 
 pub async fn retry_overlapping_accepted_offsets_takes_only_new_ones(h: &Harness) {
     let ing = h.ingestor();
-    ing.handle(&event(&records("orders", 0, 0..100))).await.expect("first");
-    let s = ing.handle(&event(&records("orders", 0, 50..150))).await.expect("overlap");
+    ing.handle(&event(&records("orders", 0, 0..100)))
+        .await
+        .expect("first");
+    let s = ing
+        .handle(&event(&records("orders", 0, 50..150)))
+        .await
+        .expect("overlap");
     assert_eq!((s.accepted, s.already_seen), (50, 50));
     assert_eq!(h.landed("orders").await, keys(0, 0..150));
     assert_eq!(h.next_offset("orders", 0).await, 150);
@@ -31,21 +39,35 @@ pub async fn retry_overlapping_accepted_offsets_takes_only_new_ones(h: &Harness)
 pub async fn gaps_in_offsets_are_normal(h: &Harness) {
     let ing = h.ingestor();
     let offsets = [0, 1, 5, 6, 40, 41, 1000];
-    ing.handle(&event(&records("orders", 0, offsets))).await.expect("gappy batch");
+    ing.handle(&event(&records("orders", 0, offsets)))
+        .await
+        .expect("gappy batch");
     assert_eq!(h.landed("orders").await, keys(0, offsets));
     assert_eq!(h.next_offset("orders", 0).await, 1001);
 }
 
 pub async fn crash_after_files_before_transaction_is_recovered_by_the_retry(h: &Harness) {
     let ev = event(&records("orders", 0, 0..30));
-    let crashing = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), vec![Fault::CrashBeforeAdvance]));
+    let crashing = h.ingestor_with_state(FaultyState::new(
+        h.backend.state.clone(),
+        vec![Fault::CrashBeforeAdvance],
+    ));
     let err = crashing.handle(&ev).await.expect_err("injected crash");
-    assert!(err.is_retryable(), "a crash must be retried by the ESM: {err}");
+    assert!(
+        err.is_retryable(),
+        "a crash must be retried by the ESM: {err}"
+    );
     assert_eq!(h.next_offset("orders", 0).await, 0, "nothing committed");
     assert!(h.backend.state.pending().await.expect("pending").is_empty());
-    let table_dir = h.backend.warehouse.table_location(&h.backend.namespace, "orders");
+    let table_dir = h
+        .backend
+        .warehouse
+        .table_location(&h.backend.namespace, "orders");
     let orphans = h.backend.warehouse.list(&table_dir).await.expect("list");
-    assert!(!orphans.is_empty(), "the crashed attempt had written its files");
+    assert!(
+        !orphans.is_empty(),
+        "the crashed attempt had written its files"
+    );
 
     let retry = h.ingestor().handle(&ev).await.expect("retry");
     assert_eq!(retry.accepted, 30);
@@ -55,7 +77,10 @@ pub async fn crash_after_files_before_transaction_is_recovered_by_the_retry(h: &
 
 pub async fn crash_after_transaction_before_response_is_not_repeated(h: &Harness) {
     let ev = event(&records("orders", 0, 0..30));
-    let crashing = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), vec![Fault::CrashAfterAdvance]));
+    let crashing = h.ingestor_with_state(FaultyState::new(
+        h.backend.state.clone(),
+        vec![Fault::CrashAfterAdvance],
+    ));
     crashing.handle(&ev).await.expect_err("injected crash");
     let retry = h.ingestor().handle(&ev).await.expect("retry");
     assert_eq!((retry.accepted, retry.already_seen), (0, 30));
@@ -75,7 +100,10 @@ pub async fn zombie_invocation_cannot_move_the_checkpoint_back(h: &Harness) {
         })
     }));
     let zombie = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), vec![hook]));
-    let s = zombie.handle(&event(&records("orders", 0, 0..50))).await.expect("zombie returns");
+    let s = zombie
+        .handle(&event(&records("orders", 0, 0..50)))
+        .await
+        .expect("zombie returns");
     assert_eq!(s.conflicts, 1);
     assert_eq!((s.accepted, s.already_seen), (0, 50));
     assert_eq!(h.next_offset("orders", 0).await, 100);
@@ -126,14 +154,34 @@ pub async fn every_bad_record_kind_is_dead_lettered_once(h: &mut Harness) {
     let cases: Vec<(usize, &str, Option<Vec<u8>>)> = vec![
         (1, "tombstone", None),
         (2, "empty_value", Some(vec![])),
-        (3, "oversize", Some(format!("{{\"order_id\":\"{}\"}}", "x".repeat(5000)).into_bytes())),
+        (
+            3,
+            "oversize",
+            Some(format!("{{\"order_id\":\"{}\"}}", "x".repeat(5000)).into_bytes()),
+        ),
         (4, "invalid_utf8", Some(vec![b'{', 0xff, 0xfe, b'}'])),
         (5, "not_json", Some(b"{\"order_id\": ".to_vec())),
         (6, "not_an_object", Some(b"[1,2]".to_vec())),
-        (7, "wrong_type", Some(br#"{"order_id":"o","amount":true,"created_at":0}"#.to_vec())),
-        (8, "missing_field", Some(br#"{"amount":"1.00","created_at":0}"#.to_vec())),
-        (9, "invalid_timestamp", Some(br#"{"order_id":"o","amount":"1.00","created_at":"soon"}"#.to_vec())),
-        (10, "out_of_range", Some(br#"{"order_id":"o","amount":"1.234","created_at":0}"#.to_vec())),
+        (
+            7,
+            "wrong_type",
+            Some(br#"{"order_id":"o","amount":true,"created_at":0}"#.to_vec()),
+        ),
+        (
+            8,
+            "missing_field",
+            Some(br#"{"amount":"1.00","created_at":0}"#.to_vec()),
+        ),
+        (
+            9,
+            "invalid_timestamp",
+            Some(br#"{"order_id":"o","amount":"1.00","created_at":"soon"}"#.to_vec()),
+        ),
+        (
+            10,
+            "out_of_range",
+            Some(br#"{"order_id":"o","amount":"1.234","created_at":0}"#.to_vec()),
+        ),
     ];
     for (i, _, v) in &cases {
         recs[*i] = with_value(recs[*i].clone(), v.as_deref());
@@ -143,34 +191,65 @@ pub async fn every_bad_record_kind_is_dead_lettered_once(h: &mut Harness) {
     stranger.value = Some(b"{\"anything\":1}".to_vec());
     recs.push(stranger);
 
-    let s = h.ingestor().handle(&event(&recs)).await.expect("batch with bad records");
+    let s = h
+        .ingestor()
+        .handle(&event(&recs))
+        .await
+        .expect("batch with bad records");
     assert_eq!((s.accepted, s.dead_lettered), (9, 12));
     let good: Vec<i64> = (0..20).filter(|o| *o == 0 || *o > 11).collect();
     assert_eq!(h.landed("orders").await, keys(0, good));
 
     let dead = h.dead_letters().await;
     let expected_kinds: BTreeMap<String, usize> = [
-        "tombstone", "empty_value", "oversize", "invalid_utf8", "not_json", "not_an_object", "wrong_type",
-        "missing_field", "invalid_timestamp", "out_of_range", "invalid_base64", "unknown_topic",
+        "tombstone",
+        "empty_value",
+        "oversize",
+        "invalid_utf8",
+        "not_json",
+        "not_an_object",
+        "wrong_type",
+        "missing_field",
+        "invalid_timestamp",
+        "out_of_range",
+        "invalid_base64",
+        "unknown_topic",
     ]
     .into_iter()
     .map(|k| (k.to_string(), 1))
     .collect();
     assert_eq!(kinds(&dead), expected_kinds);
     for (i, kind, value) in &cases {
-        let row = dead.iter().find(|d| d.topic == "orders" && d.offset == *i as i64).expect("dead letter row");
+        let row = dead
+            .iter()
+            .find(|d| d.topic == "orders" && d.offset == *i as i64)
+            .expect("dead letter row");
         assert_eq!(&row.kind, kind, "offset {i}");
         assert_eq!(&row.value, value, "raw bytes of offset {i} kept");
         assert!(!row.message.is_empty());
     }
-    let b64 = dead.iter().find(|d| d.offset == 11).expect("invalid base64 row");
+    let b64 = dead
+        .iter()
+        .find(|d| d.offset == 11)
+        .expect("invalid base64 row");
     assert_eq!(b64.value.as_deref(), Some(&b"@@not-base64@@"[..]));
-    let unknown = dead.iter().find(|d| d.topic == "mystery").expect("unknown topic row");
+    let unknown = dead
+        .iter()
+        .find(|d| d.topic == "mystery")
+        .expect("unknown topic row");
     assert_eq!(unknown.value.as_deref(), Some(&b"{\"anything\":1}"[..]));
-    assert!(unknown.message.contains("[[tables]]"), "{}", unknown.message);
+    assert!(
+        unknown.message.contains("[[tables]]"),
+        "{}",
+        unknown.message
+    );
 
     // Re-delivery adds nothing, to either table.
-    let again = h.ingestor().handle(&event(&recs)).await.expect("re-delivery");
+    let again = h
+        .ingestor()
+        .handle(&event(&recs))
+        .await
+        .expect("re-delivery");
     assert_eq!((again.accepted, again.dead_lettered), (0, 0));
     assert_eq!(h.dead_letters().await.len(), 12);
 }
@@ -186,11 +265,20 @@ pub async fn values_land_exactly(h: &Harness) {
     h.ingestor().handle(&event(&[r])).await.expect("one record");
     let batches = h.rows("orders").await;
     let b = &batches[0];
-    let amount = b.column_by_name("amount").expect("amount").as_primitive::<Decimal128Type>();
+    let amount = b
+        .column_by_name("amount")
+        .expect("amount")
+        .as_primitive::<Decimal128Type>();
     assert_eq!(amount.value(0), 123_456_789_012_345_678);
-    let at = b.column_by_name("created_at").expect("created_at").as_primitive::<TimestampMicrosecondType>();
+    let at = b
+        .column_by_name("created_at")
+        .expect("created_at")
+        .as_primitive::<TimestampMicrosecondType>();
     assert_eq!(at.value(0), 1_795_946_400_000_001);
-    let key = b.column_by_name("kafka_key").expect("key").as_string::<i32>();
+    let key = b
+        .column_by_name("kafka_key")
+        .expect("key")
+        .as_string::<i32>();
     assert_eq!(key.value(0), "key-0");
     let status = b.column_by_name("status").expect("status");
     assert!(status.is_null(0));

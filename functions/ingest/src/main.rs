@@ -33,7 +33,10 @@ async fn handle(ingestor: &Ingestor, event: KafkaEvent) -> Result<IngestSummary,
     match ingestor.handle(&event).await {
         Ok(summary) => {
             let now_ms = chrono_now_ms();
-            println!("{}", telemetry::ingest_metrics(&summary, now_ms, started.elapsed().as_secs_f64() * 1e3));
+            println!(
+                "{}",
+                telemetry::ingest_metrics(&summary, now_ms, started.elapsed().as_secs_f64() * 1e3)
+            );
             Ok(summary)
         }
         Err(e) => {
