@@ -80,7 +80,18 @@ impl Error {
         match self {
             Error::ObjectStore { retryable, .. } | Error::State { retryable, .. } => *retryable,
             Error::CheckpointContention { .. } => true,
-            Error::Io { .. } => true,
+            Error::Io { source, .. } => {
+                use std::io::ErrorKind as K;
+                matches!(
+                    source.kind(),
+                    K::Interrupted
+                        | K::TimedOut
+                        | K::WouldBlock
+                        | K::ResourceBusy
+                        | K::StorageFull
+                        | K::QuotaExceeded
+                )
+            }
             Error::Iceberg { source, .. } => source.retryable(),
             Error::Spec(_) | Error::Config(_) | Error::Event { .. } | Error::Internal(_) => false,
         }

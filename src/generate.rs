@@ -134,7 +134,7 @@ impl EventFactory {
         let c = self.rng.below(COUNTRIES.len() as u64) as usize;
         let cents = 500 + self.rng.below(49_500);
         format!(
-            r#"{{"order_id":"ord-{n:010}","customer_id":"cus-{:06}","amount":"{}.{:02}","currency":"{}","country":"{}","status":"{}","created_at":"{}","channel":"{}","items":{}}}"#,
+            r#"{{"order_id":"ord-{n:010}","customer_id":"cus-{:06}","amount":"{}.{:02}","currency":"{}","country":"{}","status":"{}","created_at":"{}","channel":"{}","items":{},"session":"s-{:016x}"}}"#,
             self.rng.below(100_000),
             cents / 100,
             cents % 100,
@@ -144,6 +144,7 @@ impl EventFactory {
             rfc3339_ms(at_ms),
             self.rng.pick(&["web", "ios", "android"]),
             1 + self.rng.below(4),
+            self.rng.next_u64(),
         )
     }
 

@@ -30,7 +30,7 @@ use crate::storage::Warehouse;
 use crate::writer::{self, EncodedFile};
 
 /// How often a partition is re-planned after losing the conditional write.
-const MAX_ATTEMPTS: u32 = 5;
+const MAX_ATTEMPTS: u32 = 8;
 /// File lists larger than this are written to the warehouse instead of the state item.
 pub const MAX_INLINE_FILES_BYTES: usize = 300 * 1024;
 
@@ -208,7 +208,11 @@ impl Ingestor {
             newest_timestamp_ms: records.iter().map(|r| r.timestamp.timestamp_millis()).max(),
             ..Default::default()
         };
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                // Two invocations that collided must not collide again in lockstep.
+                tokio::time::sleep(backoff(attempt)).await;
+            }
             let checkpoint = self.state.checkpoint(source).await?;
             let plan = plan(checkpoint, &offsets);
             summary.already_seen = plan.already_seen as u64;
@@ -380,6 +384,16 @@ pub fn group_by_partition(
         }
     }
     Ok(groups)
+}
+
+/// Randomised exponential backoff: 10 ms × 2^attempt, jittered to between half and all of it.
+fn backoff(attempt: u32) -> std::time::Duration {
+    let ceiling = 10u64 << attempt.min(6);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    let jitter = crate::generate::Rng::new(nanos ^ u64::from(attempt)).below(ceiling / 2 + 1);
+    std::time::Duration::from_millis(ceiling / 2 + jitter)
 }
 
 fn now_ms() -> i64 {

@@ -8,9 +8,10 @@
 //! | pending batch | `source#{topic}#{partition}` | `pending#{first offset, 20 digits}` | `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON) |
 //!
 //! The advance is one `TransactWriteItems`: an update of the checkpoint conditioned on its
-//! version, and a put of the pending batch conditioned on its absence. Its client request token
-//! is derived from the partition, version and offsets, so an SDK retry of a transaction that
-//! did succeed is recognised by DynamoDB as the same request.
+//! version, and a put of the pending batch conditioned on its absence. No client request token
+//! is set: two invocations of the same batch would share it, and DynamoDB would answer the
+//! second "success" without applying it. An SDK retry of a transaction that did commit instead
+//! fails its condition and the partition is re-planned (everything is then already seen).
 
 use std::collections::HashMap;
 
@@ -149,17 +150,6 @@ impl StateStore for DynamoStateStore {
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             Error::Internal(format!("DynamoDB request: {e}"))
         };
-        let token = format!(
-            "{:016x}{:016x}",
-            xxhash_rust::xxh3::xxh3_64(pk.as_bytes()),
-            xxhash_rust::xxh3::xxh3_64(
-                format!(
-                    "{}:{}:{}",
-                    from.version, batch.first_offset, batch.last_offset
-                )
-                .as_bytes()
-            )
-        );
         let result = self
             .client
             .transact_write_items()
@@ -173,7 +163,6 @@ impl StateStore for DynamoStateStore {
                     .put(put.build().map_err(build)?)
                     .build(),
             )
-            .client_request_token(token)
             .send()
             .await;
         match result {
