@@ -82,6 +82,33 @@ pub struct PendingBatch {
     pub files_location: Option<String>,
 }
 
+impl PendingBatch {
+    /// The batch's identity in the state store.
+    pub fn key(&self) -> BatchKey {
+        BatchKey {
+            source: self.source.clone(),
+            first_offset: self.first_offset,
+        }
+    }
+}
+
+/// Identifies a pending batch: its partition and first offset.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BatchKey {
+    pub source: SourcePartition,
+    pub first_offset: i64,
+}
+
+/// A commit about to happen: which pending batches it covers. Written before any table is
+/// committed, removed (with the batches) after every table is; a crashed commit is resumed from
+/// it. Each table's snapshot carries `{id}/{table}` as its commit id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitIntent {
+    pub id: String,
+    pub created_at_ms: i64,
+    pub batches: Vec<BatchKey>,
+}
+
 /// What a conditional advance did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advance {
@@ -109,6 +136,15 @@ pub trait StateStore: Send + Sync {
 
     /// Every pending batch, in (topic, partition, first offset) order.
     async fn pending(&self) -> Result<Vec<PendingBatch>>;
+
+    /// The commit intent left by a commit that has not finished, if any.
+    async fn commit_intent(&self) -> Result<Option<CommitIntent>>;
+
+    /// Records `intent` unless one exists already (`Ok(false)`): one commit at a time.
+    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool>;
+
+    /// Removes the intent's pending batches, then the intent itself.
+    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()>;
 }
 
 /// Which of a partition's records to process, given its checkpoint.

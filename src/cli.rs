@@ -36,6 +36,38 @@ pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// Arguments of `streamtable compact`.
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `streamtable compact`: the scheduled stage, once.
+pub async fn compact(config: &Config, args: &CompactArgs) -> Result<()> {
+    let spec = config.load_pipeline()?;
+    let backend = Backend::connect(&config.backend).await?;
+    let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
+    tables.ensure_all(&backend).await?;
+    let report = crate::commit::commit_pending(&backend, &tables).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| Error::Internal(e.to_string()))?);
+    } else {
+        println!(
+            "commit: {} batches, {} files, {} rows in {:.0} ms",
+            report.batches,
+            report.files(),
+            report.rows(),
+            report.duration_ms
+        );
+        for t in &report.tables {
+            println!("  {:<14} files={} rows={} snapshot={:?}", t.table, t.files, t.rows, t.snapshot_id);
+        }
+    }
+    Ok(())
+}
+
 /// Arguments of `streamtable generate`.
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {

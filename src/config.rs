@@ -17,6 +17,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::catalog::TableCatalog;
+use crate::catalog::glue::GluePointers;
+use crate::catalog::sqlite::SqlitePointers;
 use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 use crate::spec::PipelineSpec;
@@ -110,11 +113,13 @@ impl Config {
     }
 }
 
-/// The connected backend: warehouse storage and the state store. Built once per process.
+/// The connected backend: warehouse storage, state store and catalog. Built once per process.
 #[derive(Clone)]
 pub struct Backend {
     pub warehouse: Warehouse,
     pub state: Arc<dyn StateStore>,
+    /// The Iceberg catalog (SQLite `catalog.db`, or Glue).
+    pub catalog: TableCatalog,
     /// Iceberg namespace (Glue database) of the tables.
     pub namespace: String,
 }
@@ -127,9 +132,12 @@ impl Backend {
             BackendConfig::Embedded { home } => {
                 let warehouse = Warehouse::local(&home.join("warehouse"))?;
                 let state = SqliteStateStore::open(&home.join("state.db"))?;
+                let pointers = SqlitePointers::open(&home.join("catalog.db"))?;
+                let catalog = TableCatalog::new(Arc::new(pointers), warehouse.file_io().clone(), warehouse.root());
                 Ok(Backend {
                     warehouse,
                     state: Arc::new(state),
+                    catalog,
                     namespace: DEFAULT_NAMESPACE.to_string(),
                 })
             }
@@ -145,9 +153,17 @@ impl Backend {
                     .build();
                 let s3 = aws_sdk_s3::Client::from_conf(s3_config);
                 let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+                let glue = aws_sdk_glue::Client::new(&sdk);
+                let warehouse = Warehouse::s3(s3, bucket, prefix);
+                let catalog = TableCatalog::new(
+                    Arc::new(GluePointers::new(glue)),
+                    warehouse.file_io().clone(),
+                    warehouse.root(),
+                );
                 Ok(Backend {
-                    warehouse: Warehouse::s3(s3, bucket, prefix),
+                    warehouse,
                     state: Arc::new(DynamoStateStore::new(dynamo, state_table)),
+                    catalog,
                     namespace: glue_database.clone(),
                 })
             }

@@ -13,8 +13,11 @@ pub mod spec;
 
 pub use error::{Error, Result};
 pub mod aws;
+pub mod catalog;
 pub mod bench;
 pub mod checkpoint;
+pub mod commit;
+pub mod tables;
 pub mod cli;
 pub mod config;
 pub mod generate;

@@ -36,6 +36,9 @@ enum Command {
         #[arg(long = "event", required = true)]
         events: Vec<PathBuf>,
     },
+    /// Commit pending files as Iceberg snapshots, compact small files, expire old snapshots and
+    /// remove orphans (what the scheduled compaction Lambda runs).
+    Compact(cli::CompactArgs),
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
     /// Generate events for every example table, ingest them (with bad records and
@@ -67,6 +70,7 @@ async fn main() -> ExitCode {
         let config = config(&args)?;
         match &args.command {
             Command::Ingest { events } => cli::ingest(&config, events).await,
+            Command::Compact(c) => cli::compact(&config, c).await,
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => cli::demo(&config, d).await,
             Command::Bench { which } => bench::run(&config, which).await,

@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | checkpoint | `source#{topic}#{partition}` | `checkpoint` | `next_offset`, `version`, `updated_at_ms` |
 //! | pending batch | `source#{topic}#{partition}` | `pending#{first offset, 20 digits}` | `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON) |
+//! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
 //!
 //! The advance is one `TransactWriteItems`: an update of the checkpoint conditioned on its
 //! version, and a put of the pending batch conditioned on its absence. No client request token
@@ -18,10 +19,10 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, Put, TransactWriteItem, Update, WriteRequest};
 
 use crate::aws::SdkFault;
-use crate::checkpoint::{Advance, Checkpoint, PendingBatch, SourcePartition, StateStore};
+use crate::checkpoint::{Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore};
 use crate::error::{Error, Result};
 
 /// DynamoDB state store.
@@ -234,5 +235,111 @@ impl StateStore for DynamoStateStore {
         }
         out.sort_by(|a, b| (&a.source, a.first_offset).cmp(&(&b.source, b.first_offset)));
         Ok(out)
+    }
+
+    async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s("commit"))
+            .key("sk", s("intent"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| state_error("read commit intent", &self.table, SdkFault::from_sdk(&e)))?;
+        let Some(item) = out.item() else {
+            return Ok(None);
+        };
+        let id = get_s(item, "id").unwrap_or_default().to_string();
+        let batches = serde_json::from_str(get_s(item, "batches").unwrap_or("[]"))
+            .map_err(|e| self.corrupt(format!("commit intent {id} is corrupt: {e}")))?;
+        Ok(Some(CommitIntent {
+            id,
+            created_at_ms: get_n(item, "created_at_ms").unwrap_or(0),
+            batches,
+        }))
+    }
+
+    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
+        let batches = serde_json::to_string(&intent.batches)
+            .map_err(|e| Error::Internal(format!("serialize commit intent: {e}")))?;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("commit"))
+            .item("sk", s("intent"))
+            .item("id", s(&intent.id))
+            .item("created_at_ms", n(intent.created_at_ms))
+            .item("batches", s(batches))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
+                    Ok(false)
+                } else {
+                    Err(state_error("write commit intent", &self.table, f))
+                }
+            }
+        }
+    }
+
+    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| Error::Internal(format!("DynamoDB request: {e}"));
+        let mut requests = Vec::with_capacity(intent.batches.len());
+        for b in &intent.batches {
+            let delete = DeleteRequest::builder()
+                .key("pk", s(source_key(&b.source)))
+                .key("sk", s(format!("pending#{:020}", b.first_offset)))
+                .build()
+                .map_err(build)?;
+            requests.push(WriteRequest::builder().delete_request(delete).build());
+        }
+        for chunk in requests.chunks(25) {
+            let mut todo = chunk.to_vec();
+            for attempt in 0..8u32 {
+                if todo.is_empty() {
+                    break;
+                }
+                if attempt > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                }
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, todo.clone())
+                    .send()
+                    .await
+                    .map_err(|e| state_error("remove pending batches", &self.table, SdkFault::from_sdk(&e)))?;
+                todo = out
+                    .unprocessed_items()
+                    .and_then(|m| m.get(&self.table))
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            if !todo.is_empty() {
+                return Err(Error::State {
+                    op: "remove pending batches",
+                    message: format!("DynamoDB table {}: {} deletes stayed unprocessed", self.table, todo.len()),
+                    retryable: true,
+                });
+            }
+        }
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s("commit"))
+            .key("sk", s("intent"))
+            .condition_expression("id = :id")
+            .expression_attribute_values(":id", s(&intent.id))
+            .send()
+            .await
+            .map_err(|e| state_error("remove commit intent", &self.table, SdkFault::from_sdk(&e)))?;
+        Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::checkpoint::{Advance, Checkpoint, PendingBatch, SourcePartition, StateStore};
+use crate::checkpoint::{Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore};
 use crate::error::{Error, Result};
 
 const SCHEMA: &str = "
@@ -31,6 +31,12 @@ CREATE TABLE IF NOT EXISTS pending (
     files         TEXT    NOT NULL,
     files_location TEXT,
     PRIMARY KEY (topic, partition, first_offset)
+);
+CREATE TABLE IF NOT EXISTS commit_intent (
+    slot          INTEGER PRIMARY KEY CHECK (slot = 1),
+    id            TEXT    NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    batches       TEXT    NOT NULL
 );
 ";
 
@@ -208,6 +214,67 @@ impl StateStore for SqliteStateStore {
                 });
             }
             Ok(out)
+        })
+        .await
+    }
+
+    async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
+        self.with_conn(|conn, path| {
+            let row = conn
+                .query_row("SELECT id, created_at_ms, batches FROM commit_intent WHERE slot = 1", [], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                })
+                .optional()
+                .map_err(|e| db_error("read commit intent", path, e))?;
+            row.map(|(id, created_at_ms, batches)| {
+                let batches = serde_json::from_str(&batches).map_err(|e| Error::State {
+                    op: "read commit intent",
+                    message: format!("{}: commit intent {id} is corrupt: {e}", path.display()),
+                    retryable: false,
+                })?;
+                Ok(CommitIntent {
+                    id,
+                    created_at_ms,
+                    batches,
+                })
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
+        let batches = serde_json::to_string(&intent.batches)
+            .map_err(|e| Error::Internal(format!("serialize commit intent: {e}")))?;
+        let (id, at) = (intent.id.clone(), intent.created_at_ms);
+        self.with_conn(move |conn, path| {
+            conn.execute(
+                "INSERT OR IGNORE INTO commit_intent (slot, id, created_at_ms, batches) VALUES (1, ?1, ?2, ?3)",
+                params![id, at, batches],
+            )
+            .map(|n| n == 1)
+            .map_err(|e| db_error("write commit intent", path, e))
+        })
+        .await
+    }
+
+    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
+        let intent = intent.clone();
+        self.with_conn(move |conn, path| {
+            let err = |op| move |e| db_error(op, path, e);
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err("begin"))?;
+            for b in &intent.batches {
+                tx.execute(
+                    "DELETE FROM pending WHERE topic = ?1 AND partition = ?2 AND first_offset = ?3",
+                    params![b.source.topic, b.source.partition, b.first_offset],
+                )
+                .map_err(err("remove pending batch"))?;
+            }
+            tx.execute("DELETE FROM commit_intent WHERE slot = 1 AND id = ?1", params![intent.id])
+                .map_err(err("remove commit intent"))?;
+            tx.commit().map_err(err("commit"))
         })
         .await
     }

@@ -1,0 +1,124 @@
+//! The tables of a pipeline: their layouts, their creation on first use, and the check that a
+//! catalog table still matches the spec before files are committed to it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use iceberg::spec::{FormatVersion, Schema};
+use iceberg::table::Table;
+use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+
+use crate::config::Backend;
+use crate::error::{Error, Result};
+use crate::schema::TableLayout;
+use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec};
+
+/// One table: its layout and its target file size.
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    pub layout: Arc<TableLayout>,
+    pub target_file_size_bytes: u64,
+}
+
+/// Every table of a pipeline, the dead-letter table included, by name.
+#[derive(Debug, Clone)]
+pub struct TableSet {
+    pub namespace: String,
+    pub tables: BTreeMap<String, TableDef>,
+}
+
+impl TableSet {
+    pub fn new(spec: &PipelineSpec, namespace: &str) -> Result<TableSet> {
+        let mut tables = BTreeMap::new();
+        for t in &spec.tables {
+            tables.insert(
+                t.name.clone(),
+                TableDef {
+                    layout: Arc::new(TableLayout::for_table(t)?),
+                    target_file_size_bytes: t.target_file_size_mb * 1024 * 1024,
+                },
+            );
+        }
+        tables.insert(
+            DEAD_LETTER_TABLE.to_string(),
+            TableDef {
+                layout: Arc::new(TableLayout::dead_letters()?),
+                target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
+            },
+        );
+        Ok(TableSet {
+            namespace: namespace.to_string(),
+            tables,
+        })
+    }
+
+    pub fn ident(&self, table: &str) -> TableIdent {
+        TableIdent::new(NamespaceIdent::new(self.namespace.clone()), table.to_string())
+    }
+
+    pub fn get(&self, table: &str) -> Result<&TableDef> {
+        self.tables.get(table).ok_or_else(|| {
+            Error::Config(format!(
+                "table {table:?} has pending files but is not in the pipeline spec; restore its [[tables]] entry"
+            ))
+        })
+    }
+
+    /// Creates every missing table (Iceberg v2, the spec's partitioning, ZSTD, target size).
+    pub async fn ensure_all(&self, backend: &Backend) -> Result<()> {
+        for name in self.tables.keys() {
+            self.ensure(backend, name).await?;
+        }
+        Ok(())
+    }
+
+    /// The table, created from the spec if it does not exist yet.
+    pub async fn ensure(&self, backend: &Backend, name: &str) -> Result<Table> {
+        let def = self.get(name)?;
+        let creation = TableCreation::builder()
+            .name(name.to_string())
+            .schema(def.layout.schema.as_ref().clone())
+            .partition_spec(def.layout.partition_spec.as_ref().clone().into_unbound())
+            .format_version(FormatVersion::V2)
+            .properties(table_properties(def.target_file_size_bytes))
+            .build();
+        let table = backend.catalog.create_if_absent(&self.namespace, creation).await?;
+        check_schema(name, table.metadata().current_schema(), &def.layout.schema)?;
+        Ok(table)
+    }
+}
+
+/// Properties of every table streamtable creates.
+pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> {
+    HashMap::from([
+        ("write.format.default".into(), "parquet".into()),
+        ("write.parquet.compression-codec".into(), "zstd".into()),
+        ("write.target-file-size-bytes".into(), target_file_size_bytes.to_string()),
+        ("streamtable.managed".into(), "true".into()),
+    ])
+}
+
+/// Refuses to commit into a table whose schema no longer matches the spec's.
+pub fn check_schema(table: &str, actual: &Schema, expected: &Schema) -> Result<()> {
+    let a = actual.as_struct().fields();
+    let e = expected.as_struct().fields();
+    let same = a.len() == e.len()
+        && a.iter().zip(e).all(|(x, y)| {
+            x.id == y.id && x.name == y.name && x.field_type == y.field_type && x.required == y.required
+        });
+    if same {
+        return Ok(());
+    }
+    let show = |fs: &[iceberg::spec::NestedFieldRef]| {
+        fs.iter()
+            .map(|f| format!("{}:{}{}", f.name, f.field_type, if f.required { "!" } else { "" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(Error::Config(format!(
+        "table {table} in the catalog has columns [{}] but the pipeline spec says [{}]; \
+         the spec's columns of an existing table can only change once schema evolution is supported",
+        show(a),
+        show(e)
+    )))
+}
