@@ -49,20 +49,12 @@ pub async fn compact(config: &Config, args: &CompactArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
-    tables.ensure_all(&backend).await?;
-    let report = crate::commit::commit_pending(&backend, &tables).await?;
+    let report = crate::scheduled::run(&backend, &tables, &crate::compact::CompactOptions::default()).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| Error::Internal(e.to_string()))?);
     } else {
-        println!(
-            "commit: {} batches, {} files, {} rows in {:.0} ms",
-            report.batches,
-            report.files(),
-            report.rows(),
-            report.duration_ms
-        );
-        for t in &report.tables {
-            println!("  {:<14} files={} rows={} snapshot={:?}", t.table, t.files, t.rows, t.snapshot_id);
+        for line in report.lines() {
+            println!("{line}");
         }
     }
     Ok(())

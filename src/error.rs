@@ -56,6 +56,10 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// Other writers kept changing the table while a commit was being made.
+    #[error("commit to {table} kept losing to other writers ({attempts} attempts)")]
+    CommitContention { table: String, attempts: u32 },
+
     /// An error from the Iceberg library (metadata, writers, file IO).
     #[error("iceberg: {context}: {source}")]
     Iceberg {
@@ -79,7 +83,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::ObjectStore { retryable, .. } | Error::State { retryable, .. } => *retryable,
-            Error::CheckpointContention { .. } => true,
+            Error::CheckpointContention { .. } | Error::CommitContention { .. } => true,
             Error::Io { source, .. } => {
                 use std::io::ErrorKind as K;
                 matches!(

@@ -8,6 +8,7 @@
 
 pub mod decode;
 pub mod error;
+pub mod scheduled;
 pub mod schema;
 pub mod spec;
 
@@ -17,11 +18,13 @@ pub mod catalog;
 pub mod bench;
 pub mod checkpoint;
 pub mod commit;
+pub mod compact;
 pub mod tables;
 pub mod cli;
 pub mod config;
 pub mod generate;
 pub mod ingest;
+pub mod maintenance;
 pub mod state;
 pub mod storage;
 pub mod telemetry;

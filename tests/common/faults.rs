@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use streamtable::checkpoint::{Advance, Checkpoint, PendingBatch, SourcePartition, StateStore};
+use streamtable::checkpoint::{Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore};
 use streamtable::{Error, Result};
 
 type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -19,6 +19,8 @@ pub enum Fault {
     CrashAfterAdvance,
     /// Run something (another invocation) between reading the checkpoint and advancing.
     Before(Hook),
+    /// Die after every table was committed, before the pending batches are removed.
+    CrashBeforeFinishCommit,
 }
 
 pub struct FaultyState {
@@ -35,7 +37,7 @@ impl FaultyState {
     }
 }
 
-fn crash() -> Error {
+fn crash_error() -> Error {
     Error::State {
         op: "advance checkpoint",
         message: "injected crash".into(),
@@ -70,12 +72,12 @@ impl StateStore for FaultyState {
                     .advance(source, from, to_next_offset, batch)
                     .await
             }
-            Some(Fault::CrashBeforeAdvance) => Err(crash()),
+            Some(Fault::CrashBeforeAdvance) => Err(crash_error()),
             Some(Fault::CrashAfterAdvance) => {
                 self.inner
                     .advance(source, from, to_next_offset, batch)
                     .await?;
-                Err(crash())
+                Err(crash_error())
             }
             Some(Fault::Before(hook)) => {
                 hook().await;
@@ -88,5 +90,30 @@ impl StateStore for FaultyState {
 
     async fn pending(&self) -> Result<Vec<PendingBatch>> {
         self.inner.pending().await
+    }
+
+    async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
+        self.inner.commit_intent().await
+    }
+
+    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
+        self.inner.begin_commit(intent).await
+    }
+
+    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
+        let crash = {
+            let mut faults = self.faults.lock().expect("faults");
+            match faults.first() {
+                Some(Fault::CrashBeforeFinishCommit) => {
+                    faults.remove(0);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if crash {
+            return Err(crash_error());
+        }
+        self.inner.finish_commit(intent).await
     }
 }

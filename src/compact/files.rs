@@ -1,0 +1,90 @@
+//! What a snapshot holds: its manifests and their entries, loaded concurrently.
+
+use futures::{StreamExt, TryStreamExt};
+use iceberg::spec::{ManifestContentType, ManifestEntryRef, ManifestFile, SnapshotRef};
+use iceberg::table::Table;
+
+use crate::error::{Error, Result};
+
+/// Manifests loaded at once.
+const CONCURRENT_MANIFESTS: usize = 16;
+
+/// A manifest entry with the partition spec of the manifest holding it.
+#[derive(Debug, Clone)]
+pub struct FileEntry {
+    pub spec_id: i32,
+    pub entry: ManifestEntryRef,
+}
+
+/// The manifests of one snapshot, with the entries of its data manifests.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotFiles {
+    /// Every manifest in the snapshot's manifest list.
+    pub manifests: Vec<ManifestFile>,
+    /// Entries of the data manifests, in manifest order (alive and deleted).
+    pub data_entries: Vec<FileEntry>,
+}
+
+impl SnapshotFiles {
+    /// Entries of files that are part of the snapshot (status added or existing).
+    pub fn live(&self) -> impl Iterator<Item = &FileEntry> {
+        self.data_entries.iter().filter(|e| e.entry.is_alive())
+    }
+
+    /// Manifests holding deletes (carried unchanged by rewrites).
+    pub fn delete_manifests(&self) -> impl Iterator<Item = &ManifestFile> {
+        self.manifests.iter().filter(|m| m.content == ManifestContentType::Deletes)
+    }
+}
+
+/// Loads the manifests of `snapshot` (sequence numbers inherited, as the spec requires).
+pub async fn load(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotFiles> {
+    let name = table.identifier().to_string();
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(|e| Error::iceberg(format!("manifest list of {name}"), e))?;
+    let manifests: Vec<ManifestFile> = list.entries().to_vec();
+    let file_io = table.file_io().clone();
+    let loaded: Vec<Vec<FileEntry>> = futures::stream::iter(
+        manifests
+            .iter()
+            .filter(|m| m.content == ManifestContentType::Data)
+            .cloned()
+            .map(|m| {
+                let file_io = file_io.clone();
+                async move {
+                    m.load_manifest(&file_io)
+                        .await
+                        .map(|manifest| {
+                            let spec_id = m.partition_spec_id;
+                            manifest
+                                .entries()
+                                .iter()
+                                .map(|entry| FileEntry {
+                                    spec_id,
+                                    entry: entry.clone(),
+                                })
+                                .collect()
+                        })
+                        .map_err(|e| Error::iceberg(format!("manifest {}", m.manifest_path), e))
+                }
+            }),
+    )
+    .buffered(CONCURRENT_MANIFESTS)
+    .try_collect()
+    .await?;
+    Ok(SnapshotFiles {
+        manifests,
+        data_entries: loaded.into_iter().flatten().collect(),
+    })
+}
+
+/// The current snapshot's files, or nothing for a table without snapshots.
+pub async fn load_current(table: &Table) -> Result<SnapshotFiles> {
+    match table.metadata().current_snapshot() {
+        Some(s) => load(table, s).await,
+        None => Ok(SnapshotFiles::default()),
+    }
+}

@@ -1,0 +1,163 @@
+//! Compaction: small files become target-size files, in one `replace` snapshot per partition.
+//!
+//! Per table and partition, when at least [`CompactOptions::min_input_files`] live files are
+//! below [`CompactOptions::small_file_ratio`] of the table's target size, they are rewritten
+//! ([`rewrite`]) and swapped for the outputs in one `replace` commit ([`replace`]). Readers see
+//! every row exactly once before and after.
+
+pub mod files;
+pub mod replace;
+pub mod rewrite;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
+
+use iceberg::spec::{ManifestEntryRef, Struct};
+use serde::Serialize;
+
+use crate::config::Backend;
+use crate::error::Result;
+use crate::tables::TableSet;
+use replace::ReplaceOutcome;
+
+/// Knobs of the scheduled stage. `Default` gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct CompactOptions {
+    /// Rewrite a partition once it has at least this many small files.
+    pub min_input_files: usize,
+    /// A file is small below this fraction of the table's target size.
+    pub small_file_ratio: f64,
+    /// Stop starting new rewrites after this many input bytes in one run (the rest waits for
+    /// the next run, so a run fits the Lambda timeout).
+    pub max_rewrite_bytes_per_run: u64,
+    /// Snapshots kept whatever their age.
+    pub keep_last_snapshots: usize,
+    /// Snapshots younger than this are kept (milliseconds).
+    pub snapshot_retention_ms: i64,
+    /// Files no snapshot or pending batch references are deleted once older than this.
+    pub orphan_grace_ms: i64,
+    /// Merge the current snapshot's manifests when there are more than this many.
+    pub max_manifests: usize,
+}
+
+impl Default for CompactOptions {
+    fn default() -> Self {
+        CompactOptions {
+            min_input_files: 5,
+            small_file_ratio: 0.75,
+            max_rewrite_bytes_per_run: 8 * 1024 * 1024 * 1024,
+            keep_last_snapshots: 10,
+            snapshot_retention_ms: 24 * 3600 * 1000,
+            orphan_grace_ms: 24 * 3600 * 1000,
+            max_manifests: 100,
+        }
+    }
+}
+
+/// What compaction did to one partition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PartitionCompaction {
+    pub table: String,
+    pub partition: String,
+    pub input_files: u64,
+    pub input_bytes: u64,
+    pub output_files: u64,
+    pub output_bytes: u64,
+    pub rows: u64,
+    /// The replace snapshot; `None` if another writer had already rewritten the inputs.
+    pub snapshot_id: Option<i64>,
+    pub duration_ms: f64,
+}
+
+/// A partition's rewrite job.
+struct Job {
+    partition: Struct,
+    path: String,
+    inputs: Vec<ManifestEntryRef>,
+}
+
+/// Compacts every table of the set.
+pub async fn compact_all(backend: &Backend, tables: &TableSet, options: &CompactOptions) -> Result<Vec<PartitionCompaction>> {
+    let mut out = Vec::new();
+    let mut budget = options.max_rewrite_bytes_per_run;
+    for (name, def) in &tables.tables {
+        let ident = tables.ident(name);
+        let Some((table, _)) = backend.catalog.load(&ident).await? else {
+            continue;
+        };
+        let current = files::load_current(&table).await?;
+        let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
+        for job in plan(&table, current.live(), small_below, options.min_input_files) {
+            let input_bytes: u64 = job.inputs.iter().map(|e| e.file_size_in_bytes()).sum();
+            if input_bytes > budget {
+                tracing::info!(table = %ident, partition = %job.path, "rewrite budget of this run used up");
+                return Ok(out);
+            }
+            budget -= input_bytes;
+            let started = Instant::now();
+            let prefix = format!("compact-{}", uuid::Uuid::new_v4());
+            let outputs =
+                rewrite::rewrite(&table, &job.partition, &job.path, &job.inputs, def.target_file_size_bytes, &prefix)
+                    .await?;
+            let removed: HashSet<String> = job.inputs.iter().map(|e| e.file_path().to_string()).collect();
+            let props = HashMap::from([("streamtable.operation".to_string(), "compaction".to_string())]);
+            let outcome = replace::commit_replace(&backend.catalog, &ident, &removed, &outputs, &props).await?;
+            let snapshot_id = match outcome {
+                ReplaceOutcome::Committed(id) => Some(id),
+                ReplaceOutcome::Stale => {
+                    for f in &outputs {
+                        let _ = table.file_io().delete(f.file_path()).await;
+                    }
+                    None
+                }
+            };
+            let report = PartitionCompaction {
+                table: name.clone(),
+                partition: job.path.clone(),
+                input_files: job.inputs.len() as u64,
+                input_bytes,
+                output_files: outputs.len() as u64,
+                output_bytes: outputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+                rows: outputs.iter().map(|f| f.record_count()).sum(),
+                snapshot_id,
+                duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            };
+            tracing::info!(table = %ident, partition = %report.partition, inputs = report.input_files,
+                outputs = report.output_files, rows = report.rows, snapshot = ?snapshot_id, "compacted");
+            out.push(report);
+        }
+    }
+    Ok(out)
+}
+
+/// Partitions with enough small files, their small files sorted by path.
+fn plan<'a>(
+    table: &iceberg::table::Table,
+    live: impl Iterator<Item = &'a files::FileEntry>,
+    small_below: u64,
+    min_files: usize,
+) -> Vec<Job> {
+    let spec = table.metadata().default_partition_spec();
+    let schema = table.metadata().current_schema().clone();
+    let mut groups: BTreeMap<String, (Struct, Vec<ManifestEntryRef>)> = BTreeMap::new();
+    for files::FileEntry { spec_id, entry: e } in live {
+        let f = e.data_file();
+        if *spec_id != spec.spec_id() || f.file_size_in_bytes() >= small_below {
+            continue;
+        }
+        let path = spec.partition_to_path(f.partition(), schema.clone());
+        groups
+            .entry(path)
+            .or_insert_with(|| (f.partition().clone(), Vec::new()))
+            .1
+            .push(e.clone());
+    }
+    groups
+        .into_iter()
+        .filter(|(_, (_, files))| files.len() >= min_files)
+        .map(|(path, (partition, mut inputs))| {
+            inputs.sort_by(|a, b| a.file_path().cmp(b.file_path()));
+            Job { partition, path, inputs }
+        })
+        .collect()
+}
