@@ -49,9 +49,17 @@ pub async fn compact(config: &Config, args: &CompactArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
-    let report = crate::scheduled::run(&backend, &tables, &crate::compact::CompactOptions::default()).await?;
+    let report = crate::scheduled::run(
+        &backend,
+        &tables,
+        &crate::compact::CompactOptions::default(),
+    )
+    .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| Error::Internal(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| Error::Internal(e.to_string()))?
+        );
     } else {
         for line in report.lines() {
             println!("{line}");

@@ -82,7 +82,11 @@ pub async fn commit_pending(backend: &Backend, tables: &TableSet) -> Result<Comm
                 let intent = CommitIntent {
                     id: uuid::Uuid::new_v4().to_string(),
                     created_at_ms: now_ms(),
-                    batches: pending.iter().take(MAX_BATCHES_PER_COMMIT).map(PendingBatch::key).collect(),
+                    batches: pending
+                        .iter()
+                        .take(MAX_BATCHES_PER_COMMIT)
+                        .map(PendingBatch::key)
+                        .collect(),
                 };
                 if !backend.state.begin_commit(&intent).await? {
                     continue; // another committer got there first: resume its intent
@@ -113,7 +117,11 @@ pub async fn commit_pending(backend: &Backend, tables: &TableSet) -> Result<Comm
 }
 
 /// Commits the files of the intent's batches, table by table.
-async fn commit_intent(backend: &Backend, tables: &TableSet, intent: &CommitIntent) -> Result<Vec<TableCommitReport>> {
+async fn commit_intent(
+    backend: &Backend,
+    tables: &TableSet,
+    intent: &CommitIntent,
+) -> Result<Vec<TableCommitReport>> {
     let wanted: HashSet<&BatchKey> = intent.batches.iter().collect();
     let batches: Vec<PendingBatch> = backend
         .state
@@ -147,11 +155,12 @@ pub async fn resolve_files(backend: &Backend, batch: &PendingBatch) -> Result<Ve
     let mut files = batch.files.clone();
     if let Some(location) = &batch.files_location {
         let bytes = backend.warehouse.read(location).await?;
-        let spilled: Vec<PendingFile> = serde_json::from_slice(&bytes).map_err(|e| Error::State {
-            op: "read pending files",
-            message: format!("{location}: {e}"),
-            retryable: false,
-        })?;
+        let spilled: Vec<PendingFile> =
+            serde_json::from_slice(&bytes).map_err(|e| Error::State {
+                op: "read pending files",
+                message: format!("{location}: {e}"),
+                retryable: false,
+            })?;
         files.extend(spilled);
     }
     Ok(files)
@@ -162,7 +171,13 @@ pub fn find_commit(table: &Table, commit_id: &str) -> Option<i64> {
     table
         .metadata()
         .snapshots()
-        .find(|s| s.summary().additional_properties.get(COMMIT_ID_PROPERTY).map(String::as_str) == Some(commit_id))
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get(COMMIT_ID_PROPERTY)
+                .map(String::as_str)
+                == Some(commit_id)
+        })
         .map(|s| s.snapshot_id())
 }
 
@@ -194,17 +209,30 @@ async fn commit_table(
     let data_files = files
         .iter()
         .map(|f| {
-            deserialize_data_file_from_json(&f.data_file, spec.spec_id(), &partition_type, metadata.current_schema())
-                .map_err(|e| Error::iceberg(format!("pending data file of {name}"), e))
+            deserialize_data_file_from_json(
+                &f.data_file,
+                spec.spec_id(),
+                &partition_type,
+                metadata.current_schema(),
+            )
+            .map_err(|e| Error::iceberg(format!("pending data file of {name}"), e))
         })
         .collect::<Result<Vec<DataFile>>>()?;
     let mut props: HashMap<String, String> = offsets
         .iter()
-        .map(|(source, offset)| (format!("{OFFSET_PROPERTY_PREFIX}{source}"), offset.to_string()))
+        .map(|(source, offset)| {
+            (
+                format!("{OFFSET_PROPERTY_PREFIX}{source}"),
+                offset.to_string(),
+            )
+        })
         .collect();
     props.insert(COMMIT_ID_PROPERTY.to_string(), commit_id.to_string());
     let tx = Transaction::new(&table);
-    let append = tx.fast_append().add_data_files(data_files).set_snapshot_properties(props);
+    let append = tx
+        .fast_append()
+        .add_data_files(data_files)
+        .set_snapshot_properties(props);
     let tx = append
         .apply(tx)
         .map_err(|e| Error::iceberg(format!("append to {name}"), e))?;

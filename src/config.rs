@@ -133,7 +133,11 @@ impl Backend {
                 let warehouse = Warehouse::local(&home.join("warehouse"))?;
                 let state = SqliteStateStore::open(&home.join("state.db"))?;
                 let pointers = SqlitePointers::open(&home.join("catalog.db"))?;
-                let catalog = TableCatalog::new(Arc::new(pointers), warehouse.file_io().clone(), warehouse.root());
+                let catalog = TableCatalog::new(
+                    Arc::new(pointers),
+                    warehouse.file_io().clone(),
+                    warehouse.root(),
+                );
                 Ok(Backend {
                     warehouse,
                     state: Arc::new(state),

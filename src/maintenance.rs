@@ -36,7 +36,11 @@ pub struct TableMaintenance {
 }
 
 /// Runs maintenance on every table, then removes stale spilled pending-file lists.
-pub async fn maintain_all(backend: &Backend, tables: &TableSet, options: &CompactOptions) -> Result<Vec<TableMaintenance>> {
+pub async fn maintain_all(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+) -> Result<Vec<TableMaintenance>> {
     let now = crate::commit::now_ms();
     // Everything pending batches reference, read once.
     let mut pending_paths: HashSet<String> = HashSet::new();
@@ -98,8 +102,13 @@ async fn merge_manifests(
     if count <= options.max_manifests {
         return Ok(());
     }
-    let props = HashMap::from([("streamtable.operation".to_string(), "merge-manifests".to_string())]);
-    if let ReplaceOutcome::Committed(_) = commit_replace(&backend.catalog, ident, &HashSet::new(), &[], &props).await? {
+    let props = HashMap::from([(
+        "streamtable.operation".to_string(),
+        "merge-manifests".to_string(),
+    )]);
+    if let ReplaceOutcome::Committed(_) =
+        commit_replace(&backend.catalog, ident, &HashSet::new(), &[], &props).await?
+    {
         report.manifests_merged = count as u64;
     }
     Ok(())
@@ -161,7 +170,9 @@ async fn expire(
         .expire_snapshots()
         .expire_older_than_ms(cutoff)
         .retain_last(options.keep_last_snapshots.max(1));
-    let tx = action.apply(tx).map_err(|e| Error::iceberg(format!("expire snapshots of {ident}"), e))?;
+    let tx = action
+        .apply(tx)
+        .map_err(|e| Error::iceberg(format!("expire snapshots of {ident}"), e))?;
     let table = tx
         .commit(&backend.catalog)
         .await
@@ -189,16 +200,29 @@ async fn remove_orphans(
     let Some((table, pointer)) = backend.catalog.load(ident).await? else {
         return Ok(());
     };
-    let location = table.metadata().location().trim_end_matches('/').to_string();
+    let location = table
+        .metadata()
+        .location()
+        .trim_end_matches('/')
+        .to_string();
     let objects = backend.warehouse.list(&format!("{location}/")).await?;
-    let old: Vec<_> = objects.into_iter().filter(|o| now - o.modified_ms > options.orphan_grace_ms).collect();
+    let old: Vec<_> = objects
+        .into_iter()
+        .filter(|o| now - o.modified_ms > options.orphan_grace_ms)
+        .collect();
     if old.is_empty() {
         return Ok(());
     }
     let snapshots: Vec<SnapshotRef> = table.metadata().snapshots().cloned().collect();
     let mut keep = referenced(&table, &snapshots).await?;
     keep.insert(pointer.metadata_location.clone());
-    keep.extend(table.metadata().metadata_log().iter().map(|m| m.metadata_file.clone()));
+    keep.extend(
+        table
+            .metadata()
+            .metadata_log()
+            .iter()
+            .map(|m| m.metadata_file.clone()),
+    );
     for o in old {
         if keep.contains(&o.location) || pending.contains(&o.location) {
             continue;
@@ -214,5 +238,9 @@ async fn remove_orphans(
 
 /// Live data files of the current snapshot (for tools and tests).
 pub async fn live_files(table: &Table) -> Result<Vec<String>> {
-    Ok(files::load_current(table).await?.live().map(|e| e.entry.file_path().to_string()).collect())
+    Ok(files::load_current(table)
+        .await?
+        .live()
+        .map(|e| e.entry.file_path().to_string())
+        .collect())
 }

@@ -32,7 +32,10 @@ impl ScheduledReport {
             self.commit.duration_ms
         )];
         for t in &self.commit.tables {
-            out.push(format!("  {:<14} +{} files, +{} rows", t.table, t.files, t.rows));
+            out.push(format!(
+                "  {:<14} +{} files, +{} rows",
+                t.table, t.files, t.rows
+            ));
         }
         let (inputs, outputs): (u64, u64) = self
             .compaction
@@ -43,14 +46,24 @@ impl ScheduledReport {
             self.compaction.len()
         ));
         let expired: u64 = self.maintenance.iter().map(|m| m.snapshots_expired).sum();
-        let deleted: u64 = self.maintenance.iter().map(|m| m.files_deleted + m.orphans_deleted).sum();
-        out.push(format!("maintenance: {expired} snapshots expired, {deleted} files deleted"));
+        let deleted: u64 = self
+            .maintenance
+            .iter()
+            .map(|m| m.files_deleted + m.orphans_deleted)
+            .sum();
+        out.push(format!(
+            "maintenance: {expired} snapshots expired, {deleted} files deleted"
+        ));
         out
     }
 }
 
 /// Runs the stage once. Tables missing from the catalog are created from the spec first.
-pub async fn run(backend: &Backend, tables: &TableSet, options: &CompactOptions) -> Result<ScheduledReport> {
+pub async fn run(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+) -> Result<ScheduledReport> {
     let started = Instant::now();
     tables.ensure_all(backend).await?;
     let commit = commit_pending(backend, tables).await?;

@@ -53,7 +53,10 @@ impl TableSet {
     }
 
     pub fn ident(&self, table: &str) -> TableIdent {
-        TableIdent::new(NamespaceIdent::new(self.namespace.clone()), table.to_string())
+        TableIdent::new(
+            NamespaceIdent::new(self.namespace.clone()),
+            table.to_string(),
+        )
     }
 
     pub fn get(&self, table: &str) -> Result<&TableDef> {
@@ -82,7 +85,10 @@ impl TableSet {
             .format_version(FormatVersion::V2)
             .properties(table_properties(def.target_file_size_bytes))
             .build();
-        let table = backend.catalog.create_if_absent(&self.namespace, creation).await?;
+        let table = backend
+            .catalog
+            .create_if_absent(&self.namespace, creation)
+            .await?;
         check_schema(name, table.metadata().current_schema(), &def.layout.schema)?;
         Ok(table)
     }
@@ -93,7 +99,10 @@ pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> 
     HashMap::from([
         ("write.format.default".into(), "parquet".into()),
         ("write.parquet.compression-codec".into(), "zstd".into()),
-        ("write.target-file-size-bytes".into(), target_file_size_bytes.to_string()),
+        (
+            "write.target-file-size-bytes".into(),
+            target_file_size_bytes.to_string(),
+        ),
         ("streamtable.managed".into(), "true".into()),
     ])
 }
@@ -104,14 +113,24 @@ pub fn check_schema(table: &str, actual: &Schema, expected: &Schema) -> Result<(
     let e = expected.as_struct().fields();
     let same = a.len() == e.len()
         && a.iter().zip(e).all(|(x, y)| {
-            x.id == y.id && x.name == y.name && x.field_type == y.field_type && x.required == y.required
+            x.id == y.id
+                && x.name == y.name
+                && x.field_type == y.field_type
+                && x.required == y.required
         });
     if same {
         return Ok(());
     }
     let show = |fs: &[iceberg::spec::NestedFieldRef]| {
         fs.iter()
-            .map(|f| format!("{}:{}{}", f.name, f.field_type, if f.required { "!" } else { "" }))
+            .map(|f| {
+                format!(
+                    "{}:{}{}",
+                    f.name,
+                    f.field_type,
+                    if f.required { "!" } else { "" }
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };

@@ -75,7 +75,9 @@ pub fn table_input(
         .fields()
         .iter()
         .map(|f| {
-            let mut c = Column::builder().name(&f.name).r#type(hive_type(&f.field_type));
+            let mut c = Column::builder()
+                .name(&f.name)
+                .r#type(hive_type(&f.field_type));
             if let Some(doc) = &f.doc {
                 c = c.comment(doc);
             }
@@ -110,7 +112,14 @@ impl GluePointers {
 #[async_trait]
 impl PointerStore for GluePointers {
     async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
-        if self.client.get_database().name(namespace).send().await.is_ok() {
+        if self
+            .client
+            .get_database()
+            .name(namespace)
+            .send()
+            .await
+            .is_ok()
+        {
             return Ok(());
         }
         let input = DatabaseInput::builder()
@@ -118,7 +127,13 @@ impl PointerStore for GluePointers {
             .description("Iceberg tables written by streamtable")
             .build()
             .map_err(|e| Error::Internal(format!("Glue database input: {e}")))?;
-        match self.client.create_database().database_input(input).send().await {
+        match self
+            .client
+            .create_database()
+            .database_input(input)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => {
                 let f = SdkFault::from_sdk(&e);
@@ -183,11 +198,22 @@ impl PointerStore for GluePointers {
 
     async fn get(&self, namespace: &str, table: &str) -> Result<Option<Pointer>> {
         let what = format!("{namespace}.{table}");
-        let out = match self.client.get_table().database_name(namespace).name(table).send().await {
+        let out = match self
+            .client
+            .get_table()
+            .database_name(namespace)
+            .name(table)
+            .send()
+            .await
+        {
             Ok(o) => o,
             Err(e) => {
                 let f = SdkFault::from_sdk(&e);
-                return if f.is_not_found() { Ok(None) } else { Err(glue_error("get table", &what, f)) };
+                return if f.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(glue_error("get table", &what, f))
+                };
             }
         };
         let Some(t) = out.table() else {
@@ -198,7 +224,9 @@ impl PointerStore for GluePointers {
             .and_then(|p| p.get("metadata_location"))
             .ok_or_else(|| Error::State {
                 op: "get table",
-                message: format!("Glue table {what} has no metadata_location: it is not an Iceberg table"),
+                message: format!(
+                    "Glue table {what} has no metadata_location: it is not an Iceberg table"
+                ),
                 retryable: false,
             })?;
         Ok(Some(Pointer {
@@ -207,15 +235,32 @@ impl PointerStore for GluePointers {
         }))
     }
 
-    async fn create(&self, namespace: &str, table: &str, location: &str, metadata: &TableMetadata) -> Result<bool> {
+    async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        metadata: &TableMetadata,
+    ) -> Result<bool> {
         let input = table_input(table, metadata, location, None)?;
-        match self.client.create_table().database_name(namespace).table_input(input).send().await {
+        match self
+            .client
+            .create_table()
+            .database_name(namespace)
+            .table_input(input)
+            .send()
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) => {
                 if let Some(CreateTableError::AlreadyExistsException(_)) = e.as_service_error() {
                     return Ok(false);
                 }
-                Err(glue_error("create table", &format!("{namespace}.{table}"), SdkFault::from_sdk(&e)))
+                Err(glue_error(
+                    "create table",
+                    &format!("{namespace}.{table}"),
+                    SdkFault::from_sdk(&e),
+                ))
             }
         }
     }
@@ -235,15 +280,26 @@ impl PointerStore for GluePointers {
             Some(current) if current.metadata_location == expected.metadata_location => {}
             _ => return Ok(false),
         }
-        let input = table_input(table, metadata, new_location, Some(&expected.metadata_location))?;
-        let mut req = self.client.update_table().database_name(namespace).table_input(input);
+        let input = table_input(
+            table,
+            metadata,
+            new_location,
+            Some(&expected.metadata_location),
+        )?;
+        let mut req = self
+            .client
+            .update_table()
+            .database_name(namespace)
+            .table_input(input);
         if let Some(v) = &expected.version {
             req = req.version_id(v);
         }
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) => {
-                if let Some(UpdateTableError::ConcurrentModificationException(_)) = e.as_service_error() {
+                if let Some(UpdateTableError::ConcurrentModificationException(_)) =
+                    e.as_service_error()
+                {
                     return Ok(false);
                 }
                 Err(glue_error("update table", &what, SdkFault::from_sdk(&e)))
@@ -258,7 +314,13 @@ impl PointerStore for GluePointers {
             .name(table)
             .send()
             .await
-            .map_err(|e| glue_error("delete table", &format!("{namespace}.{table}"), SdkFault::from_sdk(&e)))?;
+            .map_err(|e| {
+                glue_error(
+                    "delete table",
+                    &format!("{namespace}.{table}"),
+                    SdkFault::from_sdk(&e),
+                )
+            })?;
         Ok(())
     }
 }

@@ -22,7 +22,8 @@ use iceberg::io::FileIO;
 use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
-    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
+    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, TableCommit, TableCreation,
+    TableIdent,
 };
 
 use crate::error::{Error, Result};
@@ -47,7 +48,13 @@ pub trait PointerStore: Send + Sync + Debug {
     /// The table's pointer, or `None` if the table does not exist.
     async fn get(&self, namespace: &str, table: &str) -> Result<Option<Pointer>>;
     /// Registers a new table. `Ok(false)` if it already exists.
-    async fn create(&self, namespace: &str, table: &str, location: &str, metadata: &TableMetadata) -> Result<bool>;
+    async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        metadata: &TableMetadata,
+    ) -> Result<bool>;
     /// Points the table at `new_location` if it still is at `expected`. `Ok(false)` when another
     /// writer swapped first (nothing was changed).
     async fn swap(
@@ -81,7 +88,11 @@ fn namespace_name(ns: &NamespaceIdent) -> String {
 }
 
 impl TableCatalog {
-    pub fn new(pointers: Arc<dyn PointerStore>, file_io: FileIO, warehouse_root: impl Into<String>) -> Self {
+    pub fn new(
+        pointers: Arc<dyn PointerStore>,
+        file_io: FileIO,
+        warehouse_root: impl Into<String>,
+    ) -> Self {
         TableCatalog {
             pointers,
             file_io,
@@ -99,7 +110,8 @@ impl TableCatalog {
     }
 
     fn table(&self, ident: &TableIdent, location: &str, metadata: TableMetadata) -> Result<Table> {
-        let runtime = iceberg::Runtime::try_current().map_err(|e| Error::iceberg("tokio runtime", e))?;
+        let runtime =
+            iceberg::Runtime::try_current().map_err(|e| Error::iceberg("tokio runtime", e))?;
         Table::builder()
             .identifier(ident.clone())
             .metadata_location(location.to_string())
@@ -118,7 +130,12 @@ impl TableCatalog {
         };
         let metadata = TableMetadata::read_from(&self.file_io, &pointer.metadata_location)
             .await
-            .map_err(|e| Error::iceberg(format!("read metadata of {ident} at {}", pointer.metadata_location), e))?;
+            .map_err(|e| {
+                Error::iceberg(
+                    format!("read metadata of {ident} at {}", pointer.metadata_location),
+                    e,
+                )
+            })?;
         let table = self.table(ident, &pointer.metadata_location, metadata)?;
         Ok(Some((table, pointer)))
     }
@@ -142,11 +159,12 @@ impl TableCatalog {
             .map_err(|e| Error::iceberg(format!("write metadata of {ident}"), e))?;
         let next = next.to_string();
         let ns = namespace_name(ident.namespace());
-        let swapped = self.pointers.swap(&ns, ident.name(), expected, &next, &metadata).await;
+        let swapped = self
+            .pointers
+            .swap(&ns, ident.name(), expected, &next, &metadata)
+            .await;
         match swapped {
-            Ok(true) => {
-                Ok(Some(self.table(ident, &next, metadata)?))
-            }
+            Ok(true) => Ok(Some(self.table(ident, &next, metadata)?)),
             Ok(false) => {
                 let _ = self.file_io.delete(&next).await;
                 Ok(None)
@@ -157,8 +175,15 @@ impl TableCatalog {
     }
 
     /// Creates a table, or returns the existing one.
-    pub async fn create_if_absent(&self, namespace: &str, creation: TableCreation) -> Result<Table> {
-        let ident = TableIdent::new(NamespaceIdent::new(namespace.to_string()), creation.name.clone());
+    pub async fn create_if_absent(
+        &self,
+        namespace: &str,
+        creation: TableCreation,
+    ) -> Result<Table> {
+        let ident = TableIdent::new(
+            NamespaceIdent::new(namespace.to_string()),
+            creation.name.clone(),
+        );
         if let Some((t, _)) = self.load(&ident).await? {
             return Ok(t);
         }
@@ -167,7 +192,10 @@ impl TableCatalog {
             .location
             .clone()
             .unwrap_or_else(|| format!("{}/{namespace}.db/{}", self.warehouse_root, creation.name));
-        let creation = TableCreation { location: Some(location.clone()), ..creation };
+        let creation = TableCreation {
+            location: Some(location.clone()),
+            ..creation
+        };
         let metadata = TableMetadataBuilder::from_table_creation(creation)
             .and_then(|b| b.build())
             .map_err(|e| Error::iceberg(format!("new table {ident}"), e))?
@@ -179,21 +207,31 @@ impl TableCatalog {
             .map_err(|e| Error::iceberg(format!("write metadata of {ident}"), e))?;
         let created = self
             .pointers
-            .create(namespace, ident.name(), &metadata_location.to_string(), &metadata)
+            .create(
+                namespace,
+                ident.name(),
+                &metadata_location.to_string(),
+                &metadata,
+            )
             .await?;
         if !created {
             let _ = self.file_io.delete(metadata_location.to_string()).await;
         }
         match self.load(&ident).await? {
             Some((t, _)) => Ok(t),
-            None => Err(Error::Internal(format!("table {ident} vanished right after creation"))),
+            None => Err(Error::Internal(format!(
+                "table {ident} vanished right after creation"
+            ))),
         }
     }
 }
 
 #[async_trait]
 impl Catalog for TableCatalog {
-    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> iceberg::Result<Vec<NamespaceIdent>> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
         if parent.is_some() {
             return Ok(Vec::new());
         }
@@ -206,7 +244,10 @@ impl Catalog for TableCatalog {
         namespace: &NamespaceIdent,
         _properties: HashMap<String, String>,
     ) -> iceberg::Result<Namespace> {
-        self.pointers.ensure_namespace(&namespace_name(namespace)).await.map_err(to_iceberg)?;
+        self.pointers
+            .ensure_namespace(&namespace_name(namespace))
+            .await
+            .map_err(to_iceberg)?;
         Ok(Namespace::new(namespace.clone()))
     }
 
@@ -214,7 +255,10 @@ impl Catalog for TableCatalog {
         if self.namespace_exists(namespace).await? {
             Ok(Namespace::new(namespace.clone()))
         } else {
-            Err(iceberg::Error::new(ErrorKind::NamespaceNotFound, format!("no namespace {namespace:?}")))
+            Err(iceberg::Error::new(
+                ErrorKind::NamespaceNotFound,
+                format!("no namespace {namespace:?}"),
+            ))
         }
     }
 
@@ -223,36 +267,68 @@ impl Catalog for TableCatalog {
         Ok(names.contains(&namespace_name(namespace)))
     }
 
-    async fn update_namespace(&self, _: &NamespaceIdent, _: HashMap<String, String>) -> iceberg::Result<()> {
-        Err(iceberg::Error::new(ErrorKind::FeatureUnsupported, "namespace properties are not managed by streamtable"))
+    async fn update_namespace(
+        &self,
+        _: &NamespaceIdent,
+        _: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        Err(iceberg::Error::new(
+            ErrorKind::FeatureUnsupported,
+            "namespace properties are not managed by streamtable",
+        ))
     }
 
     async fn drop_namespace(&self, _: &NamespaceIdent) -> iceberg::Result<()> {
-        Err(iceberg::Error::new(ErrorKind::FeatureUnsupported, "dropping namespaces is not supported by streamtable"))
+        Err(iceberg::Error::new(
+            ErrorKind::FeatureUnsupported,
+            "dropping namespaces is not supported by streamtable",
+        ))
     }
 
     async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        let names = self.pointers.list_tables(&namespace_name(namespace)).await.map_err(to_iceberg)?;
-        Ok(names.into_iter().map(|n| TableIdent::new(namespace.clone(), n)).collect())
+        let names = self
+            .pointers
+            .list_tables(&namespace_name(namespace))
+            .await
+            .map_err(to_iceberg)?;
+        Ok(names
+            .into_iter()
+            .map(|n| TableIdent::new(namespace.clone(), n))
+            .collect())
     }
 
-    async fn create_table(&self, namespace: &NamespaceIdent, creation: TableCreation) -> iceberg::Result<Table> {
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
         let ident = TableIdent::new(namespace.clone(), creation.name.clone());
         if self.table_exists(&ident).await? {
-            return Err(iceberg::Error::new(ErrorKind::TableAlreadyExists, format!("table {ident} exists")));
+            return Err(iceberg::Error::new(
+                ErrorKind::TableAlreadyExists,
+                format!("table {ident} exists"),
+            ));
         }
-        self.create_if_absent(&namespace_name(namespace), creation).await.map_err(to_iceberg)
+        self.create_if_absent(&namespace_name(namespace), creation)
+            .await
+            .map_err(to_iceberg)
     }
 
     async fn load_table(&self, ident: &TableIdent) -> iceberg::Result<Table> {
         match self.load(ident).await.map_err(to_iceberg)? {
             Some((t, _)) => Ok(t),
-            None => Err(iceberg::Error::new(ErrorKind::TableNotFound, format!("no table {ident}"))),
+            None => Err(iceberg::Error::new(
+                ErrorKind::TableNotFound,
+                format!("no table {ident}"),
+            )),
         }
     }
 
     async fn drop_table(&self, ident: &TableIdent) -> iceberg::Result<()> {
-        self.pointers.drop_table(&namespace_name(ident.namespace()), ident.name()).await.map_err(to_iceberg)
+        self.pointers
+            .drop_table(&namespace_name(ident.namespace()), ident.name())
+            .await
+            .map_err(to_iceberg)
     }
 
     async fn purge_table(&self, ident: &TableIdent) -> iceberg::Result<()> {
@@ -261,15 +337,26 @@ impl Catalog for TableCatalog {
 
     async fn table_exists(&self, ident: &TableIdent) -> iceberg::Result<bool> {
         let ns = namespace_name(ident.namespace());
-        Ok(self.pointers.get(&ns, ident.name()).await.map_err(to_iceberg)?.is_some())
+        Ok(self
+            .pointers
+            .get(&ns, ident.name())
+            .await
+            .map_err(to_iceberg)?
+            .is_some())
     }
 
     async fn rename_table(&self, _: &TableIdent, _: &TableIdent) -> iceberg::Result<()> {
-        Err(iceberg::Error::new(ErrorKind::FeatureUnsupported, "renaming tables is not supported by streamtable"))
+        Err(iceberg::Error::new(
+            ErrorKind::FeatureUnsupported,
+            "renaming tables is not supported by streamtable",
+        ))
     }
 
     async fn register_table(&self, _: &TableIdent, _: String) -> iceberg::Result<Table> {
-        Err(iceberg::Error::new(ErrorKind::FeatureUnsupported, "registering tables is not supported by streamtable"))
+        Err(iceberg::Error::new(
+            ErrorKind::FeatureUnsupported,
+            "registering tables is not supported by streamtable",
+        ))
     }
 
     /// One optimistic attempt: apply the commit to the current metadata and swap. A lost race is
@@ -280,13 +367,19 @@ impl Catalog for TableCatalog {
             .load(&ident)
             .await
             .map_err(to_iceberg)?
-            .ok_or_else(|| iceberg::Error::new(ErrorKind::TableNotFound, format!("no table {ident}")))?;
+            .ok_or_else(|| {
+                iceberg::Error::new(ErrorKind::TableNotFound, format!("no table {ident}"))
+            })?;
         let staged = commit.apply(table.clone()).map_err(|e| {
             let retry = e.kind() == ErrorKind::CatalogCommitConflicts;
             e.with_retryable(retry)
         })?;
         let metadata = staged.metadata().clone();
-        match self.commit_metadata(&table, &pointer, metadata).await.map_err(to_iceberg)? {
+        match self
+            .commit_metadata(&table, &pointer, metadata)
+            .await
+            .map_err(to_iceberg)?
+        {
             Some(t) => Ok(t),
             None => Err(iceberg::Error::new(
                 ErrorKind::CatalogCommitConflicts,

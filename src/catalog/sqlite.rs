@@ -57,12 +57,14 @@ impl SqlitePointers {
     /// Opens (creating if needed) the catalog database.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io("create catalog directory", dir, e))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io("create catalog directory", dir, e))?;
         }
         let conn = Connection::open(path).map_err(|e| db_error("open", path, e))?;
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(|e| db_error("configure", path, e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| db_error("create schema", path, e))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| db_error("create schema", path, e))?;
         Ok(SqlitePointers {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
@@ -155,8 +157,18 @@ impl PointerStore for SqlitePointers {
         .await
     }
 
-    async fn create(&self, namespace: &str, table: &str, location: &str, _: &TableMetadata) -> Result<bool> {
-        let (ns, t, loc) = (namespace.to_string(), table.to_string(), location.to_string());
+    async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        _: &TableMetadata,
+    ) -> Result<bool> {
+        let (ns, t, loc) = (
+            namespace.to_string(),
+            table.to_string(),
+            location.to_string(),
+        );
         self.with_conn(move |c, p| {
             c.execute(
                 "INSERT OR IGNORE INTO iceberg_tables

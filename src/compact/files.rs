@@ -33,7 +33,9 @@ impl SnapshotFiles {
 
     /// Manifests holding deletes (carried unchanged by rewrites).
     pub fn delete_manifests(&self) -> impl Iterator<Item = &ManifestFile> {
-        self.manifests.iter().filter(|m| m.content == ManifestContentType::Deletes)
+        self.manifests
+            .iter()
+            .filter(|m| m.content == ManifestContentType::Deletes)
     }
 }
 

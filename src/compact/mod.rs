@@ -77,7 +77,11 @@ struct Job {
 }
 
 /// Compacts every table of the set.
-pub async fn compact_all(backend: &Backend, tables: &TableSet, options: &CompactOptions) -> Result<Vec<PartitionCompaction>> {
+pub async fn compact_all(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+) -> Result<Vec<PartitionCompaction>> {
     let mut out = Vec::new();
     let mut budget = options.max_rewrite_bytes_per_run;
     for (name, def) in &tables.tables {
@@ -96,12 +100,27 @@ pub async fn compact_all(backend: &Backend, tables: &TableSet, options: &Compact
             budget -= input_bytes;
             let started = Instant::now();
             let prefix = format!("compact-{}", uuid::Uuid::new_v4());
-            let outputs =
-                rewrite::rewrite(&table, &job.partition, &job.path, &job.inputs, def.target_file_size_bytes, &prefix)
+            let outputs = rewrite::rewrite(
+                &table,
+                &job.partition,
+                &job.path,
+                &job.inputs,
+                def.target_file_size_bytes,
+                &prefix,
+            )
+            .await?;
+            let removed: HashSet<String> = job
+                .inputs
+                .iter()
+                .map(|e| e.file_path().to_string())
+                .collect();
+            let props = HashMap::from([(
+                "streamtable.operation".to_string(),
+                "compaction".to_string(),
+            )]);
+            let outcome =
+                replace::commit_replace(&backend.catalog, &ident, &removed, &outputs, &props)
                     .await?;
-            let removed: HashSet<String> = job.inputs.iter().map(|e| e.file_path().to_string()).collect();
-            let props = HashMap::from([("streamtable.operation".to_string(), "compaction".to_string())]);
-            let outcome = replace::commit_replace(&backend.catalog, &ident, &removed, &outputs, &props).await?;
             let snapshot_id = match outcome {
                 ReplaceOutcome::Committed(id) => Some(id),
                 ReplaceOutcome::Stale => {
@@ -157,7 +176,11 @@ fn plan<'a>(
         .filter(|(_, (_, files))| files.len() >= min_files)
         .map(|(path, (partition, mut inputs))| {
             inputs.sort_by(|a, b| a.file_path().cmp(b.file_path()));
-            Job { partition, path, inputs }
+            Job {
+                partition,
+                path,
+                inputs,
+            }
         })
         .collect()
 }

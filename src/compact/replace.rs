@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use iceberg::TableIdent;
 use iceberg::spec::{
-    DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
+    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
 
@@ -60,7 +60,8 @@ pub async fn commit_replace(
         if !removed.iter().all(|p| live.contains(p.as_str())) {
             return Ok(ReplaceOutcome::Stale);
         }
-        let (snapshot, written) = build_snapshot(&table, &snapshot_files, removed, added, properties).await?;
+        let (snapshot, written) =
+            build_snapshot(&table, &snapshot_files, removed, added, properties).await?;
         let snapshot_id = snapshot.snapshot_id();
         let metadata = table
             .metadata()
@@ -68,7 +69,13 @@ pub async fn commit_replace(
             .into_builder(Some(pointer.metadata_location.clone()))
             .add_snapshot(snapshot)
             .and_then(|b| {
-                b.set_ref(MAIN_BRANCH, SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)))
+                b.set_ref(
+                    MAIN_BRANCH,
+                    SnapshotReference::new(
+                        snapshot_id,
+                        SnapshotRetention::branch(None, None, None),
+                    ),
+                )
             })
             .and_then(|b| b.build())
             .map_err(|e| Error::iceberg(format!("replace metadata of {ident}"), e))?
@@ -126,7 +133,10 @@ async fn build_snapshot(
     let default_spec = metadata.default_partition_spec();
     for f in added {
         summary.add_file(f, schema.clone(), default_spec.clone());
-        by_spec.entry(default_spec.spec_id()).or_default().push(Entry::Added(f.clone()));
+        by_spec
+            .entry(default_spec.spec_id())
+            .or_default()
+            .push(Entry::Added(f.clone()));
     }
 
     let mut manifests: Vec<ManifestFile> = Vec::new();
@@ -135,9 +145,17 @@ async fn build_snapshot(
             .partition_spec_by_id(spec_id)
             .ok_or_else(|| Error::Internal(ctx(&format!("partition spec {spec_id}"))))?;
         let path = format!("{}/metadata/{commit}-m{n}.avro", metadata.location());
-        let output = table.file_io().new_output(&path).map_err(|e| Error::iceberg(ctx("manifest"), e))?;
-        let mut writer =
-            ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), spec.as_ref().clone()).build_v2_data();
+        let output = table
+            .file_io()
+            .new_output(&path)
+            .map_err(|e| Error::iceberg(ctx("manifest"), e))?;
+        let mut writer = ManifestWriterBuilder::new(
+            output,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_data();
         let bad = |e| Error::iceberg(ctx("manifest entry"), e);
         for entry in entries {
             match entry {
@@ -160,11 +178,19 @@ async fn build_snapshot(
             }
         }
         written.push(path);
-        manifests.push(writer.write_manifest_file().await.map_err(|e| Error::iceberg(ctx("write manifest"), e))?);
+        manifests.push(
+            writer
+                .write_manifest_file()
+                .await
+                .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
+        );
     }
     manifests.extend(current.delete_manifests().cloned());
 
-    let list_path = format!("{}/metadata/snap-{snapshot_id}-0-{commit}.avro", metadata.location());
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit}.avro",
+        metadata.location()
+    );
     let list_out = table
         .file_io()
         .new_output(&list_path)
@@ -172,15 +198,25 @@ async fn build_snapshot(
         .writer()
         .await
         .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-    let mut list = ManifestListWriter::v2(list_out, snapshot_id, metadata.current_snapshot_id(), sequence_number);
+    let mut list = ManifestListWriter::v2(
+        list_out,
+        snapshot_id,
+        metadata.current_snapshot_id(),
+        sequence_number,
+    );
     list.add_manifests(manifests.into_iter())
         .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-    list.close().await.map_err(|e| Error::iceberg(ctx("write manifest list"), e))?;
+    list.close()
+        .await
+        .map_err(|e| Error::iceberg(ctx("write manifest list"), e))?;
     written.push(list_path.clone());
 
     let mut props = properties.clone();
     props.extend(summary.build());
-    let previous = metadata.current_snapshot().map(|s| s.summary().additional_properties.clone()).unwrap_or_default();
+    let previous = metadata
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .unwrap_or_default();
     add_totals(&mut props, &previous);
     let snapshot = Snapshot::builder()
         .with_manifest_list(list_path)
@@ -205,14 +241,28 @@ enum Entry {
 
 /// The six `total-*` fields: previous totals, plus what was added, minus what was removed.
 fn add_totals(props: &mut HashMap<String, String>, previous: &HashMap<String, String>) {
-    let get = |m: &HashMap<String, String>, k: &str| m.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let get = |m: &HashMap<String, String>, k: &str| {
+        m.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0)
+    };
     let totals = [
         ("total-records", "added-records", "deleted-records"),
         ("total-data-files", "added-data-files", "deleted-data-files"),
         ("total-files-size", "added-files-size", "removed-files-size"),
-        ("total-delete-files", "added-delete-files", "removed-delete-files"),
-        ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
-        ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
+        (
+            "total-position-deletes",
+            "added-position-deletes",
+            "removed-position-deletes",
+        ),
+        (
+            "total-equality-deletes",
+            "added-equality-deletes",
+            "removed-equality-deletes",
+        ),
     ];
     let values: Vec<(String, String)> = totals
         .iter()

@@ -14,7 +14,9 @@ use iceberg::io::FileMetadata;
 use iceberg::spec::{DataFile, ManifestEntryRef, Struct};
 use iceberg::table::Table;
 use iceberg::writer::CurrentFileStatus;
-use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder, ParquetWriter, ParquetWriterBuilder};
+use iceberg::writer::file_writer::{
+    FileWriter, FileWriterBuilder, ParquetWriter, ParquetWriterBuilder,
+};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -50,7 +52,8 @@ pub async fn rewrite(
     let ctx = |what: &str| format!("{what} ({ident})");
     let schema = metadata.current_schema().clone();
     let arrow_schema = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|e| Error::iceberg(ctx("arrow schema"), e))?,
+        iceberg::arrow::schema_to_arrow_schema(&schema)
+            .map_err(|e| Error::iceberg(ctx("arrow schema"), e))?,
     );
     let builder = ParquetWriterBuilder::new(compacted_file_properties(), schema);
     let spec_id = metadata.default_partition_spec_id();
@@ -71,7 +74,12 @@ pub async fn rewrite(
             .reader()
             .await
             .map_err(|e| Error::iceberg(ctx(&format!("open {path}")), e))?;
-        let file = ArrowFileReader::new(FileMetadata { size: input.file_size_in_bytes() }, reader);
+        let file = ArrowFileReader::new(
+            FileMetadata {
+                size: input.file_size_in_bytes(),
+            },
+            reader,
+        );
         let mut stream = ParquetRecordBatchStreamBuilder::new(file)
             .await
             .map_err(|e| Error::Internal(ctx(&format!("read {path}: {e}"))))?
@@ -81,17 +89,27 @@ pub async fn rewrite(
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|e| Error::Internal(ctx(&format!("read {path}: {e}"))))?;
             let batch = RecordBatch::try_new(arrow_schema.clone(), batch.columns().to_vec())
-                .map_err(|e| Error::Internal(ctx(&format!("{path} does not fit the table schema: {e}"))))?;
+                .map_err(|e| {
+                    Error::Internal(ctx(&format!("{path} does not fit the table schema: {e}")))
+                })?;
             let w = match writer.as_mut() {
                 Some(w) => w,
                 None => {
                     let location = format!("{dir}/{prefix}-{:05}.parquet", outputs.len());
-                    let out = table.file_io().new_output(&location).map_err(|e| Error::iceberg(ctx(&location), e))?;
-                    let w = builder.build(out).await.map_err(|e| Error::iceberg(ctx("parquet writer"), e))?;
+                    let out = table
+                        .file_io()
+                        .new_output(&location)
+                        .map_err(|e| Error::iceberg(ctx(&location), e))?;
+                    let w = builder
+                        .build(out)
+                        .await
+                        .map_err(|e| Error::iceberg(ctx("parquet writer"), e))?;
                     writer.insert(w)
                 }
             };
-            w.write(&batch).await.map_err(|e| Error::iceberg(ctx("write compacted file"), e))?;
+            w.write(&batch)
+                .await
+                .map_err(|e| Error::iceberg(ctx("write compacted file"), e))?;
             if w.current_written_size() as u64 >= target_bytes
                 && let Some(w) = writer.take()
             {

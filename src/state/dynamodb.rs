@@ -19,10 +19,14 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, Put, TransactWriteItem, Update, WriteRequest};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, Put, TransactWriteItem, Update, WriteRequest,
+};
 
 use crate::aws::SdkFault;
-use crate::checkpoint::{Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore};
+use crate::checkpoint::{
+    Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore,
+};
 use crate::error::{Error, Result};
 
 /// DynamoDB state store.
@@ -290,7 +294,9 @@ impl StateStore for DynamoStateStore {
     }
 
     async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
-        let build = |e: aws_sdk_dynamodb::error::BuildError| Error::Internal(format!("DynamoDB request: {e}"));
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            Error::Internal(format!("DynamoDB request: {e}"))
+        };
         let mut requests = Vec::with_capacity(intent.batches.len());
         for b in &intent.batches {
             let delete = DeleteRequest::builder()
@@ -315,7 +321,13 @@ impl StateStore for DynamoStateStore {
                     .request_items(&self.table, todo.clone())
                     .send()
                     .await
-                    .map_err(|e| state_error("remove pending batches", &self.table, SdkFault::from_sdk(&e)))?;
+                    .map_err(|e| {
+                        state_error(
+                            "remove pending batches",
+                            &self.table,
+                            SdkFault::from_sdk(&e),
+                        )
+                    })?;
                 todo = out
                     .unprocessed_items()
                     .and_then(|m| m.get(&self.table))
@@ -325,7 +337,11 @@ impl StateStore for DynamoStateStore {
             if !todo.is_empty() {
                 return Err(Error::State {
                     op: "remove pending batches",
-                    message: format!("DynamoDB table {}: {} deletes stayed unprocessed", self.table, todo.len()),
+                    message: format!(
+                        "DynamoDB table {}: {} deletes stayed unprocessed",
+                        self.table,
+                        todo.len()
+                    ),
                     retryable: true,
                 });
             }
@@ -339,7 +355,9 @@ impl StateStore for DynamoStateStore {
             .expression_attribute_values(":id", s(&intent.id))
             .send()
             .await
-            .map_err(|e| state_error("remove commit intent", &self.table, SdkFault::from_sdk(&e)))?;
+            .map_err(|e| {
+                state_error("remove commit intent", &self.table, SdkFault::from_sdk(&e))
+            })?;
         Ok(())
     }
 }

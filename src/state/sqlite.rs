@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::checkpoint::{Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore};
+use crate::checkpoint::{
+    Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore,
+};
 use crate::error::{Error, Result};
 
 const SCHEMA: &str = "
@@ -221,9 +223,17 @@ impl StateStore for SqliteStateStore {
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
         self.with_conn(|conn, path| {
             let row = conn
-                .query_row("SELECT id, created_at_ms, batches FROM commit_intent WHERE slot = 1", [], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
-                })
+                .query_row(
+                    "SELECT id, created_at_ms, batches FROM commit_intent WHERE slot = 1",
+                    [],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, String>(2)?,
+                        ))
+                    },
+                )
                 .optional()
                 .map_err(|e| db_error("read commit intent", path, e))?;
             row.map(|(id, created_at_ms, batches)| {
@@ -272,8 +282,11 @@ impl StateStore for SqliteStateStore {
                 )
                 .map_err(err("remove pending batch"))?;
             }
-            tx.execute("DELETE FROM commit_intent WHERE slot = 1 AND id = ?1", params![intent.id])
-                .map_err(err("remove commit intent"))?;
+            tx.execute(
+                "DELETE FROM commit_intent WHERE slot = 1 AND id = ?1",
+                params![intent.id],
+            )
+            .map_err(err("remove commit intent"))?;
             tx.commit().map_err(err("commit"))
         })
         .await

@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use streamtable::checkpoint::{Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore};
+use streamtable::checkpoint::{
+    Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore,
+};
 use streamtable::{Error, Result};
 
 type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -81,6 +83,12 @@ impl StateStore for FaultyState {
             }
             Some(Fault::Before(hook)) => {
                 hook().await;
+                self.inner
+                    .advance(source, from, to_next_offset, batch)
+                    .await
+            }
+            Some(other) => {
+                self.faults.lock().expect("faults").insert(0, other);
                 self.inner
                     .advance(source, from, to_next_offset, batch)
                     .await
