@@ -37,10 +37,10 @@ async fn zombie_invocation_cannot_move_the_checkpoint_back() {
     scenarios::zombie_invocation_cannot_move_the_checkpoint_back(&common::moto().await).await;
 }
 
-// Concurrent duplicate invocations are tested on the embedded backend only: moto's DynamoDB
-// runs TransactWriteItems without any lock (its rollback even deep-copies whole tables), so two
-// concurrent conditional transactions can both pass on moto, which real DynamoDB never allows.
-// The conflict path itself runs here in `zombie_invocation_cannot_move_the_checkpoint_back`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicates_land_once() {
+    scenarios::concurrent_duplicates_land_once(&common::moto().await).await;
+}
 
 #[tokio::test]
 async fn multi_partition_batches_checkpoint_each_partition() {

@@ -49,38 +49,33 @@ pub async fn load(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotFiles
         .map_err(|e| Error::iceberg(format!("manifest list of {name}"), e))?;
     let manifests: Vec<ManifestFile> = list.entries().to_vec();
     let file_io = table.file_io().clone();
-    let loaded: Vec<Vec<FileEntry>> = futures::stream::iter(
-        manifests
-            .iter()
-            .filter(|m| m.content == ManifestContentType::Data)
-            .cloned()
-            .map(|m| {
-                let file_io = file_io.clone();
-                async move {
-                    m.load_manifest(&file_io)
-                        .await
-                        .map(|manifest| {
-                            let spec_id = m.partition_spec_id;
-                            manifest
-                                .entries()
-                                .iter()
-                                .map(|entry| FileEntry {
-                                    spec_id,
-                                    entry: entry.clone(),
-                                })
-                                .collect()
-                        })
-                        .map_err(|e| Error::iceberg(format!("manifest {}", m.manifest_path), e))
-                }
-            }),
-    )
-    .buffered(CONCURRENT_MANIFESTS)
-    .try_collect()
-    .await?;
+    let data_manifests: Vec<ManifestFile> =
+        manifests.iter().filter(|m| m.content == ManifestContentType::Data).cloned().collect();
+    let loads: Vec<_> = data_manifests.into_iter().map(|m| load_entries(file_io.clone(), m)).collect();
+    let loaded: Vec<Vec<FileEntry>> = futures::stream::iter(loads)
+        .buffered(CONCURRENT_MANIFESTS)
+        .try_collect()
+        .await?;
     Ok(SnapshotFiles {
         manifests,
         data_entries: loaded.into_iter().flatten().collect(),
     })
+}
+
+async fn load_entries(file_io: iceberg::io::FileIO, m: ManifestFile) -> Result<Vec<FileEntry>> {
+    let manifest = m
+        .load_manifest(&file_io)
+        .await
+        .map_err(|e| Error::iceberg(format!("manifest {}", m.manifest_path), e))?;
+    let spec_id = m.partition_spec_id;
+    Ok(manifest
+        .entries()
+        .iter()
+        .map(|entry| FileEntry {
+            spec_id,
+            entry: entry.clone(),
+        })
+        .collect())
 }
 
 /// The current snapshot's files, or nothing for a table without snapshots.

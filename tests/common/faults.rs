@@ -125,3 +125,54 @@ impl StateStore for FaultyState {
         self.inner.finish_commit(intent).await
     }
 }
+
+/// A pointer store whose swaps fail (not retryably: a crash) on chosen calls.
+#[derive(Debug)]
+pub struct FaultyPointers {
+    pub inner: Arc<dyn streamtable::catalog::PointerStore>,
+    /// Swap calls (0-based) that fail.
+    pub fail_swaps: Mutex<Vec<usize>>,
+    pub swaps: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl streamtable::catalog::PointerStore for FaultyPointers {
+    async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
+        self.inner.ensure_namespace(namespace).await
+    }
+    async fn list_namespaces(&self) -> Result<Vec<String>> {
+        self.inner.list_namespaces().await
+    }
+    async fn list_tables(&self, namespace: &str) -> Result<Vec<String>> {
+        self.inner.list_tables(namespace).await
+    }
+    async fn get(&self, namespace: &str, table: &str) -> Result<Option<streamtable::catalog::Pointer>> {
+        self.inner.get(namespace, table).await
+    }
+    async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        metadata: &iceberg::spec::TableMetadata,
+    ) -> Result<bool> {
+        self.inner.create(namespace, table, location, metadata).await
+    }
+    async fn swap(
+        &self,
+        namespace: &str,
+        table: &str,
+        expected: &streamtable::catalog::Pointer,
+        new_location: &str,
+        metadata: &iceberg::spec::TableMetadata,
+    ) -> Result<bool> {
+        let n = self.swaps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.fail_swaps.lock().expect("faults").contains(&n) {
+            return Err(Error::Config(format!("injected crash at swap {n} of {table}")));
+        }
+        self.inner.swap(namespace, table, expected, new_location, metadata).await
+    }
+    async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
+        self.inner.drop_table(namespace, table).await
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod faults;
 pub mod scenarios;
+pub mod table_scenarios;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,6 +29,8 @@ pub struct Harness {
     pub spec: PipelineSpec,
     /// Keeps the embedded home alive.
     pub _home: Option<tempfile::TempDir>,
+    /// How an outside reader reaches the catalog.
+    pub catalog_args: Vec<String>,
 }
 
 pub fn example_spec() -> PipelineSpec {
@@ -43,10 +46,12 @@ pub async fn embedded() -> Harness {
     })
     .await
     .expect("embedded backend");
+    let catalog_args = vec!["--catalog".into(), "sql".into(), "--home".into(), home.path().display().to_string()];
     Harness {
         backend,
         spec: example_spec(),
         _home: Some(home),
+        catalog_args,
     }
 }
 
@@ -80,18 +85,28 @@ pub async fn moto() -> Harness {
         .expect("create bucket on moto");
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     create_state_table(&dynamo, &name).await;
+    let database = name.replace('-', "_");
     let backend = Backend::connect(&BackendConfig::Aws {
         bucket: name.clone(),
         prefix: "warehouse".into(),
         state_table: name,
-        glue_database: "streamtable".into(),
+        glue_database: database.clone(),
     })
     .await
     .expect("aws backend");
+    let catalog_args = vec![
+        "--catalog".into(),
+        "glue".into(),
+        "--endpoint".into(),
+        endpoint,
+        "--database".into(),
+        database,
+    ];
     Harness {
         backend,
         spec: example_spec(),
         _home: None,
+        catalog_args,
     }
 }
 
@@ -127,6 +142,34 @@ pub async fn create_state_table(dynamo: &aws_sdk_dynamodb::Client, name: &str) {
 }
 
 impl Harness {
+    pub fn tables(&self) -> streamtable::tables::TableSet {
+        streamtable::tables::TableSet::new(&self.spec, &self.backend.namespace).expect("table set")
+    }
+
+    /// Reads `table` with an independent implementation (`pyiceberg` or `duckdb`).
+    pub fn read_external(&self, reader: &str, table: &str) -> serde_json::Value {
+        self.read_external_at(reader, table, None)
+    }
+
+    pub fn read_external_at(&self, reader: &str, table: &str, snapshot: Option<i64>) -> serde_json::Value {
+        let python = std::env::var("STREAMTABLE_TEST_PYTHON").expect(
+            "STREAMTABLE_TEST_PYTHON is not set: these tests read tables back through pyiceberg and DuckDB; run ./scripts/test, which installs them",
+        );
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
+        let mut cmd = std::process::Command::new(python);
+        cmd.arg(script).args(["--reader", reader, "--table", table]).args(&self.catalog_args);
+        if let Some(s) = snapshot {
+            cmd.args(["--snapshot", &s.to_string()]);
+        }
+        let out = cmd.output().expect("run read_table.py");
+        assert!(
+            out.status.success(),
+            "{reader} could not read {table}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("reader output is JSON")
+    }
+
     pub fn ingestor(&self) -> Ingestor {
         Ingestor::new(&self.spec, &self.backend).expect("ingestor")
     }

@@ -1,0 +1,41 @@
+//! Commit, compaction and maintenance on the embedded backend (SQLite catalog, local
+//! warehouse), read back through pyiceberg's SqlCatalog and DuckDB.
+
+mod common;
+
+use common::table_scenarios as s;
+
+#[tokio::test]
+async fn committed_tables_read_back_through_pyiceberg_and_duckdb() {
+    s::committed_tables_read_back_through_pyiceberg_and_duckdb(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn tables_are_created_on_first_use() {
+    s::tables_are_created_on_first_use(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn commit_crash_before_bookkeeping_is_finished_without_duplicates() {
+    s::commit_crash_before_bookkeeping_is_finished_without_duplicates(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn commit_crash_between_tables_is_resumed() {
+    s::commit_crash_between_tables_is_resumed(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn compaction_replaces_small_files_in_one_snapshot() {
+    s::compaction_replaces_small_files_in_one_snapshot(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn maintenance_deletes_only_unreferenced_files() {
+    s::maintenance_deletes_only_unreferenced_files(&common::embedded().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commit_and_compaction_keep_every_row_once() {
+    s::concurrent_commit_and_compaction_keep_every_row_once(&common::embedded().await).await;
+}
