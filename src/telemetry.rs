@@ -84,6 +84,37 @@ pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) ->
     )
 }
 
+/// The EMF line of one scheduled run: what was committed and compacted, how long commits took,
+/// what maintenance removed.
+pub fn scheduled_metrics(report: &crate::scheduled::ScheduledReport, now_ms: i64) -> String {
+    let rewritten: u64 = report.compaction.iter().map(|c| c.input_bytes).sum();
+    let expired: u64 = report.maintenance.iter().map(|m| m.snapshots_expired).sum();
+    let deleted: u64 = report
+        .maintenance
+        .iter()
+        .map(|m| m.files_deleted + m.orphans_deleted)
+        .sum();
+    emf_line(
+        "compact",
+        now_ms,
+        &[
+            ("BatchesCommitted", report.commit.batches as f64, "Count"),
+            ("FilesCommitted", report.commit.files() as f64, "Count"),
+            ("RowsCommitted", report.commit.rows() as f64, "Count"),
+            ("CommitLatencyMs", report.commit.duration_ms, "Milliseconds"),
+            (
+                "PartitionsCompacted",
+                report.compaction.len() as f64,
+                "Count",
+            ),
+            ("BytesRewritten", rewritten as f64, "Bytes"),
+            ("SnapshotsExpired", expired as f64, "Count"),
+            ("FilesDeleted", deleted as f64, "Count"),
+            ("DurationMs", report.duration_ms, "Milliseconds"),
+        ],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,8 @@ async fn tables_are_created_on_first_use() {
 
 #[tokio::test]
 async fn commit_crash_before_bookkeeping_is_finished_without_duplicates() {
-    s::commit_crash_before_bookkeeping_is_finished_without_duplicates(&common::embedded().await).await;
+    s::commit_crash_before_bookkeeping_is_finished_without_duplicates(&common::embedded().await)
+        .await;
 }
 
 #[tokio::test]

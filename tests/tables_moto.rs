@@ -39,3 +39,134 @@ async fn maintenance_deletes_only_unreferenced_files() {
 async fn concurrent_commit_and_compaction_keep_every_row_once() {
     s::concurrent_commit_and_compaction_keep_every_row_once(&common::moto().await).await;
 }
+
+/// What Athena and QuickSight rely on: Glue tables typed ICEBERG, pointing at the current
+/// metadata, with StorageDescriptor columns equal to the Iceberg schema.
+#[tokio::test]
+async fn glue_tables_carry_iceberg_parameters_and_columns() {
+    let h = common::moto().await;
+    h.ingestor()
+        .handle(&common::event(&common::records("orders", 0, 0..5)))
+        .await
+        .expect("ingest");
+    streamtable::scheduled::run(&h.backend, &h.tables(), &Default::default())
+        .await
+        .expect("run");
+    let glue = aws_sdk_glue::Client::new(&streamtable::aws::load_config().await);
+    let t = glue
+        .get_table()
+        .database_name(&h.backend.namespace)
+        .name("orders")
+        .send()
+        .await
+        .expect("get table");
+    let t = t.table().expect("table");
+    let params = t.parameters().expect("parameters");
+    assert_eq!(
+        params.get("table_type").map(String::as_str),
+        Some("ICEBERG")
+    );
+    let py = h.read_external("pyiceberg", "orders");
+    assert_eq!(
+        params.get("metadata_location").map(String::as_str),
+        py["metadata_location"].as_str()
+    );
+    let sd = t.storage_descriptor().expect("storage descriptor");
+    let cols: Vec<(String, String)> = sd
+        .columns()
+        .iter()
+        .map(|c| {
+            (
+                c.name().to_string(),
+                c.r#type().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("order_id", "string"),
+        ("customer_id", "string"),
+        ("amount", "decimal(18,2)"),
+        ("currency", "string"),
+        ("country", "string"),
+        ("status", "string"),
+        ("created_at", "timestamp"),
+        ("kafka_partition", "int"),
+        ("kafka_offset", "bigint"),
+        ("kafka_timestamp", "timestamp"),
+        ("kafka_key", "string"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(cols, expected);
+    assert_eq!(
+        sd.location(),
+        Some(
+            h.backend
+                .warehouse
+                .table_location(&h.backend.namespace, "orders")
+                .as_str()
+        )
+    );
+}
+
+/// A swap from a stale VersionId is refused, even when the location it expects is current.
+#[tokio::test]
+async fn glue_swap_from_a_stale_version_is_refused() {
+    let h = common::moto().await;
+    let tables = h.tables();
+    let table = tables.ensure(&h.backend, "orders").await.expect("table");
+    let pointers = h.backend.catalog.pointers();
+    let ns = h.backend.namespace.clone();
+    let first = pointers
+        .get(&ns, "orders")
+        .await
+        .expect("get")
+        .expect("exists");
+    h.ingestor()
+        .handle(&common::event(&common::records("orders", 0, 0..5)))
+        .await
+        .expect("ingest");
+    streamtable::commit::commit_pending(&h.backend, &tables)
+        .await
+        .expect("commit");
+    let second = pointers
+        .get(&ns, "orders")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_ne!(first, second);
+
+    let metadata = table.metadata();
+    let stale = pointers
+        .swap(
+            &ns,
+            "orders",
+            &first,
+            "s3://nowhere/x.metadata.json",
+            metadata,
+        )
+        .await
+        .expect("swap");
+    assert!(!stale, "stale location must lose");
+    let forged = streamtable::catalog::Pointer {
+        metadata_location: second.metadata_location.clone(),
+        version: first.version.clone(),
+    };
+    let refused = pointers
+        .swap(
+            &ns,
+            "orders",
+            &forged,
+            "s3://nowhere/y.metadata.json",
+            metadata,
+        )
+        .await
+        .expect("swap");
+    assert!(!refused, "stale VersionId must lose");
+    assert_eq!(
+        pointers.get(&ns, "orders").await.expect("get"),
+        Some(second)
+    );
+}

@@ -49,9 +49,15 @@ pub async fn load(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotFiles
         .map_err(|e| Error::iceberg(format!("manifest list of {name}"), e))?;
     let manifests: Vec<ManifestFile> = list.entries().to_vec();
     let file_io = table.file_io().clone();
-    let data_manifests: Vec<ManifestFile> =
-        manifests.iter().filter(|m| m.content == ManifestContentType::Data).cloned().collect();
-    let loads: Vec<_> = data_manifests.into_iter().map(|m| load_entries(file_io.clone(), m)).collect();
+    let data_manifests: Vec<ManifestFile> = manifests
+        .iter()
+        .filter(|m| m.content == ManifestContentType::Data)
+        .cloned()
+        .collect();
+    let loads: Vec<_> = data_manifests
+        .into_iter()
+        .map(|m| load_entries(file_io.clone(), m))
+        .collect();
     let loaded: Vec<Vec<FileEntry>> = futures::stream::iter(loads)
         .buffered(CONCURRENT_MANIFESTS)
         .try_collect()

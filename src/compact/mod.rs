@@ -54,6 +54,46 @@ impl Default for CompactOptions {
     }
 }
 
+impl CompactOptions {
+    /// Defaults overridden by environment variables (the compaction Lambda's configuration):
+    /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
+    /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS`,
+    /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> crate::error::Result<Self> {
+        let num = |k: &str, min: u64| -> crate::error::Result<Option<u64>> {
+            match var(k) {
+                None => Ok(None),
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if n >= min => Ok(Some(n)),
+                    _ => Err(crate::error::Error::Config(format!(
+                        "{k}={v:?} is not a whole number of at least {min}"
+                    ))),
+                },
+            }
+        };
+        let mut o = CompactOptions::default();
+        if let Some(n) = num("STREAMTABLE_COMPACT_MIN_FILES", 2)? {
+            o.min_input_files = n as usize;
+        }
+        if let Some(n) = num("STREAMTABLE_COMPACT_MAX_REWRITE_MB", 1)? {
+            o.max_rewrite_bytes_per_run = n * 1024 * 1024;
+        }
+        if let Some(n) = num("STREAMTABLE_SNAPSHOT_KEEP_LAST", 1)? {
+            o.keep_last_snapshots = n as usize;
+        }
+        if let Some(n) = num("STREAMTABLE_SNAPSHOT_RETENTION_HOURS", 0)? {
+            o.snapshot_retention_ms = n as i64 * 3_600_000;
+        }
+        if let Some(n) = num("STREAMTABLE_ORPHAN_GRACE_HOURS", 1)? {
+            o.orphan_grace_ms = n as i64 * 3_600_000;
+        }
+        if let Some(n) = num("STREAMTABLE_MAX_MANIFESTS", 2)? {
+            o.max_manifests = n as usize;
+        }
+        Ok(o)
+    }
+}
+
 /// What compaction did to one partition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PartitionCompaction {

@@ -146,7 +146,11 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
     async fn list_tables(&self, namespace: &str) -> Result<Vec<String>> {
         self.inner.list_tables(namespace).await
     }
-    async fn get(&self, namespace: &str, table: &str) -> Result<Option<streamtable::catalog::Pointer>> {
+    async fn get(
+        &self,
+        namespace: &str,
+        table: &str,
+    ) -> Result<Option<streamtable::catalog::Pointer>> {
         self.inner.get(namespace, table).await
     }
     async fn create(
@@ -156,7 +160,9 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
         location: &str,
         metadata: &iceberg::spec::TableMetadata,
     ) -> Result<bool> {
-        self.inner.create(namespace, table, location, metadata).await
+        self.inner
+            .create(namespace, table, location, metadata)
+            .await
     }
     async fn swap(
         &self,
@@ -168,9 +174,13 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
     ) -> Result<bool> {
         let n = self.swaps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.fail_swaps.lock().expect("faults").contains(&n) {
-            return Err(Error::Config(format!("injected crash at swap {n} of {table}")));
+            return Err(Error::Config(format!(
+                "injected crash at swap {n} of {table}"
+            )));
         }
-        self.inner.swap(namespace, table, expected, new_location, metadata).await
+        self.inner
+            .swap(namespace, table, expected, new_location, metadata)
+            .await
     }
     async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
         self.inner.drop_table(namespace, table).await

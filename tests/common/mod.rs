@@ -46,7 +46,12 @@ pub async fn embedded() -> Harness {
     })
     .await
     .expect("embedded backend");
-    let catalog_args = vec!["--catalog".into(), "sql".into(), "--home".into(), home.path().display().to_string()];
+    let catalog_args = vec![
+        "--catalog".into(),
+        "sql".into(),
+        "--home".into(),
+        home.path().display().to_string(),
+    ];
     Harness {
         backend,
         spec: example_spec(),
@@ -151,13 +156,20 @@ impl Harness {
         self.read_external_at(reader, table, None)
     }
 
-    pub fn read_external_at(&self, reader: &str, table: &str, snapshot: Option<i64>) -> serde_json::Value {
+    pub fn read_external_at(
+        &self,
+        reader: &str,
+        table: &str,
+        snapshot: Option<i64>,
+    ) -> serde_json::Value {
         let python = std::env::var("STREAMTABLE_TEST_PYTHON").expect(
             "STREAMTABLE_TEST_PYTHON is not set: these tests read tables back through pyiceberg and DuckDB; run ./scripts/test, which installs them",
         );
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
         let mut cmd = std::process::Command::new(python);
-        cmd.arg(script).args(["--reader", reader, "--table", table]).args(&self.catalog_args);
+        cmd.arg(script)
+            .args(["--reader", reader, "--table", table])
+            .args(&self.catalog_args);
         if let Some(s) = snapshot {
             cmd.args(["--snapshot", &s.to_string()]);
         }

@@ -19,7 +19,10 @@ use super::{Harness, event, records};
 
 /// Keys as the readers print them: `[partition, offset]`.
 fn json_keys(partition: i32, offsets: impl IntoIterator<Item = i64>) -> Vec<Value> {
-    offsets.into_iter().map(|o| serde_json::json!([partition, o])).collect()
+    offsets
+        .into_iter()
+        .map(|o| serde_json::json!([partition, o]))
+        .collect()
 }
 
 fn keys(v: &Value) -> Vec<Value> {
@@ -41,7 +44,10 @@ fn check_table(h: &Harness, table: &str, expected: &[Value]) -> Value {
     let duck = h.read_external("duckdb", table);
     assert_eq!(keys(&py), expected, "pyiceberg rows of {table}");
     assert_eq!(keys(&duck), expected, "DuckDB rows of {table}");
-    assert_eq!(py["checksum"], duck["checksum"], "pyiceberg and DuckDB see the same values in {table}");
+    assert_eq!(
+        py["checksum"], duck["checksum"],
+        "pyiceberg and DuckDB see the same values in {table}"
+    );
     assert_eq!(py["format_version"], 2);
     py
 }
@@ -60,8 +66,13 @@ fn mixed_batch() -> Vec<SourceRecord> {
 }
 
 pub async fn committed_tables_read_back_through_pyiceberg_and_duckdb(h: &Harness) {
-    h.ingestor().handle(&event(&mixed_batch())).await.expect("ingest");
-    let report = scheduled::run(&h.backend, &h.tables(), &opts()).await.expect("scheduled run");
+    h.ingestor()
+        .handle(&event(&mixed_batch()))
+        .await
+        .expect("ingest");
+    let report = scheduled::run(&h.backend, &h.tables(), &opts())
+        .await
+        .expect("scheduled run");
     assert_eq!(report.commit.batches, 4);
     assert_eq!(report.commit.rows(), 90);
 
@@ -70,7 +81,11 @@ pub async fn committed_tables_read_back_through_pyiceberg_and_duckdb(h: &Harness
     let py = check_table(h, "orders", &orders);
     assert_eq!(operations(&py), ["append"]);
     let summary = &py["snapshots"][0]["summary"];
-    assert!(summary["streamtable.commit-id"].as_str().is_some_and(|s| s.ends_with("/orders")));
+    assert!(
+        summary["streamtable.commit-id"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("/orders"))
+    );
     assert_eq!(summary["streamtable.offset.orders-0"], "29");
     assert_eq!(summary["streamtable.offset.orders-1"], "19");
     assert_eq!(summary["total-records"], "49");
@@ -80,26 +95,47 @@ pub async fn committed_tables_read_back_through_pyiceberg_and_duckdb(h: &Harness
     assert_eq!(dead["columns"][0], "topic");
 
     // A second run has nothing to do and adds no snapshot.
-    let again = scheduled::run(&h.backend, &h.tables(), &opts()).await.expect("second run");
+    let again = scheduled::run(&h.backend, &h.tables(), &opts())
+        .await
+        .expect("second run");
     assert_eq!(again.commit.batches, 0);
-    assert_eq!(operations(&h.read_external("pyiceberg", "orders")), ["append"]);
+    assert_eq!(
+        operations(&h.read_external("pyiceberg", "orders")),
+        ["append"]
+    );
     assert!(h.backend.state.pending().await.expect("pending").is_empty());
 }
 
 /// Every table is created on first use, empty tables included, with the spec's layout.
 pub async fn tables_are_created_on_first_use(h: &Harness) {
-    scheduled::run(&h.backend, &h.tables(), &opts()).await.expect("scheduled run");
+    scheduled::run(&h.backend, &h.tables(), &opts())
+        .await
+        .expect("scheduled run");
     for t in ["orders", "payments", "readings", "dead_letters"] {
         let py = h.read_external("pyiceberg", t);
         assert_eq!(py["count"], 0, "{t} starts empty");
     }
     let py = h.read_external("pyiceberg", "orders");
-    let cols: Vec<&str> = py["columns"].as_array().expect("columns").iter().filter_map(Value::as_str).collect();
+    let cols: Vec<&str> = py["columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     assert_eq!(
         cols,
         [
-            "order_id", "customer_id", "amount", "currency", "country", "status", "created_at", "kafka_partition",
-            "kafka_offset", "kafka_timestamp", "kafka_key"
+            "order_id",
+            "customer_id",
+            "amount",
+            "currency",
+            "country",
+            "status",
+            "created_at",
+            "kafka_partition",
+            "kafka_offset",
+            "kafka_timestamp",
+            "kafka_key"
         ]
     );
 }
@@ -107,19 +143,44 @@ pub async fn tables_are_created_on_first_use(h: &Harness) {
 /// A crash after every table was committed but before the bookkeeping: the next run finishes
 /// the bookkeeping and appends nothing twice.
 pub async fn commit_crash_before_bookkeeping_is_finished_without_duplicates(h: &Harness) {
-    h.ingestor().handle(&event(&mixed_batch())).await.expect("ingest");
+    h.ingestor()
+        .handle(&event(&mixed_batch()))
+        .await
+        .expect("ingest");
     let tables = h.tables();
     tables.ensure_all(&h.backend).await.expect("tables");
     let faulty = Backend {
-        state: FaultyState::new(h.backend.state.clone(), vec![Fault::CrashBeforeFinishCommit]),
+        state: FaultyState::new(
+            h.backend.state.clone(),
+            vec![Fault::CrashBeforeFinishCommit],
+        ),
         ..h.backend.clone()
     };
-    commit_pending(&faulty, &tables).await.expect_err("injected crash");
-    assert!(h.backend.state.commit_intent().await.expect("intent").is_some());
+    commit_pending(&faulty, &tables)
+        .await
+        .expect_err("injected crash");
+    assert!(
+        h.backend
+            .state
+            .commit_intent()
+            .await
+            .expect("intent")
+            .is_some()
+    );
     let resumed = commit_pending(&h.backend, &tables).await.expect("resume");
     assert_eq!(resumed.resumed, 1);
-    assert!(resumed.tables.iter().all(|t| t.already_committed), "{resumed:?}");
-    assert!(h.backend.state.commit_intent().await.expect("intent").is_none());
+    assert!(
+        resumed.tables.iter().all(|t| t.already_committed),
+        "{resumed:?}"
+    );
+    assert!(
+        h.backend
+            .state
+            .commit_intent()
+            .await
+            .expect("intent")
+            .is_none()
+    );
     assert!(h.backend.state.pending().await.expect("pending").is_empty());
     let py = check_table(h, "payments", &json_keys(0, 0..25));
     assert_eq!(operations(&py), ["append"]);
@@ -128,7 +189,10 @@ pub async fn commit_crash_before_bookkeeping_is_finished_without_duplicates(h: &
 /// A crash in the middle of committing (first table committed, second not): the next run skips
 /// the first by its commit id and commits the rest.
 pub async fn commit_crash_between_tables_is_resumed(h: &Harness) {
-    h.ingestor().handle(&event(&mixed_batch())).await.expect("ingest");
+    h.ingestor()
+        .handle(&event(&mixed_batch()))
+        .await
+        .expect("ingest");
     let tables = h.tables();
     tables.ensure_all(&h.backend).await.expect("tables");
     // Tables commit in name order: dead_letters (swap 0), orders (swap 1), payments, readings.
@@ -138,19 +202,40 @@ pub async fn commit_crash_between_tables_is_resumed(h: &Harness) {
         swaps: AtomicUsize::new(0),
     });
     let faulty = Backend {
-        catalog: TableCatalog::new(pointers, h.backend.warehouse.file_io().clone(), h.backend.warehouse.root()),
+        catalog: TableCatalog::new(
+            pointers,
+            h.backend.warehouse.file_io().clone(),
+            h.backend.warehouse.root(),
+        ),
         ..h.backend.clone()
     };
-    commit_pending(&faulty, &tables).await.expect_err("injected crash");
+    commit_pending(&faulty, &tables)
+        .await
+        .expect_err("injected crash");
     let resumed = commit_pending(&h.backend, &tables).await.expect("resume");
-    let dl = resumed.tables.iter().find(|t| t.table == "dead_letters").expect("dead_letters");
+    let dl = resumed
+        .tables
+        .iter()
+        .find(|t| t.table == "dead_letters")
+        .expect("dead_letters");
     assert!(dl.already_committed);
-    let orders = resumed.tables.iter().find(|t| t.table == "orders").expect("orders");
+    let orders = resumed
+        .tables
+        .iter()
+        .find(|t| t.table == "orders")
+        .expect("orders");
     assert!(!orders.already_committed);
     let mut expected: Vec<Value> = json_keys(0, (0..30).filter(|o| *o != 3));
     expected.extend(json_keys(1, 0..20));
     assert_eq!(operations(&check_table(h, "orders", &expected)), ["append"]);
-    assert_eq!(operations(&check_table(h, "dead_letters", &[serde_json::json!(["orders", 0, 3])])), ["append"]);
+    assert_eq!(
+        operations(&check_table(
+            h,
+            "dead_letters",
+            &[serde_json::json!(["orders", 0, 3])]
+        )),
+        ["append"]
+    );
 }
 
 /// Eight small appends in one partition become one file in one `replace` snapshot; every row
@@ -166,14 +251,26 @@ pub async fn compaction_replaces_small_files_in_one_snapshot(h: &Harness) {
     let before = check_table(h, "orders", &expected);
     let before_snapshot = before["current_snapshot_id"].as_i64().expect("snapshot id");
 
-    let report = compact_all(&h.backend, &tables, &opts()).await.expect("compact");
+    let report = compact_all(&h.backend, &tables, &opts())
+        .await
+        .expect("compact");
     let orders: Vec<_> = report.iter().filter(|c| c.table == "orders").collect();
     assert_eq!(orders.len(), 1, "{report:?}");
-    assert_eq!((orders[0].input_files, orders[0].output_files, orders[0].rows), (8, 1, 320));
+    assert_eq!(
+        (
+            orders[0].input_files,
+            orders[0].output_files,
+            orders[0].rows
+        ),
+        (8, 1, 320)
+    );
     assert!(orders[0].snapshot_id.is_some());
 
     let after = check_table(h, "orders", &expected);
-    assert_eq!(before["checksum"], after["checksum"], "values unchanged by compaction");
+    assert_eq!(
+        before["checksum"], after["checksum"],
+        "values unchanged by compaction"
+    );
     let ops = operations(&after);
     assert_eq!(ops.len(), 9);
     assert_eq!(ops.last().map(String::as_str), Some("replace"));
@@ -182,10 +279,16 @@ pub async fn compaction_replaces_small_files_in_one_snapshot(h: &Harness) {
     assert_eq!(last["total-data-files"], "1");
     assert_eq!(last["deleted-data-files"], "8");
     let old = h.read_external_at("pyiceberg", "orders", Some(before_snapshot));
-    assert_eq!(keys(&old), expected, "time travel to the pre-compaction snapshot");
+    assert_eq!(
+        keys(&old),
+        expected,
+        "time travel to the pre-compaction snapshot"
+    );
 
     // Nothing left to compact.
-    let again = compact_all(&h.backend, &tables, &opts()).await.expect("compact again");
+    let again = compact_all(&h.backend, &tables, &opts())
+        .await
+        .expect("compact again");
     assert!(again.iter().all(|c| c.table != "orders"));
 }
 
@@ -194,31 +297,70 @@ pub async fn compaction_replaces_small_files_in_one_snapshot(h: &Harness) {
 pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
     let tables = h.tables();
     for i in 0..6 {
-        h.ingestor().handle(&event(&records("orders", 0, i * 10..(i + 1) * 10))).await.expect("ingest");
+        h.ingestor()
+            .handle(&event(&records("orders", 0, i * 10..(i + 1) * 10)))
+            .await
+            .expect("ingest");
         commit_pending(&h.backend, &tables).await.expect("commit");
     }
-    compact_all(&h.backend, &tables, &opts()).await.expect("compact");
+    compact_all(&h.backend, &tables, &opts())
+        .await
+        .expect("compact");
     // A pending (uncommitted) batch, and an orphan as a crashed invocation leaves it.
-    h.ingestor().handle(&event(&records("orders", 0, 60..70))).await.expect("pending batch");
-    let crashing = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), vec![Fault::CrashBeforeAdvance]));
-    crashing.handle(&event(&records("orders", 3, 0..5))).await.expect_err("crash leaves an orphan");
+    h.ingestor()
+        .handle(&event(&records("orders", 0, 60..70)))
+        .await
+        .expect("pending batch");
+    let crashing = h.ingestor_with_state(FaultyState::new(
+        h.backend.state.clone(),
+        vec![Fault::CrashBeforeAdvance],
+    ));
+    crashing
+        .handle(&event(&records("orders", 3, 0..5)))
+        .await
+        .expect_err("crash leaves an orphan");
 
-    let location = h.backend.warehouse.table_location(&h.backend.namespace, "orders");
-    let before: BTreeSet<String> =
-        h.backend.warehouse.list(&location).await.expect("list").into_iter().map(|o| o.location).collect();
+    let location = h
+        .backend
+        .warehouse
+        .table_location(&h.backend.namespace, "orders");
+    let before: BTreeSet<String> = h
+        .backend
+        .warehouse
+        .list(&location)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|o| o.location)
+        .collect();
     let aggressive = CompactOptions {
         keep_last_snapshots: 1,
         snapshot_retention_ms: 0,
         orphan_grace_ms: -60_000,
         ..opts()
     };
-    let report = maintain_all(&h.backend, &tables, &aggressive).await.expect("maintenance");
-    let orders = report.iter().find(|m| m.table == "orders").expect("orders report");
+    let report = maintain_all(&h.backend, &tables, &aggressive)
+        .await
+        .expect("maintenance");
+    let orders = report
+        .iter()
+        .find(|m| m.table == "orders")
+        .expect("orders report");
     assert_eq!(orders.snapshots_expired, 6);
-    assert!(orders.files_deleted >= 6 + 6, "micro-files and old manifests: {orders:?}");
+    assert!(
+        orders.files_deleted >= 6 + 6,
+        "micro-files and old manifests: {orders:?}"
+    );
     assert!(orders.orphans_deleted >= 1, "{orders:?}");
-    let after: BTreeSet<String> =
-        h.backend.warehouse.list(&location).await.expect("list").into_iter().map(|o| o.location).collect();
+    let after: BTreeSet<String> = h
+        .backend
+        .warehouse
+        .list(&location)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|o| o.location)
+        .collect();
     assert!(after.len() < before.len());
 
     // The table still reads completely, and the pending batch's files are still there.
@@ -229,7 +371,9 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
         assert!(after.contains(path), "pending file {path} was deleted");
     }
     // Committing it afterwards still works.
-    commit_pending(&h.backend, &tables).await.expect("commit after maintenance");
+    commit_pending(&h.backend, &tables)
+        .await
+        .expect("commit after maintenance");
     check_table(h, "orders", &json_keys(0, 0..70));
 }
 
@@ -247,7 +391,10 @@ pub async fn concurrent_commit_and_compaction_keep_every_row_once(h: &Harness) {
         let ingestor = h.ingestor();
         tokio::spawn(async move {
             for i in 0..10 {
-                ingestor.handle(&event(&records("orders", 0, i * 20..(i + 1) * 20))).await.expect("ingest");
+                ingestor
+                    .handle(&event(&records("orders", 0, i * 20..(i + 1) * 20)))
+                    .await
+                    .expect("ingest");
                 commit_pending(&backend, &tables).await.expect("commit");
             }
         })
@@ -259,7 +406,9 @@ pub async fn concurrent_commit_and_compaction_keep_every_row_once(h: &Harness) {
         tokio::spawn(async move {
             let mut rounds = 0;
             for _ in 0..15 {
-                let r = compact_all(&backend, &tables, &eager).await.expect("compact");
+                let r = compact_all(&backend, &tables, &eager)
+                    .await
+                    .expect("compact");
                 rounds += r.iter().filter(|c| c.snapshot_id.is_some()).count();
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
@@ -268,10 +417,15 @@ pub async fn concurrent_commit_and_compaction_keep_every_row_once(h: &Harness) {
     };
     writer.await.expect("writer task");
     let rounds = compactor.await.expect("compactor task");
-    compact_all(&h.backend, &tables, &eager).await.expect("final compaction");
+    compact_all(&h.backend, &tables, &eager)
+        .await
+        .expect("final compaction");
     let py = check_table(h, "orders", &json_keys(0, 0..200));
     let ops = operations(&py);
     assert_eq!(ops.iter().filter(|o| *o == "append").count(), 10);
     assert!(rounds + 1 >= ops.iter().filter(|o| *o == "replace").count());
-    assert!(ops.iter().any(|o| o == "replace"), "compaction ran: {ops:?}");
+    assert!(
+        ops.iter().any(|o| o == "replace"),
+        "compaction ran: {ops:?}"
+    );
 }

@@ -1,51 +1,16 @@
-//! `streamtable bench …`: benchmarks that print numbers (never timed assertions in tests).
+//! `streamtable bench ingest`: one full ESM batch, in memory, end to end, and its peak RSS.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
+use super::{median, peak_rss_kb, tempdir};
 use crate::cli::{now_ms, read_event, synthetic_records};
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, esm_event};
 use crate::ingest::Ingestor;
 
-/// Which benchmark.
-#[derive(Debug, clap::Subcommand)]
-pub enum BenchCommand {
-    /// One full ESM batch of orders: event JSON to Parquet bytes in memory, then end to end on
-    /// the embedded backend (files + checkpoint), then peak RSS of one invocation.
-    Ingest {
-        /// Records per batch.
-        #[arg(long, default_value_t = 10_000)]
-        records: u64,
-        /// Kafka partitions in the batch.
-        #[arg(long, default_value_t = 4)]
-        partitions: i32,
-        /// Timed iterations (the median is reported).
-        #[arg(long, default_value_t = 15)]
-        iterations: usize,
-    },
-    /// One invocation on an event file, then the process's peak RSS (used by `bench ingest`).
-    #[command(hide = true)]
-    IngestOnce {
-        #[arg(long)]
-        event: PathBuf,
-    },
-}
-
-/// Runs a benchmark.
-pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
-    match which {
-        BenchCommand::Ingest {
-            records,
-            partitions,
-            iterations,
-        } => ingest(config, *records, *partitions, (*iterations).max(1)).await,
-        BenchCommand::IngestOnce { event } => ingest_once(config, event).await,
-    }
-}
-
-fn orders_event(records: u64, partitions: i32, start_offset: i64) -> String {
+pub(super) fn orders_event(records: u64, partitions: i32, start_offset: i64) -> String {
     let mut factory = EventFactory::new(42);
     let mut offsets = vec![start_offset; partitions.max(1) as usize];
     let recs = synthetic_records(
@@ -60,12 +25,12 @@ fn orders_event(records: u64, partitions: i32, start_offset: i64) -> String {
     esm_event(&recs)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-async fn ingest(config: &Config, records: u64, partitions: i32, iterations: usize) -> Result<()> {
+pub(super) async fn ingest(
+    config: &Config,
+    records: u64,
+    partitions: i32,
+    iterations: usize,
+) -> Result<()> {
     let spec = config.load_pipeline()?;
     let event = orders_event(records, partitions, 0);
     let mb = event.len() as f64 / 1e6;
@@ -156,7 +121,7 @@ async fn ingest(config: &Config, records: u64, partitions: i32, iterations: usiz
     Ok(())
 }
 
-async fn ingest_once(config: &Config, event: &Path) -> Result<()> {
+pub(super) async fn ingest_once(config: &Config, event: &Path) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let ingestor = Ingestor::new(&spec, &backend)?;
@@ -170,23 +135,4 @@ async fn ingest_once(config: &Config, event: &Path) -> Result<()> {
         summary.line()
     );
     Ok(())
-}
-
-/// Peak resident set size of this process, in KiB (Linux `VmHWM`).
-pub fn peak_rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
-fn tempdir(name: &str) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("streamtable-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
-    Ok(dir)
 }

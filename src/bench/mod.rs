@@ -1,0 +1,100 @@
+//! `streamtable bench …`: benchmarks that print numbers (never timed assertions in tests).
+
+mod compact;
+mod ingest;
+
+use std::path::PathBuf;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// Which benchmark.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// One full ESM batch of orders: event JSON to Parquet bytes in memory, then end to end on
+    /// the embedded backend (files + checkpoint), then peak RSS of one invocation.
+    Ingest {
+        /// Records per batch.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Kafka partitions in the batch.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Timed iterations (the median is reported).
+        #[arg(long, default_value_t = 15)]
+        iterations: usize,
+    },
+    /// One invocation on an event file, then the process's peak RSS (used by `bench ingest`).
+    #[command(hide = true)]
+    IngestOnce {
+        #[arg(long)]
+        event: PathBuf,
+    },
+    /// Compaction of many 1-5 MB files into target-size files: throughput and peak RSS.
+    Compact {
+        /// Total size of the small files to rewrite, in MB.
+        #[arg(long, default_value_t = 1024)]
+        total_mb: u64,
+        /// Target size of the compacted files, in MB.
+        #[arg(long, default_value_t = 128)]
+        target_mb: u64,
+    },
+    /// Compacts the table prepared in HOME, then prints peak RSS (used by `bench compact`).
+    #[command(hide = true)]
+    CompactOnce {
+        #[arg(long)]
+        home: PathBuf,
+        #[arg(long)]
+        target_mb: u64,
+    },
+    /// Time to commit many pending files on the embedded backend.
+    Commit {
+        /// Pending files to commit.
+        #[arg(long, default_value_t = 1000)]
+        files: u64,
+    },
+}
+
+/// Runs a benchmark.
+pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
+    match which {
+        BenchCommand::Ingest {
+            records,
+            partitions,
+            iterations,
+        } => ingest::ingest(config, *records, *partitions, (*iterations).max(1)).await,
+        BenchCommand::IngestOnce { event } => ingest::ingest_once(config, event).await,
+        BenchCommand::Compact {
+            total_mb,
+            target_mb,
+        } => compact::compact(config, *total_mb, *target_mb).await,
+        BenchCommand::CompactOnce { home, target_mb } => {
+            compact::compact_once(home, *target_mb).await
+        }
+        BenchCommand::Commit { files } => compact::commit(config, *files).await,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Peak resident set size of this process, in KiB (Linux `VmHWM`).
+pub fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn tempdir(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("streamtable-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+    Ok(dir)
+}
