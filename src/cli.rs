@@ -171,7 +171,8 @@ pub struct DemoArgs {
 }
 
 /// `streamtable demo`: synthetic events for every example topic through ingest, with bad
-/// records and re-delivered batches, then what landed.
+/// records and re-delivered batches, then the scheduled stage (commit, compaction,
+/// maintenance), then what landed.
 pub async fn demo(config: &Config, args: &DemoArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
@@ -226,10 +227,22 @@ pub async fn demo(config: &Config, args: &DemoArgs) -> Result<()> {
             .collect();
         println!("dead letters by kind: {}", kinds.join(" "));
     }
+    let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
+    let report = crate::scheduled::run(
+        &backend,
+        &tables,
+        &crate::compact::CompactOptions::default(),
+    )
+    .await?;
+    for line in report.lines() {
+        println!("{line}");
+    }
     if let crate::config::BackendConfig::Embedded { home } = &config.backend {
+        let db = home.join("catalog.db");
         println!(
-            "pending Parquet files are under {}",
-            home.join("warehouse").display()
+            "tables are in the Iceberg SQL catalog {} (pyiceberg: SqlCatalog(\"streamtable\", uri=\"sqlite:///{}\"))",
+            db.display(),
+            db.display()
         );
     }
     Ok(())

@@ -42,7 +42,8 @@ enum Command {
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
     /// Generate events for every example table, ingest them (with bad records and
-    /// re-deliveries, as the real ESM sends them) and print what landed.
+    /// re-deliveries, as the real ESM sends them), commit them as Iceberg snapshots and print
+    /// what landed.
     Demo(cli::DemoArgs),
     /// Benchmarks that print numbers.
     Bench {

@@ -40,3 +40,8 @@ async fn maintenance_deletes_only_unreferenced_files() {
 async fn concurrent_commit_and_compaction_keep_every_row_once() {
     s::concurrent_commit_and_compaction_keep_every_row_once(&common::embedded().await).await;
 }
+
+#[tokio::test]
+async fn compaction_copies_large_row_groups_and_merges_small_ones() {
+    s::compaction_copies_large_row_groups_and_merges_small_ones(&common::embedded().await).await;
+}

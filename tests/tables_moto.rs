@@ -170,3 +170,8 @@ async fn glue_swap_from_a_stale_version_is_refused() {
         Some(second)
     );
 }
+
+#[tokio::test]
+async fn compaction_copies_large_row_groups_and_merges_small_ones() {
+    s::compaction_copies_large_row_groups_and_merges_small_ones(&common::moto().await).await;
+}

@@ -38,6 +38,9 @@ pub struct CompactOptions {
     pub orphan_grace_ms: i64,
     /// Merge the current snapshot's manifests when there are more than this many.
     pub max_manifests: usize,
+    /// Input row groups at least this large (compressed bytes) are copied into the output as
+    /// they are; smaller ones are decoded and re-encoded into full-size row groups.
+    pub stitch_min_row_group_bytes: u64,
 }
 
 impl Default for CompactOptions {
@@ -50,6 +53,7 @@ impl Default for CompactOptions {
             snapshot_retention_ms: 24 * 3600 * 1000,
             orphan_grace_ms: 24 * 3600 * 1000,
             max_manifests: 100,
+            stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
         }
     }
 }
@@ -110,10 +114,12 @@ pub struct PartitionCompaction {
 }
 
 /// A partition's rewrite job.
-struct Job {
-    partition: Struct,
-    path: String,
-    inputs: Vec<ManifestEntryRef>,
+pub struct Job {
+    pub partition: Struct,
+    /// The partition's path (`created_at_day=2026-11-29`).
+    pub path: String,
+    /// Its small files, sorted by path.
+    pub inputs: Vec<ManifestEntryRef>,
 }
 
 /// Compacts every table of the set.
@@ -140,20 +146,25 @@ pub async fn compact_all(
             budget -= input_bytes;
             let started = Instant::now();
             let prefix = format!("compact-{}", uuid::Uuid::new_v4());
-            let outputs = rewrite::rewrite(
+            let rewritten = rewrite::rewrite(
                 &table,
-                &job.partition,
-                &job.path,
-                &job.inputs,
+                &job,
                 def.target_file_size_bytes,
+                options.stitch_min_row_group_bytes,
                 &prefix,
             )
             .await?;
-            let removed: HashSet<String> = job
+            if rewritten.outputs.is_empty() {
+                continue;
+            }
+            let outputs = rewritten.outputs;
+            let removed: HashSet<String> = rewritten.removed.into_iter().collect();
+            let input_bytes: u64 = job
                 .inputs
                 .iter()
-                .map(|e| e.file_path().to_string())
-                .collect();
+                .filter(|e| removed.contains(e.file_path()))
+                .map(|e| e.file_size_in_bytes())
+                .sum();
             let props = HashMap::from([(
                 "streamtable.operation".to_string(),
                 "compaction".to_string(),
@@ -173,7 +184,7 @@ pub async fn compact_all(
             let report = PartitionCompaction {
                 table: name.clone(),
                 partition: job.path.clone(),
-                input_files: job.inputs.len() as u64,
+                input_files: removed.len() as u64,
                 input_bytes,
                 output_files: outputs.len() as u64,
                 output_bytes: outputs.iter().map(|f| f.file_size_in_bytes()).sum(),

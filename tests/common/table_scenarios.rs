@@ -429,3 +429,73 @@ pub async fn concurrent_commit_and_compaction_keep_every_row_once(h: &Harness) {
         "compaction ran: {ops:?}"
     );
 }
+
+/// Large row groups are copied byte for byte, small ones re-encoded together, in one output
+/// file that both outside readers read exactly as before.
+pub async fn compaction_copies_large_row_groups_and_merges_small_ones(h: &Harness) {
+    let tables = h.tables();
+    let mut offset = 0;
+    let mut big_sizes = Vec::new();
+    for (i, rows) in [300i64, 20, 300, 20, 20, 300].into_iter().enumerate() {
+        h.ingestor()
+            .handle(&event(&records("orders", 0, offset..offset + rows)))
+            .await
+            .expect("ingest");
+        offset += rows;
+        if rows == 300 {
+            big_sizes.extend(h.pending_files().await.iter().map(|f| f.bytes));
+        }
+        commit_pending(&h.backend, &tables)
+            .await
+            .unwrap_or_else(|e| panic!("commit {i}: {e}"));
+    }
+    let expected = json_keys(0, 0..offset);
+    let before = check_table(h, "orders", &expected);
+    // Between the small files' row groups and the large ones'.
+    let threshold = big_sizes.iter().min().copied().expect("big files") / 2;
+    let options = CompactOptions {
+        stitch_min_row_group_bytes: threshold,
+        ..opts()
+    };
+    let report = compact_all(&h.backend, &tables, &options)
+        .await
+        .expect("compact");
+    let orders = report
+        .iter()
+        .find(|c| c.table == "orders")
+        .expect("orders compacted");
+    assert_eq!(
+        (orders.input_files, orders.output_files, orders.rows),
+        (6, 1, offset as u64)
+    );
+    let after = check_table(h, "orders", &expected);
+    assert_eq!(before["checksum"], after["checksum"], "values unchanged");
+
+    let (table, _) = h
+        .backend
+        .catalog
+        .load(&tables.ident("orders"))
+        .await
+        .expect("load")
+        .expect("table");
+    let live = streamtable::maintenance::live_files(&table)
+        .await
+        .expect("live files");
+    assert_eq!(live.len(), 1);
+    let bytes = h
+        .backend
+        .warehouse
+        .read(&live[0])
+        .await
+        .expect("read output");
+    let meta = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .expect("parquet");
+    let groups: Vec<i64> = meta
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|rg| rg.num_rows())
+        .collect();
+    // 300 (copied), 20 (re-encoded, flushed before the next copy), 300, 40, 300.
+    assert_eq!(groups, [300, 20, 300, 40, 300], "row groups of the output");
+}

@@ -1,0 +1,372 @@
+//! Reading and validating the spec file: every error names file, line and fix.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::*;
+use crate::error::{Error, Result};
+
+const PARTITION_HELP: &str = "write identity(col), year(col), month(col), day(col), hour(col), bucket(N, col) or truncate(W, col)";
+
+/// Parses `day(created_at)`, `bucket(16, id)`, `truncate(4, name)` or a bare column name.
+pub(super) fn parse_partition(text: &str) -> Option<PartitionField> {
+    use iceberg::spec::Transform;
+    let t = text.trim();
+    let Some((func, args)) = t.split_once('(') else {
+        return is_identifier(t).then(|| PartitionField {
+            transform: Transform::Identity,
+            source: t.to_string(),
+        });
+    };
+    let args: Vec<&str> = args.strip_suffix(')')?.split(',').map(str::trim).collect();
+    let (transform, source) = match (func.trim(), args.as_slice()) {
+        ("identity", [c]) => (Transform::Identity, *c),
+        ("year", [c]) => (Transform::Year, *c),
+        ("month", [c]) => (Transform::Month, *c),
+        ("day", [c]) => (Transform::Day, *c),
+        ("hour", [c]) => (Transform::Hour, *c),
+        ("bucket", [n, c]) => (Transform::Bucket(n.parse().ok().filter(|n| *n > 0)?), *c),
+        ("truncate", [w, c]) => (Transform::Truncate(w.parse().ok().filter(|w| *w > 0)?), *c),
+        _ => return None,
+    };
+    is_identifier(source).then(|| PartitionField {
+        transform,
+        source: source.to_string(),
+    })
+}
+
+/// Lowercase SQL identifier as Athena and Glue accept it.
+pub(super) fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+        && s.len() <= 128
+}
+
+// ----- raw file shape -----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    #[serde(default)]
+    settings: Option<Spanned<RawSettings>>,
+    #[serde(default)]
+    tables: Vec<Spanned<RawTable>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    max_record_bytes: Option<Spanned<u64>>,
+    target_file_size_mb: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    name: Spanned<String>,
+    topic: Spanned<String>,
+    columns: Vec<Spanned<RawColumn>>,
+    #[serde(default)]
+    partition_by: Vec<Spanned<String>>,
+    target_file_size_mb: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawColumn {
+    name: Spanned<String>,
+    #[serde(rename = "type")]
+    column_type: Spanned<String>,
+    path: Option<Spanned<String>>,
+    #[serde(default)]
+    required: bool,
+}
+
+impl PipelineSpec {
+    /// Reads and validates a spec file.
+    pub fn load(path: &Path) -> Result<PipelineSpec> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Spec(format!(
+                "{}: cannot read the pipeline spec: {e}; pass --pipeline FILE or set STREAMTABLE_PIPELINE",
+                path.display()
+            ))
+        })?;
+        PipelineSpec::parse(&text, path)
+    }
+
+    /// Validates a spec given as text; `origin` names it in messages.
+    pub fn parse(text: &str, origin: &Path) -> Result<PipelineSpec> {
+        let at = |span: std::ops::Range<usize>, msg: String| {
+            let (line, col) = line_col(text, span.start);
+            Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
+        };
+        let raw: RawSpec = toml::from_str(text).map_err(|e| {
+            let msg = e.message().trim_end().to_string();
+            match e.span() {
+                Some(span) => at(
+                    span,
+                    format!("{msg}; see infra/pipeline.toml for a valid example"),
+                ),
+                None => Error::Spec(format!("{}: {msg}", origin.display())),
+            }
+        })?;
+
+        let mut settings = Settings::default();
+        if let Some(s) = &raw.settings {
+            if let Some(v) = &s.get_ref().max_record_bytes {
+                if *v.get_ref() == 0 || *v.get_ref() > 6 * 1024 * 1024 {
+                    return Err(at(
+                        v.span(),
+                        "max_record_bytes must be between 1 and 6291456 (the Lambda payload limit)"
+                            .into(),
+                    ));
+                }
+                settings.max_record_bytes = *v.get_ref() as usize;
+            }
+            if let Some(v) = &s.get_ref().target_file_size_mb {
+                settings.target_file_size_mb = check_target_size(v).map_err(|m| at(v.span(), m))?;
+            }
+        }
+
+        if raw.tables.is_empty() {
+            return Err(Error::Spec(format!(
+                "{}: no tables; add at least one [[tables]] section with name, topic and columns",
+                origin.display()
+            )));
+        }
+        let mut names = HashSet::new();
+        let mut topics = HashSet::new();
+        let mut tables = Vec::new();
+        for t in &raw.tables {
+            let t = t.get_ref();
+            let name = t.name.get_ref();
+            if !is_identifier(name) {
+                return Err(at(
+                    t.name.span(),
+                    format!(
+                        "table name {name:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names)"
+                    ),
+                ));
+            }
+            if name == DEAD_LETTER_TABLE {
+                return Err(at(
+                    t.name.span(),
+                    format!(
+                        "table name {DEAD_LETTER_TABLE:?} is reserved for rejected records; choose another name"
+                    ),
+                ));
+            }
+            if !names.insert(name.clone()) {
+                return Err(at(
+                    t.name.span(),
+                    format!("table {name:?} is defined twice; table names must be unique"),
+                ));
+            }
+            let topic = t.topic.get_ref();
+            if topic.is_empty() || topic.len() > 249 {
+                return Err(at(
+                    t.topic.span(),
+                    "topic must be a Kafka topic name of 1 to 249 characters".into(),
+                ));
+            }
+            if !topics.insert(topic.clone()) {
+                return Err(at(
+                    t.topic.span(),
+                    format!(
+                        "topic {topic:?} already feeds another table; each topic feeds one table"
+                    ),
+                ));
+            }
+            let columns = parse_columns(t, &at)?;
+            let mut partition_by = Vec::new();
+            for p in &t.partition_by {
+                let field = parse_partition(p.get_ref()).ok_or_else(|| {
+                    at(
+                        p.span(),
+                        format!(
+                            "cannot read partition transform {:?}; {PARTITION_HELP}",
+                            p.get_ref()
+                        ),
+                    )
+                })?;
+                let col = columns.iter().find(|c| c.name == field.source).ok_or_else(|| {
+                    at(p.span(), format!(
+                        "partition source column {:?} is not a column of table {name:?}; partition by one of its columns",
+                        field.source
+                    ))
+                })?;
+                check_transform(&field, col.column_type).map_err(|m| at(p.span(), m))?;
+                if partition_by
+                    .iter()
+                    .any(|f: &PartitionField| f.field_name() == field.field_name())
+                {
+                    return Err(at(
+                        p.span(),
+                        format!("partition {:?} is listed twice", p.get_ref()),
+                    ));
+                }
+                partition_by.push(field);
+            }
+            let target_file_size_mb = match &t.target_file_size_mb {
+                Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
+                None => settings.target_file_size_mb,
+            };
+            tables.push(TableSpec {
+                name: name.clone(),
+                topic: topic.clone(),
+                columns,
+                partition_by,
+                target_file_size_mb,
+            });
+        }
+        Ok(PipelineSpec {
+            origin: origin.to_path_buf(),
+            settings,
+            tables,
+        })
+    }
+}
+
+fn parse_columns(
+    t: &RawTable,
+    at: &impl Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<Vec<ColumnSpec>> {
+    if t.columns.is_empty() {
+        return Err(at(
+            t.name.span(),
+            "table has no columns; add columns = [{ name = \"...\", type = \"...\" }]".into(),
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut columns = Vec::new();
+    for c in &t.columns {
+        let c = c.get_ref();
+        let name = c.name.get_ref();
+        if !is_identifier(name) {
+            return Err(at(
+                c.name.span(),
+                format!(
+                    "column name {name:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names), and map the JSON field with path = \"$.{name}\""
+                ),
+            ));
+        }
+        if KAFKA_COLUMNS.contains(&name.as_str()) || name.starts_with("kafka_") {
+            return Err(at(
+                c.name.span(),
+                format!(
+                    "column name {name:?} is reserved: streamtable adds {} to every table; rename the column",
+                    KAFKA_COLUMNS.join(", ")
+                ),
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(at(
+                c.name.span(),
+                format!("column {name:?} is defined twice"),
+            ));
+        }
+        let column_type = ColumnType::parse(c.column_type.get_ref()).ok_or_else(|| {
+            at(
+                c.column_type.span(),
+                format!(
+                    "unknown column type {:?}; {TYPE_HELP}",
+                    c.column_type.get_ref()
+                ),
+            )
+        })?;
+        let path = match &c.path {
+            Some(p) => JsonPath::parse(p.get_ref()).ok_or_else(|| {
+                at(
+                    p.span(),
+                    format!(
+                        "cannot read JSON path {:?}; write $.field, $.outer.inner or $['odd key']",
+                        p.get_ref()
+                    ),
+                )
+            })?,
+            None => JsonPath(vec![name.clone()]),
+        };
+        columns.push(ColumnSpec {
+            name: name.clone(),
+            column_type,
+            path,
+            required: c.required,
+        });
+    }
+    // Two columns on one path is fine; a path that is a prefix of another is not (a value cannot
+    // be both a leaf and an object).
+    for a in &columns {
+        for b in &columns {
+            if a.path != b.path && b.path.0.starts_with(&a.path.0) {
+                let span = t
+                    .columns
+                    .iter()
+                    .find(|c| c.get_ref().name.get_ref() == &b.name)
+                    .map(|c| c.span());
+                return Err(at(
+                    span.unwrap_or(t.name.span()),
+                    format!(
+                        "path {} of column {:?} lies inside path {} of column {:?}; a JSON value cannot be both",
+                        b.path, b.name, a.path, a.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(columns)
+}
+
+fn check_target_size(v: &Spanned<u64>) -> std::result::Result<u64, String> {
+    let mb = *v.get_ref();
+    if mb == 0 || mb > MAX_TARGET_FILE_SIZE_MB {
+        return Err(format!(
+            "target_file_size_mb must be between 1 and {MAX_TARGET_FILE_SIZE_MB}"
+        ));
+    }
+    Ok(mb)
+}
+
+fn check_transform(field: &PartitionField, ty: ColumnType) -> std::result::Result<(), String> {
+    use iceberg::spec::Transform;
+    let ok = match field.transform {
+        Transform::Identity => !matches!(ty, ColumnType::Float | ColumnType::Double),
+        Transform::Year | Transform::Month | Transform::Day => {
+            matches!(ty, ColumnType::Date | ColumnType::Timestamp)
+        }
+        Transform::Hour => ty == ColumnType::Timestamp,
+        Transform::Bucket(_) => matches!(
+            ty,
+            ColumnType::Int
+                | ColumnType::Long
+                | ColumnType::Decimal { .. }
+                | ColumnType::String
+                | ColumnType::Date
+                | ColumnType::Timestamp
+        ),
+        Transform::Truncate(_) => matches!(
+            ty,
+            ColumnType::Int | ColumnType::Long | ColumnType::Decimal { .. } | ColumnType::String
+        ),
+        Transform::Void | Transform::Unknown => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "transform {} cannot apply to column {:?} of type {ty}; day/month/year need a date or timestamp, hour a timestamp, truncate an int, long, decimal or string",
+            field.transform, field.source
+        ))
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
