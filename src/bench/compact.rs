@@ -70,7 +70,12 @@ fn orders_batch(
     b.finish()
 }
 
-pub(super) async fn compact(config: &Config, total_mb: u64, target_mb: u64) -> Result<()> {
+pub(super) async fn compact(
+    config: &Config,
+    total_mb: u64,
+    target_mb: u64,
+    reencode: bool,
+) -> Result<()> {
     let spec = bench_spec(config, target_mb)?;
     let home = tempdir("bench-compact")?;
     let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
@@ -126,15 +131,19 @@ pub(super) async fn compact(config: &Config, total_mb: u64, target_mb: u64) -> R
 
     let exe =
         std::env::current_exe().map_err(|e| Error::io("find executable", "streamtable", e))?;
-    let out = std::process::Command::new(exe)
-        .args([
-            "bench",
-            "compact-once",
-            "--target-mb",
-            &target_mb.to_string(),
-            "--home",
-        ])
-        .arg(&home)
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([
+        "bench",
+        "compact-once",
+        "--target-mb",
+        &target_mb.to_string(),
+        "--home",
+    ])
+    .arg(&home);
+    if reencode {
+        cmd.arg("--reencode");
+    }
+    let out = cmd
         .output()
         .map_err(|e| Error::io("run", "streamtable bench compact-once", e))?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -143,7 +152,7 @@ pub(super) async fn compact(config: &Config, total_mb: u64, target_mb: u64) -> R
     Ok(())
 }
 
-pub(super) async fn compact_once(home: &Path, target_mb: u64) -> Result<()> {
+pub(super) async fn compact_once(home: &Path, target_mb: u64, reencode: bool) -> Result<()> {
     let config = Config {
         pipeline: None,
         backend: BackendConfig::Embedded {
@@ -155,7 +164,15 @@ pub(super) async fn compact_once(home: &Path, target_mb: u64) -> Result<()> {
     let tables = TableSet::new(&spec, &backend.namespace)?;
     let rss_before = peak_rss_kb();
     let started = Instant::now();
-    let report = compact_all(&backend, &tables, &CompactOptions::default()).await?;
+    let options = CompactOptions {
+        stitch_min_row_group_bytes: if reencode {
+            u64::MAX
+        } else {
+            CompactOptions::default().stitch_min_row_group_bytes
+        },
+        ..CompactOptions::default()
+    };
+    let report = compact_all(&backend, &tables, &options).await?;
     let secs = started.elapsed().as_secs_f64();
     let input: u64 = report.iter().map(|c| c.input_bytes).sum();
     let output: u64 = report.iter().map(|c| c.output_bytes).sum();
@@ -170,8 +187,13 @@ pub(super) async fn compact_once(home: &Path, target_mb: u64) -> Result<()> {
         })
         .collect();
     println!(
-        "compaction: {:.0} MB in {} files -> {outputs} files ({:.0} MB, mean {}) in {secs:.1} s = {:.0} MB/s of input; \
+        "compaction ({}): {:.0} MB in {} files -> {outputs} files ({:.0} MB, mean {}) in {secs:.1} s = {:.0} MB/s of input; \
          peak RSS {:.0} MB (before: {:.0} MB)",
+        if reencode {
+            "every row group re-encoded"
+        } else {
+            "large row groups copied"
+        },
         input as f64 / 1048576.0,
         report.iter().map(|c| c.input_files).sum::<u64>(),
         output as f64 / 1048576.0,

@@ -38,6 +38,10 @@ pub enum BenchCommand {
         /// Target size of the compacted files, in MB.
         #[arg(long, default_value_t = 128)]
         target_mb: u64,
+        /// Decode and re-encode every row group (what small micro-files get) instead of
+        /// copying large row groups.
+        #[arg(long)]
+        reencode: bool,
     },
     /// Compacts the table prepared in HOME, then prints peak RSS (used by `bench compact`).
     #[command(hide = true)]
@@ -46,6 +50,8 @@ pub enum BenchCommand {
         home: PathBuf,
         #[arg(long)]
         target_mb: u64,
+        #[arg(long)]
+        reencode: bool,
     },
     /// Time to commit many pending files on the embedded backend.
     Commit {
@@ -67,10 +73,13 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
         BenchCommand::Compact {
             total_mb,
             target_mb,
-        } => compact::compact(config, *total_mb, *target_mb).await,
-        BenchCommand::CompactOnce { home, target_mb } => {
-            compact::compact_once(home, *target_mb).await
-        }
+            reencode,
+        } => compact::compact(config, *total_mb, *target_mb, *reencode).await,
+        BenchCommand::CompactOnce {
+            home,
+            target_mb,
+            reencode,
+        } => compact::compact_once(home, *target_mb, *reencode).await,
         BenchCommand::Commit { files } => compact::commit(config, *files).await,
     }
 }

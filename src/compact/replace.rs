@@ -136,7 +136,7 @@ async fn build_snapshot(
         by_spec
             .entry(default_spec.spec_id())
             .or_default()
-            .push(Entry::Added(f.clone()));
+            .push(Entry::Added(Box::new(f.clone())));
     }
 
     let mut manifests: Vec<ManifestFile> = Vec::new();
@@ -174,7 +174,7 @@ async fn build_snapshot(
                         e.file_sequence_number.or(e.sequence_number),
                     )
                     .map_err(bad)?,
-                Entry::Added(f) => writer.add_file(f, -1).map_err(bad)?,
+                Entry::Added(f) => writer.add_file(*f, -1).map_err(bad)?,
             }
         }
         written.push(path);
@@ -236,7 +236,7 @@ async fn build_snapshot(
 enum Entry {
     Existing(iceberg::spec::ManifestEntryRef),
     Deleted(iceberg::spec::ManifestEntryRef),
-    Added(DataFile),
+    Added(Box<DataFile>),
 }
 
 /// The six `total-*` fields: previous totals, plus what was added, minus what was removed.
