@@ -107,7 +107,7 @@ pub async fn rewrite(
         field_ids,
         partition: partition.clone(),
         spec_id: metadata.default_partition_spec_id(),
-        stitch_min_bytes: stitch_min_bytes as i64,
+        stitch_min_bytes: i64::try_from(stitch_min_bytes).unwrap_or(i64::MAX),
     };
 
     let mut result = Rewritten::default();
