@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::compaction_scenarios as c;
 use common::table_scenarios as s;
 
 #[tokio::test]
@@ -28,7 +29,7 @@ async fn commit_crash_between_tables_is_resumed() {
 
 #[tokio::test]
 async fn compaction_replaces_small_files_in_one_snapshot() {
-    s::compaction_replaces_small_files_in_one_snapshot(&common::embedded().await).await;
+    c::compaction_replaces_small_files_in_one_snapshot(&common::embedded().await).await;
 }
 
 #[tokio::test]
@@ -38,10 +39,10 @@ async fn maintenance_deletes_only_unreferenced_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commit_and_compaction_keep_every_row_once() {
-    s::concurrent_commit_and_compaction_keep_every_row_once(&common::embedded().await).await;
+    c::concurrent_commit_and_compaction_keep_every_row_once(&common::embedded().await).await;
 }
 
 #[tokio::test]
 async fn compaction_copies_large_row_groups_and_merges_small_ones() {
-    s::compaction_copies_large_row_groups_and_merges_small_ones(&common::embedded().await).await;
+    c::compaction_copies_large_row_groups_and_merges_small_ones(&common::embedded().await).await;
 }

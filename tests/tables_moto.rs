@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::compaction_scenarios as c;
 use common::table_scenarios as s;
 
 #[tokio::test]
@@ -27,7 +28,7 @@ async fn commit_crash_between_tables_is_resumed() {
 
 #[tokio::test]
 async fn compaction_replaces_small_files_in_one_snapshot() {
-    s::compaction_replaces_small_files_in_one_snapshot(&common::moto().await).await;
+    c::compaction_replaces_small_files_in_one_snapshot(&common::moto().await).await;
 }
 
 #[tokio::test]
@@ -37,7 +38,7 @@ async fn maintenance_deletes_only_unreferenced_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commit_and_compaction_keep_every_row_once() {
-    s::concurrent_commit_and_compaction_keep_every_row_once(&common::moto().await).await;
+    c::concurrent_commit_and_compaction_keep_every_row_once(&common::moto().await).await;
 }
 
 /// What Athena and QuickSight rely on: Glue tables typed ICEBERG, pointing at the current
@@ -173,5 +174,5 @@ async fn glue_swap_from_a_stale_version_is_refused() {
 
 #[tokio::test]
 async fn compaction_copies_large_row_groups_and_merges_small_ones() {
-    s::compaction_copies_large_row_groups_and_merges_small_ones(&common::moto().await).await;
+    c::compaction_copies_large_row_groups_and_merges_small_ones(&common::moto().await).await;
 }

@@ -2,6 +2,7 @@
 //! server), synthetic ESM events, and readers that check what landed.
 #![allow(dead_code)]
 
+pub mod compaction_scenarios;
 pub mod faults;
 pub mod scenarios;
 pub mod table_scenarios;
