@@ -7,7 +7,7 @@ use aws_lambda_events::event::kafka::KafkaEvent;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, Rng, SourceRecord, esm_event};
-use crate::ingest::{IngestSummary, Ingestor};
+use crate::ingest::Ingestor;
 
 /// Exit code for a retryable fault (EX_TEMPFAIL): run the command again later.
 pub const EXIT_RETRYABLE: u8 = 75;
@@ -157,95 +157,6 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
             Ok(())
         }
     }
-}
-
-/// Arguments of `streamtable demo`.
-#[derive(Debug, clap::Args)]
-pub struct DemoArgs {
-    /// Events per topic.
-    #[arg(long, default_value_t = 20_000)]
-    pub events: u64,
-    /// Records per ESM batch.
-    #[arg(long, default_value_t = 2_000)]
-    pub batch_size: u64,
-}
-
-/// `streamtable demo`: synthetic events for every example topic through ingest, with bad
-/// records and re-delivered batches, then the scheduled stage (commit, compaction,
-/// maintenance), then what landed.
-pub async fn demo(config: &Config, args: &DemoArgs) -> Result<()> {
-    let spec = config.load_pipeline()?;
-    let backend = Backend::connect(&config.backend).await?;
-    let ingestor = Ingestor::new(&spec, &backend)?;
-    let mut factory = EventFactory::new(7);
-    let start_ms = now_ms() - 3_600_000;
-    let mut total = IngestSummary::default();
-    let batch = args.batch_size.max(1);
-    let partitions = 3;
-    for table in &spec.tables {
-        // Continue after what earlier demo runs on this home already ingested.
-        let mut offsets = Vec::new();
-        for p in 0..partitions {
-            let source = crate::checkpoint::SourcePartition::new(&table.topic, p);
-            offsets.push(backend.state.checkpoint(&source).await?.next_offset);
-        }
-        let first_id: u64 = offsets.iter().map(|o| *o as u64).sum();
-        let mut sent = 0;
-        let mut batch_no = 0u64;
-        let mut topic_total = IngestSummary::default();
-        while sent < args.events {
-            let n = batch.min(args.events - sent);
-            let records = synthetic_records(
-                &mut factory,
-                &table.topic,
-                n,
-                &mut offsets,
-                first_id + sent,
-                200,
-                start_ms,
-            );
-            let event: KafkaEvent = serde_json::from_str(&esm_event(&records))
-                .map_err(|e| Error::Internal(format!("generated event does not parse: {e}")))?;
-            let summary = ingestor.handle(&event).await?;
-            topic_total.add(&summary);
-            // Every fifth batch is delivered twice, as the ESM does after a lost response.
-            if batch_no % 5 == 4 {
-                topic_total.add(&ingestor.handle(&event).await?);
-            }
-            sent += n;
-            batch_no += 1;
-        }
-        println!("{:<10} {}", table.name, topic_total.line());
-        total.add(&topic_total);
-    }
-    println!("{:<10} {}", "total", total.line());
-    if !total.dead_letters_by_kind.is_empty() {
-        let kinds: Vec<String> = total
-            .dead_letters_by_kind
-            .iter()
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect();
-        println!("dead letters by kind: {}", kinds.join(" "));
-    }
-    let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
-    let report = crate::scheduled::run(
-        &backend,
-        &tables,
-        &crate::compact::CompactOptions::default(),
-    )
-    .await?;
-    for line in report.lines() {
-        println!("{line}");
-    }
-    if let crate::config::BackendConfig::Embedded { home } = &config.backend {
-        let db = home.join("catalog.db");
-        println!(
-            "tables are in the Iceberg SQL catalog {} (pyiceberg: SqlCatalog(\"streamtable\", uri=\"sqlite:///{}\"))",
-            db.display(),
-            db.display()
-        );
-    }
-    Ok(())
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -68,6 +68,10 @@ pub enum Error {
         source: Box<iceberg::Error>,
     },
 
+    /// A SQL query failed (bad SQL, unknown table or column). The message shows where.
+    #[error("query: {0}")]
+    Query(String),
+
     /// A broken invariant inside streamtable (a bug): never caused by input data.
     #[error("internal error: {0}")]
     Internal(String),
@@ -97,7 +101,7 @@ impl Error {
                 )
             }
             Error::Iceberg { source, .. } => source.retryable(),
-            Error::Spec(_) | Error::Config(_) | Error::Event { .. } | Error::Internal(_) => false,
+            Error::Spec(_) | Error::Config(_) | Error::Event { .. } | Error::Internal(_) | Error::Query(_) => false,
         }
     }
 

@@ -8,11 +8,15 @@
 
 pub mod decode;
 pub mod error;
+#[cfg(feature = "query")]
+pub mod query;
 pub mod scheduled;
 pub mod schema;
 pub mod spec;
 
 pub use error::{Error, Result};
+#[cfg(feature = "query")]
+pub mod analyst;
 pub mod aws;
 pub mod bench;
 pub mod catalog;
@@ -21,9 +25,14 @@ pub mod cli;
 pub mod commit;
 pub mod compact;
 pub mod config;
+#[cfg(feature = "query")]
+pub mod dashboard;
+#[cfg(feature = "query")]
+pub mod demo;
 pub mod generate;
 pub mod ingest;
 pub mod maintenance;
+pub mod overview;
 pub mod state;
 pub mod storage;
 pub mod tables;

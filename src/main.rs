@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use streamtable::config::Config;
-use streamtable::{Error, bench, cli};
+use streamtable::{Error, analyst, bench, cli, demo};
 
 #[derive(Parser)]
 #[command(
@@ -41,10 +41,20 @@ enum Command {
     Compact(cli::CompactArgs),
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
-    /// Generate events for every example table, ingest them (with bad records and
-    /// re-deliveries, as the real ESM sends them), commit them as Iceberg snapshots and print
-    /// what landed.
-    Demo(cli::DemoArgs),
+    /// The whole pipeline on the embedded default: generate events for every example table,
+    /// ingest them (with bad records and re-deliveries, as the real ESM sends them), commit and
+    /// compact them into Iceberg tables, and answer the dashboard questions with SQL.
+    Demo(demo::DemoArgs),
+    /// Run a read-only SQL query over the tables (DataFusion; the same SQL runs in Athena).
+    Query(analyst::QueryArgs),
+    /// List the tables: rows, data files, last snapshot, freshness.
+    Tables {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Render the dashboards (infra/dashboards/*.sql) as one self-contained HTML file.
+    Dashboard(analyst::DashboardArgs),
     /// Benchmarks that print numbers.
     Bench {
         #[command(subcommand)]
@@ -73,7 +83,10 @@ async fn main() -> ExitCode {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Compact(c) => cli::compact(&config, c).await,
             Command::Generate(g) => cli::generate(g),
-            Command::Demo(d) => cli::demo(&config, d).await,
+            Command::Demo(d) => demo::run(&config, d).await,
+            Command::Query(q) => analyst::query(&config, q).await,
+            Command::Tables { json } => analyst::tables(&config, *json).await,
+            Command::Dashboard(d) => analyst::dashboard(&config, d).await,
             Command::Bench { which } => bench::run(&config, which).await,
         }
     }

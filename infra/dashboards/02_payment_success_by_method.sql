@@ -1,0 +1,11 @@
+-- title: Payment success rate by method
+-- chart: bar
+-- x: method
+-- y: success_rate_pct
+SELECT
+  method,
+  count(*) AS attempts,
+  round(100.0 * sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) / count(*), 2) AS success_rate_pct
+FROM payments
+GROUP BY 1
+ORDER BY 1

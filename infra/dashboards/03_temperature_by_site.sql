@@ -1,0 +1,12 @@
+-- title: Sensor temperature by site over time (per-minute average, °C)
+-- chart: line
+-- x: ts_minute
+-- y: avg_temperature
+-- series: site
+SELECT
+  date_trunc('minute', reported_at) AS ts_minute,
+  site,
+  round(avg(temperature), 2) AS avg_temperature
+FROM readings
+GROUP BY 1, 2
+ORDER BY 1, 2

@@ -1,0 +1,148 @@
+//! `streamtable tables`: what each table holds and how fresh it is, from metadata alone.
+
+use iceberg::spec::PrimitiveLiteral;
+use iceberg::{NamespaceIdent, TableIdent};
+use serde::Serialize;
+
+use crate::compact::files;
+use crate::config::Backend;
+use crate::error::Result;
+
+/// One table at its current snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TableInfo {
+    pub name: String,
+    pub rows: u64,
+    pub data_files: u64,
+    pub bytes: u64,
+    pub snapshot_id: Option<i64>,
+    /// When the current snapshot was committed, epoch milliseconds.
+    pub last_snapshot_ms: Option<i64>,
+    /// Newest `kafka_timestamp` in the table (epoch milliseconds), from file statistics.
+    pub newest_event_ms: Option<i64>,
+}
+
+impl TableInfo {
+    /// Now minus the newest Kafka timestamp, in milliseconds.
+    pub fn freshness_ms(&self, now_ms: i64) -> Option<i64> {
+        self.newest_event_ms.map(|t| (now_ms - t).max(0))
+    }
+}
+
+/// Every table of the backend's namespace.
+pub async fn overview(backend: &Backend) -> Result<Vec<TableInfo>> {
+    let ns = backend.namespace.clone();
+    let mut out = Vec::new();
+    for name in backend.catalog.pointers().list_tables(&ns).await? {
+        let ident = TableIdent::new(NamespaceIdent::new(ns.clone()), name.clone());
+        let Some((table, _)) = backend.catalog.load(&ident).await? else {
+            continue;
+        };
+        let mut info = TableInfo {
+            name,
+            ..Default::default()
+        };
+        if let Some(s) = table.metadata().current_snapshot() {
+            let p = &s.summary().additional_properties;
+            let get = |k: &str| p.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+            info.rows = get("total-records");
+            info.data_files = get("total-data-files");
+            info.bytes = get("total-files-size");
+            info.snapshot_id = Some(s.snapshot_id());
+            info.last_snapshot_ms = Some(s.timestamp_ms());
+        }
+        if let Some(field) = table.metadata().current_schema().field_by_name("kafka_timestamp") {
+            let current = files::load_current(&table).await?;
+            info.newest_event_ms = current
+                .live()
+                .filter_map(|e| e.entry.data_file().upper_bounds().get(&field.id))
+                .filter_map(|d| match d.literal() {
+                    PrimitiveLiteral::Long(us) => Some(us / 1000),
+                    _ => None,
+                })
+                .max();
+        }
+        out.push(info);
+    }
+    Ok(out)
+}
+
+/// `1.2 s`, `3 min`, `2 h`, `4 d`.
+pub fn human_duration(ms: i64) -> String {
+    match ms {
+        m if m < 1_000 => format!("{m} ms"),
+        m if m < 60_000 => format!("{:.1} s", m as f64 / 1e3),
+        m if m < 3_600_000 => format!("{} min", m / 60_000),
+        m if m < 86_400_000 => format!("{:.1} h", m as f64 / 3.6e6),
+        m => format!("{:.1} d", m as f64 / 8.64e7),
+    }
+}
+
+/// The overview as an aligned text table.
+pub fn render(tables: &[TableInfo], now_ms: i64) -> String {
+    let mut rows = vec![[
+        "table".to_string(),
+        "rows".into(),
+        "data files".into(),
+        "size".into(),
+        "last snapshot".into(),
+        "freshness".into(),
+    ]];
+    for t in tables {
+        rows.push([
+            t.name.clone(),
+            t.rows.to_string(),
+            t.data_files.to_string(),
+            format!("{:.1} MB", t.bytes as f64 / 1048576.0),
+            t.last_snapshot_ms
+                .map(|ms| crate::generate::rfc3339_ms(ms).replace('T', " "))
+                .unwrap_or_else(|| "(none)".into()),
+            t.freshness_ms(now_ms).map(human_duration).unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (v, w))| if i == 0 { format!("{v:<w$}") } else { format!("{v:>w$}") })
+                .collect::<Vec<_>>()
+                .join("  ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration(250), "250 ms");
+        assert_eq!(human_duration(12_300), "12.3 s");
+        assert_eq!(human_duration(125_000), "2 min");
+        assert_eq!(human_duration(7_200_000), "2.0 h");
+    }
+
+    #[test]
+    fn the_overview_aligns_its_columns() {
+        let t = TableInfo {
+            name: "orders".into(),
+            rows: 1234,
+            data_files: 3,
+            bytes: 2 * 1048576,
+            snapshot_id: Some(1),
+            last_snapshot_ms: Some(1_795_946_400_000),
+            newest_event_ms: Some(1_795_946_400_000),
+        };
+        let text = render(&[t], 1_795_946_430_000);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with("orders"));
+        assert!(lines[1].contains("2026-11-29 10:00:00.000Z"));
+        assert!(lines[1].ends_with("30.0 s"));
+        assert_eq!(lines[0].len(), lines[1].len());
+    }
+}
