@@ -54,7 +54,9 @@ pub fn format(batches: &[RecordBatch], format: Format) -> Result<String> {
         Format::Csv => {
             let mut buf = Vec::new();
             {
-                let mut w = datafusion::arrow::csv::WriterBuilder::new().with_header(true).build(&mut buf);
+                let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(&mut buf);
                 for b in batches {
                     w.write(b).map_err(fmt_err)?;
                 }
@@ -97,7 +99,9 @@ pub async fn tables(config: &Config, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&info).map_err(fmt_err)?);
     } else if info.is_empty() {
-        println!("no tables yet: run `streamtable compact` after ingesting (or `streamtable demo`)");
+        println!(
+            "no tables yet: run `streamtable compact` after ingesting (or `streamtable demo`)"
+        );
     } else {
         println!("{}", crate::overview::render(&info, now_ms()));
     }
@@ -133,7 +137,11 @@ pub async fn dashboard(config: &Config, args: &DashboardArgs) -> Result<()> {
     );
     let html = crate::dashboard::render_html(&results, &subtitle)?;
     std::fs::write(&args.out, html).map_err(|e| Error::io("write dashboard", &args.out, e))?;
-    println!("wrote {} ({} dashboards)", args.out.display(), results.len());
+    println!(
+        "wrote {} ({} dashboards)",
+        args.out.display(),
+        results.len()
+    );
     Ok(())
 }
 
@@ -157,7 +165,10 @@ pub fn render_limited(batches: &[RecordBatch], limit: usize, last: bool) -> Resu
     let mut text = pretty_format_batches(&kept).map_err(fmt_err)?.to_string();
     if total > limit {
         let which = if last { "earlier" } else { "more" };
-        text.push_str(&format!("\n… {} {which} rows (all of them: streamtable dashboard)", total - limit));
+        text.push_str(&format!(
+            "\n… {} {which} rows (all of them: streamtable dashboard)",
+            total - limit
+        ));
     }
     Ok(text)
 }
@@ -178,16 +189,26 @@ mod tests {
         ]));
         RecordBatch::try_new(
             schema,
-            vec![Arc::new(StringArray::from(vec!["DE", "FR"])), Arc::new(Int64Array::from(vec![3, 4]))],
+            vec![
+                Arc::new(StringArray::from(vec!["DE", "FR"])),
+                Arc::new(Int64Array::from(vec![3, 4])),
+            ],
         )
         .expect("batch")
     }
 
     #[test]
     fn csv_and_json_carry_every_row() {
-        assert_eq!(format(&[batch()], Format::Csv).expect("csv"), "country,n\nDE,3\nFR,4\n");
-        let json: serde_json::Value = serde_json::from_str(&format(&[batch()], Format::Json).expect("json")).expect("parse");
-        assert_eq!(json, serde_json::json!([{"country": "DE", "n": 3}, {"country": "FR", "n": 4}]));
+        assert_eq!(
+            format(&[batch()], Format::Csv).expect("csv"),
+            "country,n\nDE,3\nFR,4\n"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&format(&[batch()], Format::Json).expect("json")).expect("parse");
+        assert_eq!(
+            json,
+            serde_json::json!([{"country": "DE", "n": 3}, {"country": "FR", "n": 4}])
+        );
         assert_eq!(format(&[], Format::Json).expect("empty"), "[]");
     }
 
@@ -204,7 +225,10 @@ mod tests {
     #[test]
     fn as_of_takes_rfc3339_or_millis() {
         assert_eq!(parse_time("1795946400000").expect("ms"), 1_795_946_400_000);
-        assert_eq!(parse_time("2026-11-29T10:00:00Z").expect("rfc3339"), 1_795_946_400_000);
+        assert_eq!(
+            parse_time("2026-11-29T10:00:00Z").expect("rfc3339"),
+            1_795_946_400_000
+        );
         assert!(parse_time("yesterday").is_err());
     }
 }

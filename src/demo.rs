@@ -37,7 +37,8 @@ pub struct DemoArgs {
     pub rows: usize,
 }
 
-/// Every `BAD_EVERY`-th record is bad; every `REDELIVER_EVERY`-th batch is delivered twice.
+/// Every `BAD_EVERY`-th record is bad; every `REDELIVER_EVERY`-th batch (the first included) is
+/// delivered twice.
 const BAD_EVERY: u64 = 250;
 const REDELIVER_EVERY: u64 = 4;
 
@@ -63,7 +64,13 @@ async fn feed(
     let (events, batch, partitions) = args;
     let mut offsets = Vec::new();
     for p in 0..partitions {
-        offsets.push(backend.state.checkpoint(&SourcePartition::new(&topic, p)).await?.next_offset);
+        offsets.push(
+            backend
+                .state
+                .checkpoint(&SourcePartition::new(&topic, p))
+                .await?
+                .next_offset,
+        );
     }
     let first_id: u64 = offsets.iter().map(|o| *o as u64).sum();
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
@@ -72,11 +79,18 @@ async fn feed(
     let (mut sent, mut n) = (0u64, 0u64);
     while sent < events {
         let count = batch.min(events - sent);
-        let records =
-            synthetic_records(&mut factory, &topic, count, &mut offsets, first_id + sent, BAD_EVERY, start_ms);
+        let records = synthetic_records(
+            &mut factory,
+            &topic,
+            count,
+            &mut offsets,
+            first_id + sent,
+            BAD_EVERY,
+            start_ms,
+        );
         let event = kafka_event(&records);
         total.add(&ingestor.handle(&event).await?);
-        if n % REDELIVER_EVERY == REDELIVER_EVERY - 1 {
+        if n % REDELIVER_EVERY == 0 {
             total.add(&ingestor.handle(&event).await?);
         }
         sent += count;
@@ -95,7 +109,10 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     let ingestor = Arc::new(Ingestor::new(&spec, &backend)?);
     let tables = TableSet::new(&spec, &backend.namespace)?;
 
-    println!("1. ingest: {} events per topic, ESM batches of {}", args.events, args.batch_size);
+    println!(
+        "1. ingest: {} events per topic, ESM batches of {}",
+        args.events, args.batch_size
+    );
     let multi = MultiProgress::new();
     let mut tasks = Vec::new();
     for t in &spec.tables {
@@ -104,19 +121,36 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
             ingestor.clone(),
             backend.clone(),
             t.topic.clone(),
-            (args.events, args.batch_size.clamp(1, 10_000), args.partitions.max(1)),
+            (
+                args.events,
+                args.batch_size.clamp(1, 10_000),
+                args.partitions.max(1),
+            ),
             pb,
         );
         tasks.push((t.name.clone(), tokio::spawn(job)));
     }
     let mut total = IngestSummary::default();
     for (name, task) in tasks {
-        let s = task.await.map_err(|e| Error::Internal(format!("ingest task {name}: {e}")))??;
+        let s = task
+            .await
+            .map_err(|e| Error::Internal(format!("ingest task {name}: {e}")))??;
         total.add(&s);
     }
     println!("   {}", total.line());
-    let kinds: Vec<String> = total.dead_letters_by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect();
-    println!("   dead letters: {}", if kinds.is_empty() { "none".into() } else { kinds.join(" ") });
+    let kinds: Vec<String> = total
+        .dead_letters_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    println!(
+        "   dead letters: {}",
+        if kinds.is_empty() {
+            "none".into()
+        } else {
+            kinds.join(" ")
+        }
+    );
 
     println!("2. commit, compact, maintain (the scheduled compaction Lambda)");
     let spinner = ProgressBar::new_spinner();
@@ -133,7 +167,10 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         let batches = engine.query(&d.sql).await?;
         println!("\n   {}", d.title);
         let last = d.chart == crate::dashboard::ChartKind::Line;
-        println!("{}", crate::analyst::render_limited(&batches, args.rows, last)?);
+        println!(
+            "{}",
+            crate::analyst::render_limited(&batches, args.rows, last)?
+        );
     }
     let info = crate::overview::overview(&backend).await?;
     println!("\n{}", crate::overview::render(&info, now_ms()));

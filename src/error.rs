@@ -101,7 +101,11 @@ impl Error {
                 )
             }
             Error::Iceberg { source, .. } => source.retryable(),
-            Error::Spec(_) | Error::Config(_) | Error::Event { .. } | Error::Internal(_) | Error::Query(_) => false,
+            Error::Spec(_)
+            | Error::Config(_)
+            | Error::Event { .. }
+            | Error::Internal(_)
+            | Error::Query(_) => false,
         }
     }
 

@@ -77,7 +77,11 @@ pub fn kafka_event(records: &[SourceRecord]) -> aws_lambda_events::event::kafka:
             (None, Some(v)) => Some(STANDARD.encode(v)),
             (None, None) => None,
         };
-        event.records.entry(format!("{}-{}", r.topic, r.partition)).or_default().push(k);
+        event
+            .records
+            .entry(format!("{}-{}", r.topic, r.partition))
+            .or_default()
+            .push(k);
     }
     event
 }
@@ -130,6 +134,10 @@ const COUNTRIES: [&str; 8] = ["US", "DE", "FR", "GB", "JP", "BR", "IN", "CA"];
 const CURRENCIES: [&str; 8] = ["USD", "EUR", "EUR", "GBP", "JPY", "BRL", "INR", "CAD"];
 const ORDER_STATUS: [&str; 4] = ["placed", "paid", "paid", "shipped"];
 const METHODS: [&str; 4] = ["card", "paypal", "bank_transfer", "apple_pay"];
+/// Share of orders per country, in percent (same order as `COUNTRIES`).
+const COUNTRY_WEIGHTS: [u64; 8] = [30, 15, 10, 12, 10, 8, 10, 5];
+/// Payment success rate per method, in tenths of a percent (same order as `METHODS`).
+const METHOD_SUCCESS: [u64; 4] = [955, 921, 978, 962];
 const SITES: [&str; 5] = ["berlin", "lisbon", "oslo", "austin", "osaka"];
 
 /// RFC 3339 UTC text of epoch milliseconds.
@@ -153,9 +161,21 @@ impl EventFactory {
         }
     }
 
+    /// An index drawn with the given weights.
+    fn weighted(&mut self, weights: &[u64]) -> usize {
+        let mut r = self.rng.below(weights.iter().sum());
+        for (i, w) in weights.iter().enumerate() {
+            if r < *w {
+                return i;
+            }
+            r -= w;
+        }
+        0
+    }
+
     /// An order placed at `at_ms`; `n` makes its id unique.
     pub fn order(&mut self, n: u64, at_ms: i64) -> String {
-        let c = self.rng.below(COUNTRIES.len() as u64) as usize;
+        let c = self.weighted(&COUNTRY_WEIGHTS);
         let cents = 500 + self.rng.below(49_500);
         format!(
             r#"{{"order_id":"ord-{n:010}","customer_id":"cus-{:06}","amount":"{}.{:02}","currency":"{}","country":"{}","status":"{}","created_at":"{}","channel":"{}","items":{},"session":"s-{:016x}"}}"#,
@@ -175,12 +195,13 @@ impl EventFactory {
     /// A payment attempt for order `n` at `at_ms`.
     pub fn payment(&mut self, n: u64, at_ms: i64) -> String {
         let cents = 500 + self.rng.below(49_500);
-        let ok = self.rng.below(100) < 93;
+        let m = self.rng.below(METHODS.len() as u64) as usize;
+        let ok = self.rng.below(1000) < METHOD_SUCCESS[m];
         format!(
             r#"{{"payment_id":"pay-{n:010}","order_id":"ord-{n:010}","amount":{}.{:02},"method":"{}","status":"{}","attempted_at":{at_ms}}}"#,
             cents / 100,
             cents % 100,
-            self.rng.pick(&METHODS),
+            METHODS[m],
             if ok { "succeeded" } else { "failed" },
         )
     }

@@ -17,6 +17,7 @@ pub mod spec;
 pub use error::{Error, Result};
 #[cfg(feature = "query")]
 pub mod analyst;
+pub mod athena;
 pub mod aws;
 pub mod bench;
 pub mod catalog;

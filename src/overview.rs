@@ -51,7 +51,11 @@ pub async fn overview(backend: &Backend) -> Result<Vec<TableInfo>> {
             info.snapshot_id = Some(s.snapshot_id());
             info.last_snapshot_ms = Some(s.timestamp_ms());
         }
-        if let Some(field) = table.metadata().current_schema().field_by_name("kafka_timestamp") {
+        if let Some(field) = table
+            .metadata()
+            .current_schema()
+            .field_by_name("kafka_timestamp")
+        {
             let current = files::load_current(&table).await?;
             info.newest_event_ms = current
                 .live()
@@ -97,16 +101,26 @@ pub fn render(tables: &[TableInfo], now_ms: i64) -> String {
             t.last_snapshot_ms
                 .map(|ms| crate::generate::rfc3339_ms(ms).replace('T', " "))
                 .unwrap_or_else(|| "(none)".into()),
-            t.freshness_ms(now_ms).map(human_duration).unwrap_or_else(|| "-".into()),
+            t.freshness_ms(now_ms)
+                .map(human_duration)
+                .unwrap_or_else(|| "-".into()),
         ]);
     }
-    let widths: Vec<usize> = (0..6).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
     rows.iter()
         .map(|r| {
             r.iter()
                 .zip(&widths)
                 .enumerate()
-                .map(|(i, (v, w))| if i == 0 { format!("{v:<w$}") } else { format!("{v:>w$}") })
+                .map(|(i, (v, w))| {
+                    if i == 0 {
+                        format!("{v:<w$}")
+                    } else {
+                        format!("{v:>w$}")
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join("  ")
         })

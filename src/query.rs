@@ -54,25 +54,27 @@ impl QueryEngine {
             let Some((table, _)) = backend.catalog.load(&ident).await? else {
                 continue;
             };
-            let provider: Arc<dyn datafusion::catalog::TableProvider> = match travel {
-                TimeTravel::Current => Arc::new(static_provider(table, None).await?),
-                TimeTravel::Snapshot(id) if table.metadata().snapshot_by_id(id).is_some() => {
-                    found_snapshot = true;
-                    Arc::new(static_provider(table, Some(id)).await?)
-                }
-                TimeTravel::Snapshot(_) => Arc::new(static_provider(table, None).await?),
-                TimeTravel::AsOf(ms) => match snapshot_as_of(&table, ms) {
-                    Some(id) => Arc::new(static_provider(table, Some(id)).await?),
-                    None => {
-                        let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-                            .map_err(|e| Error::iceberg(format!("schema of {ident}"), e))?;
-                        Arc::new(
-                            MemTable::try_new(Arc::new(arrow), vec![vec![]])
-                                .map_err(|e| Error::Internal(format!("empty view of {ident}: {e}")))?,
-                        )
+            let provider: Arc<dyn datafusion::catalog::TableProvider> =
+                match travel {
+                    TimeTravel::Current => Arc::new(static_provider(table, None).await?),
+                    TimeTravel::Snapshot(id) if table.metadata().snapshot_by_id(id).is_some() => {
+                        found_snapshot = true;
+                        Arc::new(static_provider(table, Some(id)).await?)
                     }
-                },
-            };
+                    TimeTravel::Snapshot(_) => Arc::new(static_provider(table, None).await?),
+                    TimeTravel::AsOf(ms) => match snapshot_as_of(&table, ms) {
+                        Some(id) => Arc::new(static_provider(table, Some(id)).await?),
+                        None => {
+                            let arrow = iceberg::arrow::schema_to_arrow_schema(
+                                table.metadata().current_schema(),
+                            )
+                            .map_err(|e| Error::iceberg(format!("schema of {ident}"), e))?;
+                            Arc::new(MemTable::try_new(Arc::new(arrow), vec![vec![]]).map_err(
+                                |e| Error::Internal(format!("empty view of {ident}: {e}")),
+                            )?)
+                        }
+                    },
+                };
             schema
                 .register_table(name.clone(), provider)
                 .map_err(|e| Error::Internal(format!("register {ident}: {e}")))?;
@@ -102,11 +104,16 @@ impl QueryEngine {
             .sql_with_options(sql, options)
             .await
             .map_err(|e| Error::Query(describe_sql_error(sql, &e.to_string())))?;
-        df.collect().await.map_err(|e| Error::Query(describe_sql_error(sql, &e.to_string())))
+        df.collect()
+            .await
+            .map_err(|e| Error::Query(describe_sql_error(sql, &e.to_string())))
     }
 }
 
-async fn static_provider(table: Table, snapshot: Option<i64>) -> Result<IcebergStaticTableProvider> {
+async fn static_provider(
+    table: Table,
+    snapshot: Option<i64>,
+) -> Result<IcebergStaticTableProvider> {
     let name = table.identifier().to_string();
     let provider = match snapshot {
         Some(id) => IcebergStaticTableProvider::try_new_from_table_snapshot(table, id).await,
@@ -133,15 +140,24 @@ pub fn describe_sql_error(sql: &str, message: &str) -> String {
         let rest = &message[i + 6..];
         let (line, rest) = rest.split_once(", Column: ")?;
         let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        Some((line.trim().parse::<usize>().ok()?, col.parse::<usize>().ok()?))
+        Some((
+            line.trim().parse::<usize>().ok()?,
+            col.parse::<usize>().ok()?,
+        ))
     });
-    if message.contains("DML not supported") || message.contains("DDL not supported") || message.contains("Statement not supported") {
+    if message.contains("DML not supported")
+        || message.contains("DDL not supported")
+        || message.contains("Statement not supported")
+    {
         return format!("{message}: streamtable query is read-only");
     }
     match position {
         Some((line, col)) if line >= 1 => {
             let text = sql.lines().nth(line - 1).unwrap_or_default();
-            format!("{message}\n  {text}\n  {}^", " ".repeat(col.saturating_sub(1)))
+            format!(
+                "{message}\n  {text}\n  {}^",
+                " ".repeat(col.saturating_sub(1))
+            )
         }
         _ => message.to_string(),
     }
@@ -155,11 +171,17 @@ mod tests {
     fn parser_errors_point_at_their_column() {
         let msg = "SQL error: ParserError(\"Expected: end of statement, found: FORM at Line: 1, Column: 10\")";
         let shown = describe_sql_error("SELECT 1 FORM orders", msg);
-        assert!(shown.ends_with("  SELECT 1 FORM orders\n           ^"), "{shown}");
+        assert!(
+            shown.ends_with("  SELECT 1 FORM orders\n           ^"),
+            "{shown}"
+        );
     }
 
     #[test]
     fn messages_without_a_position_are_kept() {
-        assert_eq!(describe_sql_error("SELECT x", "Schema error: No field named x"), "Schema error: No field named x");
+        assert_eq!(
+            describe_sql_error("SELECT x", "Schema error: No field named x"),
+            "Schema error: No field named x"
+        );
     }
 }

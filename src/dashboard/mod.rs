@@ -26,10 +26,22 @@ use svg::{Series, X};
 
 /// The dashboards shipped in `infra/dashboards`, compiled in as the default.
 pub const BUILTIN: [(&str, &str); 4] = [
-    ("01_orders_per_minute_by_country", include_str!("../../infra/dashboards/01_orders_per_minute_by_country.sql")),
-    ("02_payment_success_by_method", include_str!("../../infra/dashboards/02_payment_success_by_method.sql")),
-    ("03_temperature_by_site", include_str!("../../infra/dashboards/03_temperature_by_site.sql")),
-    ("04_dead_letters_by_kind", include_str!("../../infra/dashboards/04_dead_letters_by_kind.sql")),
+    (
+        "01_orders_per_minute_by_country",
+        include_str!("../../infra/dashboards/01_orders_per_minute_by_country.sql"),
+    ),
+    (
+        "02_payment_success_by_method",
+        include_str!("../../infra/dashboards/02_payment_success_by_method.sql"),
+    ),
+    (
+        "03_temperature_by_site",
+        include_str!("../../infra/dashboards/03_temperature_by_site.sql"),
+    ),
+    (
+        "04_dead_letters_by_kind",
+        include_str!("../../infra/dashboards/04_dead_letters_by_kind.sql"),
+    ),
 ];
 
 /// Line or bar.
@@ -57,7 +69,10 @@ impl Dashboard {
     /// Reads the header of a dashboard file; `name` is its stem (for messages).
     pub fn parse(name: &str, text: &str) -> Result<Dashboard> {
         let mut header: BTreeMap<String, String> = BTreeMap::new();
-        for line in text.lines().take_while(|l| l.trim_start().starts_with("--")) {
+        for line in text
+            .lines()
+            .take_while(|l| l.trim_start().starts_with("--"))
+        {
             if let Some((k, v)) = line.trim_start().trim_start_matches('-').split_once(':') {
                 header.insert(k.trim().to_lowercase(), v.trim().to_string());
             }
@@ -70,14 +85,22 @@ impl Dashboard {
         let chart = match need("chart")?.as_str() {
             "line" => ChartKind::Line,
             "bar" => ChartKind::Bar,
-            other => return Err(Error::Config(format!("dashboard {name}: chart {other:?} is not line or bar"))),
+            other => {
+                return Err(Error::Config(format!(
+                    "dashboard {name}: chart {other:?} is not line or bar"
+                )));
+            }
         };
         Ok(Dashboard {
             name: name.to_string(),
             title: need("title")?,
             chart,
             x: need("x")?,
-            y: need("y")?.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            y: need("y")?
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             series: header.get("series").cloned().filter(|s| !s.is_empty()),
             sql: text.to_string(),
         })
@@ -87,7 +110,10 @@ impl Dashboard {
 /// The dashboards in `dir` (`*.sql`, by file name), or the built-in ones when `dir` is absent.
 pub fn load(dir: Option<&Path>) -> Result<Vec<Dashboard>> {
     let Some(dir) = dir.filter(|d| d.is_dir()) else {
-        return BUILTIN.iter().map(|(n, t)| Dashboard::parse(n, t)).collect();
+        return BUILTIN
+            .iter()
+            .map(|(n, t)| Dashboard::parse(n, t))
+            .collect();
     };
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| Error::io("list dashboards", dir, e))?
@@ -99,7 +125,10 @@ pub fn load(dir: Option<&Path>) -> Result<Vec<Dashboard>> {
         .iter()
         .map(|p| {
             let text = std::fs::read_to_string(p).map_err(|e| Error::io("read dashboard", p, e))?;
-            let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("dashboard");
+            let stem = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("dashboard");
             Dashboard::parse(stem, &text)
         })
         .collect()
@@ -109,7 +138,11 @@ fn column<'a>(batch: &'a RecordBatch, name: &str, dash: &str) -> Result<&'a dyn 
     batch
         .column_by_name(name)
         .map(|c| c.as_ref())
-        .ok_or_else(|| Error::Config(format!("dashboard {dash}: the query returns no column {name:?}")))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "dashboard {dash}: the query returns no column {name:?}"
+            ))
+        })
 }
 
 fn x_values(a: &dyn Array) -> Result<Vec<Option<X>>> {
@@ -118,28 +151,48 @@ fn x_values(a: &dyn Array) -> Result<Vec<Option<X>>> {
         DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 => {
             let ms = cast(a, &DataType::Timestamp(TimeUnit::Millisecond, None)).map_err(err)?;
             let ms = cast(&ms, &DataType::Int64).map_err(err)?;
-            let ms = ms.as_any().downcast_ref::<datafusion::arrow::array::Int64Array>();
-            (0..a.len()).map(|i| ms.filter(|m| m.is_valid(i)).map(|m| X::Time(m.value(i)))).collect()
+            let ms = ms
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>();
+            (0..a.len())
+                .map(|i| ms.filter(|m| m.is_valid(i)).map(|m| X::Time(m.value(i))))
+                .collect()
         }
         t if t.is_numeric() => {
             let f = cast(a, &DataType::Float64).map_err(err)?;
-            let f = f.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>();
-            (0..a.len()).map(|i| f.filter(|v| v.is_valid(i)).map(|v| X::Number(v.value(i)))).collect()
+            let f = f
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Float64Array>();
+            (0..a.len())
+                .map(|i| f.filter(|v| v.is_valid(i)).map(|v| X::Number(v.value(i))))
+                .collect()
         }
-        _ => strings(a)?.into_iter().map(|s| s.map(X::Category)).collect(),
+        _ => strings(a)?
+            .into_iter()
+            .map(|s| s.map(X::Category))
+            .collect(),
     })
 }
 
 fn strings(a: &dyn Array) -> Result<Vec<Option<String>>> {
     let s = cast(a, &DataType::Utf8).map_err(|e| Error::Internal(format!("chart labels: {e}")))?;
-    let s = s.as_any().downcast_ref::<datafusion::arrow::array::StringArray>();
-    Ok((0..a.len()).map(|i| s.filter(|v| v.is_valid(i)).map(|v| v.value(i).to_string())).collect())
+    let s = s
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::StringArray>();
+    Ok((0..a.len())
+        .map(|i| s.filter(|v| v.is_valid(i)).map(|v| v.value(i).to_string()))
+        .collect())
 }
 
 fn numbers(a: &dyn Array) -> Result<Vec<Option<f64>>> {
-    let f = cast(a, &DataType::Float64).map_err(|e| Error::Internal(format!("chart values: {e}")))?;
-    let f = f.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>();
-    Ok((0..a.len()).map(|i| f.filter(|v| v.is_valid(i)).map(|v| v.value(i))).collect())
+    let f =
+        cast(a, &DataType::Float64).map_err(|e| Error::Internal(format!("chart values: {e}")))?;
+    let f = f
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Float64Array>();
+    Ok((0..a.len())
+        .map(|i| f.filter(|v| v.is_valid(i)).map(|v| v.value(i)))
+        .collect())
 }
 
 /// The series of one y column: one per value of the series column (or one in all).
@@ -154,11 +207,17 @@ pub fn series_of(d: &Dashboard, y: &str, batches: &[RecordBatch]) -> Result<Vec<
         };
         for ((x, v), n) in xs.into_iter().zip(ys).zip(names) {
             if let (Some(x), Some(v)) = (x, v) {
-                by_name.entry(n.unwrap_or_else(|| "(null)".into())).or_default().push((x, v));
+                by_name
+                    .entry(n.unwrap_or_else(|| "(null)".into()))
+                    .or_default()
+                    .push((x, v));
             }
         }
     }
-    Ok(by_name.into_iter().map(|(name, points)| Series { name, points }).collect())
+    Ok(by_name
+        .into_iter()
+        .map(|(name, points)| Series { name, points })
+        .collect())
 }
 
 /// The charts of one dashboard (one per y column), as SVG.
@@ -176,7 +235,9 @@ pub fn charts(d: &Dashboard, batches: &[RecordBatch]) -> Result<Vec<(String, Str
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The whole dashboard page: one section per dashboard, its charts and its SQL.
@@ -189,7 +250,10 @@ pub fn render_html(results: &[(Dashboard, Vec<RecordBatch>)], subtitle: &str) ->
             body.push_str("<p class=\"empty\">No rows yet.</p>");
         } else {
             for (y, svg) in charts(d, batches)? {
-                body.push_str(&format!("<figure><figcaption>{}</figcaption>{svg}</figure>", esc(&y)));
+                body.push_str(&format!(
+                    "<figure><figcaption>{}</figcaption>{svg}</figure>",
+                    esc(&y)
+                ));
             }
         }
         body.push_str(&format!(
@@ -229,7 +293,11 @@ mod tests {
         assert_eq!(orders.chart, ChartKind::Line);
         assert_eq!(orders.y, ["order_count", "revenue"]);
         assert_eq!(orders.series.as_deref(), Some("country"));
-        let dir = load(Some(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/infra/dashboards")))).expect("dir");
+        let dir = load(Some(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/infra/dashboards"
+        ))))
+        .expect("dir");
         assert_eq!(dir, all, "the compiled-in copies match infra/dashboards");
     }
 

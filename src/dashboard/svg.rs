@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 /// Tableau 10: distinguishable, colour-blind friendly enough.
 const PALETTE: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
 ];
 const W: f64 = 960.0;
 const H: f64 = 360.0;
@@ -30,7 +31,10 @@ pub struct Series {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// Round tick values covering `lo..=hi`.
@@ -40,9 +44,16 @@ fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
     }
     let raw = (hi - lo) / count as f64;
     let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(raw);
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(raw);
     let first = (lo / step).ceil() * step;
-    (0..=count * 2).map(|i| first + i as f64 * step).take_while(|v| *v <= hi + step * 1e-9).collect()
+    (0..=count * 2)
+        .map(|i| first + i as f64 * step)
+        .take_while(|v| *v <= hi + step * 1e-9)
+        .collect()
 }
 
 fn fmt_num(v: f64) -> String {
@@ -61,7 +72,8 @@ fn fmt_num(v: f64) -> String {
 }
 
 fn time_label(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(String::new, |t| t.format("%H:%M").to_string())
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(String::new, |t| t.format("%H:%M").to_string())
 }
 
 fn frame(out: &mut String, x_title: &str, y_title: &str, y_lo: f64, y_hi: f64) {
@@ -118,7 +130,11 @@ fn legend(out: &mut String, names: &[&str]) {
 fn y_range(series: &[Series]) -> (f64, f64) {
     let values = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let (lo, hi) = values.fold((0.0f64, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let hi = if hi <= lo { lo + 1.0 } else { hi + (hi - lo) * 0.05 };
+    let hi = if hi <= lo {
+        lo + 1.0
+    } else {
+        hi + (hi - lo) * 0.05
+    };
     (lo, hi)
 }
 
@@ -133,10 +149,19 @@ pub fn line_chart(series: &[Series], x_title: &str, y_title: &str) -> String {
             X::Category(_) => None,
         })
         .collect();
-    let is_time = series.iter().flat_map(|s| s.points.first()).any(|(x, _)| matches!(x, X::Time(_)));
+    let is_time = series
+        .iter()
+        .flat_map(|s| s.points.first())
+        .any(|(x, _)| matches!(x, X::Time(_)));
     let x_lo = xs.iter().copied().fold(f64::MAX, f64::min);
     let x_hi = xs.iter().copied().fold(f64::MIN, f64::max);
-    let (x_lo, x_hi) = if xs.is_empty() { (0.0, 1.0) } else if x_hi > x_lo { (x_lo, x_hi) } else { (x_lo - 1.0, x_hi + 1.0) };
+    let (x_lo, x_hi) = if xs.is_empty() {
+        (0.0, 1.0)
+    } else if x_hi > x_lo {
+        (x_lo, x_hi)
+    } else {
+        (x_lo - 1.0, x_hi + 1.0)
+    };
     let (y_lo, y_hi) = y_range(series);
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let sx = |x: f64| LEFT + (x - x_lo) / (x_hi - x_lo) * pw;
@@ -145,7 +170,11 @@ pub fn line_chart(series: &[Series], x_title: &str, y_title: &str) -> String {
     frame(&mut out, x_title, y_title, y_lo, y_hi);
     for i in 0..=5 {
         let x = x_lo + (x_hi - x_lo) * i as f64 / 5.0;
-        let label = if is_time { time_label(x as i64) } else { fmt_num(x) };
+        let label = if is_time {
+            time_label(x as i64)
+        } else {
+            fmt_num(x)
+        };
         let _ = write!(
             out,
             r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1}" y2="{2}" stroke="#333"/><text x="{0:.1}" y="{3}" text-anchor="middle" fill="#444">{4}</text>"##,
@@ -167,7 +196,10 @@ pub fn line_chart(series: &[Series], x_title: &str, y_title: &str) -> String {
             })
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let path: Vec<String> = pts.iter().map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y))).collect();
+        let path: Vec<String> = pts
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y)))
+            .collect();
         let _ = write!(
             out,
             r##"<polyline fill="none" stroke="{}" stroke-width="1.8" points="{}"><title>{}</title></polyline>"##,
@@ -253,7 +285,10 @@ mod tests {
 
     #[test]
     fn ticks_are_round_and_cover_the_range() {
-        assert_eq!(ticks(0.0, 100.0, 5), vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        assert_eq!(
+            ticks(0.0, 100.0, 5),
+            vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]
+        );
         let t = ticks(0.0, 7.3, 5);
         assert_eq!(t.first(), Some(&0.0));
         assert!(t.last().is_some_and(|v| *v <= 7.3));
@@ -276,7 +311,10 @@ mod tests {
     fn a_bar_chart_has_one_bar_per_category_and_escapes_labels() {
         let s = Series {
             name: "rate".into(),
-            points: vec![(X::Category("card".into()), 93.5), (X::Category("a<b".into()), 90.0)],
+            points: vec![
+                (X::Category("card".into()), 93.5),
+                (X::Category("a<b".into()), 90.0),
+            ],
         };
         let svg = bar_chart(&[s], "method", "success %");
         assert_eq!(svg.matches("<rect").count(), 2);

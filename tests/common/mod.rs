@@ -2,6 +2,7 @@
 //! server), synthetic ESM events, and readers that check what landed.
 #![allow(dead_code)]
 
+pub mod analyst_scenarios;
 pub mod compaction_scenarios;
 pub mod faults;
 pub mod scenarios;
@@ -163,21 +164,32 @@ impl Harness {
         table: &str,
         snapshot: Option<i64>,
     ) -> serde_json::Value {
+        self.read_external_with(&["--reader", reader, "--table", table], snapshot)
+    }
+
+    /// pyiceberg's view of every row of `table`, canonicalised (see `read_table.py --rows`).
+    pub fn pyiceberg_rows(&self, table: &str, snapshot: Option<i64>) -> Vec<Vec<String>> {
+        let v = self.read_external_with(
+            &["--reader", "pyiceberg", "--table", table, "--rows"],
+            snapshot,
+        );
+        serde_json::from_value(v["rows"].clone()).expect("rows")
+    }
+
+    fn read_external_with(&self, args: &[&str], snapshot: Option<i64>) -> serde_json::Value {
         let python = std::env::var("STREAMTABLE_TEST_PYTHON").expect(
             "STREAMTABLE_TEST_PYTHON is not set: these tests read tables back through pyiceberg and DuckDB; run ./scripts/test, which installs them",
         );
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
         let mut cmd = std::process::Command::new(python);
-        cmd.arg(script)
-            .args(["--reader", reader, "--table", table])
-            .args(&self.catalog_args);
+        cmd.arg(script).args(args).args(&self.catalog_args);
         if let Some(s) = snapshot {
             cmd.args(["--snapshot", &s.to_string()]);
         }
         let out = cmd.output().expect("run read_table.py");
         assert!(
             out.status.success(),
-            "{reader} could not read {table}: {}",
+            "read_table.py {args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("reader output is JSON")

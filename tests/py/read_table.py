@@ -25,6 +25,27 @@ def digest(rows):
     return f"{total:016x}"
 
 
+def canonical_rows(arrow):
+    """Every row as a list of strings, in a form SQL can reproduce: timestamps as epoch
+    microseconds, decimals as plain text, binary as hex, NULL as "NULL"; sorted."""
+    import pyarrow as pa
+
+    columns = []
+    for name in arrow.schema.names:
+        col = arrow.column(name)
+        t = col.type
+        if pa.types.is_timestamp(t):
+            values = [None if v is None else str(v) for v in col.cast(pa.int64()).to_pylist()]
+        elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            values = [None if v is None else v.hex() for v in col.to_pylist()]
+        elif pa.types.is_boolean(t):
+            values = [None if v is None else str(v).lower() for v in col.to_pylist()]
+        else:
+            values = [None if v is None else str(v) for v in col.to_pylist()]
+        columns.append(["NULL" if v is None else v for v in values])
+    return sorted(list(r) for r in zip(*columns)) if columns else []
+
+
 def keys_of(names, rows):
     if "topic" in names:
         t, p, o = names.index("topic"), names.index("kafka_partition"), names.index("kafka_offset")
@@ -76,7 +97,7 @@ def read_pyiceberg(args):
         }
         for s in sorted(table.snapshots(), key=lambda s: s.sequence_number)
     ]
-    return {
+    out = {
         "count": len(rows),
         "keys": keys_of(names, rows),
         "checksum": digest(rows),
@@ -86,6 +107,9 @@ def read_pyiceberg(args):
         "format_version": table.metadata.format_version,
         "current_snapshot_id": table.metadata.current_snapshot_id,
     }
+    if args.rows:
+        out["rows"] = canonical_rows(arrow)
+    return out
 
 
 def metadata_location(args):
@@ -138,6 +162,7 @@ def main():
     p.add_argument("--database", default="streamtable")
     p.add_argument("--table", required=True)
     p.add_argument("--snapshot", type=int)
+    p.add_argument("--rows", action="store_true", help="include every row, canonicalised")
     args = p.parse_args()
     out = read_pyiceberg(args) if args.reader == "pyiceberg" else read_duckdb(args)
     json.dump(out, sys.stdout, default=str)

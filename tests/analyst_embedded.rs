@@ -1,0 +1,114 @@
+//! The analyst's side on the embedded backend: SQL, time travel, dashboards, Athena rules, and
+//! the demo through the real binary.
+
+mod common;
+
+use common::analyst_scenarios as a;
+
+#[tokio::test]
+async fn query_agrees_with_pyiceberg_on_every_table() {
+    a::query_agrees_with_pyiceberg_on_every_table(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn time_travel_reads_earlier_snapshots() {
+    a::time_travel_reads_earlier_snapshots(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn queries_are_read_only_and_errors_point_at_the_mistake() {
+    a::queries_are_read_only_and_errors_point_at_the_mistake(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn dashboards_render_every_chart() {
+    a::dashboards_render_every_chart(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn every_table_is_athena_compatible() {
+    a::every_table_is_athena_compatible(&common::embedded().await).await;
+}
+
+fn streamtable(home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_streamtable"))
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("STREAMTABLE_BACKEND")
+        .output()
+        .expect("run streamtable")
+}
+
+/// The README's first command, end to end, then the analyst's commands on what it made.
+#[test]
+fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
+    let home = tempfile::tempdir().expect("home");
+    let out = streamtable(home.path(), &["demo", "--events", "3000"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for d in streamtable::dashboard::load(None).expect("dashboards") {
+        assert!(
+            text.contains(&d.title),
+            "demo answers {:?}:\n{text}",
+            d.title
+        );
+    }
+    assert!(
+        text.contains("already_seen=") && !text.contains("already_seen=0 "),
+        "re-deliveries were skipped:\n{text}"
+    );
+    assert!(text.contains("dead letters: "), "{text}");
+
+    let out = streamtable(
+        home.path(),
+        &[
+            "query",
+            "SELECT count(*) AS n FROM orders",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(out.status.success());
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(rows[0]["n"], 3000 - 3000 / 250, "every good order once");
+
+    let out = streamtable(home.path(), &["tables", "--json"]);
+    let tables: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let names: Vec<&str> = tables
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["dead_letters", "orders", "payments", "readings"]);
+    assert!(tables[1]["newest_event_ms"].as_i64().is_some());
+
+    let file = home.path().join("dash.html");
+    let out = streamtable(
+        home.path(),
+        &["dashboard", "--out", file.to_str().expect("path")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_to_string(&file)
+            .expect("html")
+            .contains("<svg")
+    );
+
+    let out = streamtable(home.path(), &["query", "SELEC 1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a bad query is not a retryable fault"
+    );
+}
