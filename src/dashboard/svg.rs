@@ -39,7 +39,7 @@ fn esc(s: &str) -> String {
 
 /// Round tick values covering `lo..=hi`.
 fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return vec![lo];
     }
     let raw = (hi - lo) / count as f64;
