@@ -141,13 +141,11 @@ pub async fn time_travel_reads_earlier_snapshots(h: &Harness) {
             .query("SELECT count(*) AS n FROM orders")
             .await
             .expect("count");
-        let n = b[0]
-            .column(0)
+        b[0].column(0)
             .as_any()
             .downcast_ref::<datafusion::arrow::array::Int64Array>()
             .expect("n")
-            .value(0);
-        n
+            .value(0)
     };
     let now = QueryEngine::new(&h.backend, TimeTravel::Current)
         .await
