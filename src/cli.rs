@@ -2,8 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use aws_lambda_events::event::kafka::KafkaEvent;
-
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, Rng, SourceRecord, esm_event};
@@ -13,7 +11,7 @@ use crate::ingest::Ingestor;
 pub const EXIT_RETRYABLE: u8 = 75;
 
 /// Reads and parses an ESM event file.
-pub fn read_event(path: &Path) -> Result<KafkaEvent> {
+pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
     let bytes = std::fs::read(path).map_err(|e| Error::io("read event", path, e))?;
     serde_json::from_slice(&bytes).map_err(|e| Error::Event {
         origin: path.display().to_string(),

@@ -60,16 +60,16 @@ pub fn esm_event(records: &[SourceRecord]) -> String {
 
 /// The same records as an ESM event value, without the JSON round trip (for the demo and the
 /// benchmarks, which feed the handler directly).
-pub fn kafka_event(records: &[SourceRecord]) -> aws_lambda_events::event::kafka::KafkaEvent {
-    use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
-    let mut event = KafkaEvent::default();
+pub fn kafka_event(records: &[SourceRecord]) -> crate::esm::EsmEvent {
+    use crate::esm::{EsmEvent, EsmRecord};
+    let mut event = EsmEvent::default();
     event.event_source = Some("aws:kafka".into());
     for r in records {
-        let mut k = KafkaRecord::default();
+        let mut k = EsmRecord::default();
         k.topic = Some(r.topic.clone());
         k.partition = r.partition as i64;
         k.offset = r.offset;
-        k.timestamp.0 = chrono::DateTime::from_timestamp_millis(r.timestamp_ms).unwrap_or_default();
+        k.timestamp = r.timestamp_ms;
         k.timestamp_type = Some("CREATE_TIME".into());
         k.key = r.key.as_ref().map(|b| STANDARD.encode(b));
         k.value = match (&r.raw_value_field, &r.value) {

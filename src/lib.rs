@@ -8,6 +8,7 @@
 
 pub mod decode;
 pub mod error;
+pub mod esm;
 #[cfg(feature = "query")]
 pub mod query;
 pub mod scheduled;

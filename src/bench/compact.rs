@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::{peak_rss_kb, tempdir};
+use super::{cpu_seconds, peak_rss_kb, tempdir};
 use crate::cli::{now_ms, synthetic_records};
 use crate::compact::{CompactOptions, compact_all};
 use crate::config::{Backend, BackendConfig, Config};
@@ -76,16 +76,34 @@ pub(super) async fn compact(
     target_mb: u64,
     reencode: bool,
 ) -> Result<()> {
-    let spec = bench_spec(config, target_mb)?;
     let home = tempdir("bench-compact")?;
-    let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
+    let line = prepare(config, &home, total_mb, target_mb).await?;
+    println!("{line}");
+    let out = compact_in_fresh_process(&home, target_mb, reencode, false)?;
+    print!("{out}");
+    let _ = std::fs::remove_dir_all(&home);
+    Ok(())
+}
+
+/// Writes `total_mb` of 1-5 MB orders files (one partition, one day) into the orders table of
+/// an embedded backend in `home`, committed in one append; returns a line describing them.
+pub(super) async fn prepare(
+    config: &Config,
+    home: &Path,
+    total_mb: u64,
+    target_mb: u64,
+) -> Result<String> {
+    let spec = bench_spec(config, target_mb)?;
+    let backend = Backend::connect(&BackendConfig::Embedded {
+        home: home.to_path_buf(),
+    })
+    .await?;
     let tables = TableSet::new(&spec, &backend.namespace)?;
     let table = tables.ensure(&backend, "orders").await?;
     let layout = tables.get("orders")?.layout.clone();
     let location = table.metadata().location().to_string();
     let props = crate::writer::micro_file_properties();
 
-    // Small files of 1 to 5 MB, all in one partition (one day), committed in one append.
     let mut rng = Rng::new(11);
     let mut bytes_per_row = 30.0f64;
     let (mut total, mut rows_total, mut files) = (0u64, 0i64, Vec::new());
@@ -122,13 +140,22 @@ pub(super) async fn compact(
     tx.commit(&backend.catalog)
         .await
         .map_err(|e| Error::iceberg("bench append", e))?;
-    println!(
+    Ok(format!(
         "input: {n_files} files, {:.0} MB, {rows_total} rows ({:.1} bytes/row), prepared in {:.0} s",
         total as f64 / 1048576.0,
         total as f64 / rows_total as f64,
         started.elapsed().as_secs_f64()
-    );
+    ))
+}
 
+/// Runs `bench compact-once` on `home` in a fresh process (so its peak RSS is its own) and
+/// returns what it printed.
+pub(super) fn compact_in_fresh_process(
+    home: &Path,
+    target_mb: u64,
+    reencode: bool,
+    json: bool,
+) -> Result<String> {
     let exe =
         std::env::current_exe().map_err(|e| Error::io("find executable", "streamtable", e))?;
     let mut cmd = std::process::Command::new(exe);
@@ -139,20 +166,32 @@ pub(super) async fn compact(
         &target_mb.to_string(),
         "--home",
     ])
-    .arg(&home);
+    .arg(home);
     if reencode {
         cmd.arg("--reencode");
+    }
+    if json {
+        cmd.arg("--json");
     }
     let out = cmd
         .output()
         .map_err(|e| Error::io("run", "streamtable bench compact-once", e))?;
-    print!("{}", String::from_utf8_lossy(&out.stdout));
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    let _ = std::fs::remove_dir_all(&home);
-    Ok(())
+    if !out.status.success() {
+        return Err(Error::Internal(format!(
+            "streamtable bench compact-once failed ({})",
+            out.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub(super) async fn compact_once(home: &Path, target_mb: u64, reencode: bool) -> Result<()> {
+pub(super) async fn compact_once(
+    home: &Path,
+    target_mb: u64,
+    reencode: bool,
+    json: bool,
+) -> Result<()> {
     let config = Config {
         pipeline: None,
         backend: BackendConfig::Embedded {
@@ -164,7 +203,9 @@ pub(super) async fn compact_once(home: &Path, target_mb: u64, reencode: bool) ->
     let tables = TableSet::new(&spec, &backend.namespace)?;
     let rss_before = peak_rss_kb();
     let started = Instant::now();
+    let cpu = cpu_seconds();
     let options = CompactOptions {
+        min_input_files: 2,
         stitch_min_row_group_bytes: if reencode {
             u64::MAX
         } else {
@@ -174,6 +215,7 @@ pub(super) async fn compact_once(home: &Path, target_mb: u64, reencode: bool) ->
     };
     let report = compact_all(&backend, &tables, &options).await?;
     let secs = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
     let input: u64 = report.iter().map(|c| c.input_bytes).sum();
     let output: u64 = report.iter().map(|c| c.output_bytes).sum();
     let outputs: u64 = report.iter().map(|c| c.output_files).sum();
@@ -186,6 +228,21 @@ pub(super) async fn compact_once(home: &Path, target_mb: u64, reencode: bool) ->
             )
         })
         .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "input_mb": input as f64 / 1048576.0,
+                "input_files": report.iter().map(|c| c.input_files).sum::<u64>(),
+                "output_files": outputs,
+                "output_mb": output as f64 / 1048576.0,
+                "wall_s": secs,
+                "cpu_s": cpu,
+                "rss_mb": peak_rss_kb() as f64 / 1024.0,
+            })
+        );
+        return Ok(());
+    }
     println!(
         "compaction ({}): {:.0} MB in {} files -> {outputs} files ({:.0} MB, mean {}) in {secs:.1} s = {:.0} MB/s of input; \
          peak RSS {:.0} MB (before: {:.0} MB)",

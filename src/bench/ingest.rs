@@ -47,7 +47,7 @@ pub(super) async fn ingest(
     let mut parquet_bytes = 0;
     for _ in 0..iterations {
         let t0 = Instant::now();
-        let parsed: aws_lambda_events::event::kafka::KafkaEvent = serde_json::from_str(&event)
+        let parsed: crate::esm::EsmEvent = serde_json::from_str(&event)
             .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
         let t1 = Instant::now();
         let (n, files) = ingestor.encode_event(&parsed).await?;
@@ -84,7 +84,7 @@ pub(super) async fn ingest(
     let mut e2e_ms = Vec::new();
     for ev in &events {
         let t0 = Instant::now();
-        let parsed: aws_lambda_events::event::kafka::KafkaEvent =
+        let parsed: crate::esm::EsmEvent =
             serde_json::from_str(ev).map_err(|e| Error::Internal(format!("bench event: {e}")))?;
         let summary = ingestor.handle(&parsed).await?;
         e2e_ms.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -121,13 +121,24 @@ pub(super) async fn ingest(
     Ok(())
 }
 
-pub(super) async fn ingest_once(config: &Config, event: &Path) -> Result<()> {
+pub(super) async fn ingest_once(config: &Config, event: &Path, json: bool) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let ingestor = Ingestor::new(&spec, &backend)?;
     let before = peak_rss_kb();
     let parsed = read_event(event)?;
     let summary = ingestor.handle(&parsed).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "rss_mb": peak_rss_kb() as f64 / 1024.0,
+                "rss_before_mb": before as f64 / 1024.0,
+                "accepted": summary.accepted,
+            })
+        );
+        return Ok(());
+    }
     println!(
         "peak RSS of one invocation (process start, read + parse event, ingest): {:.1} MB (before the event: {:.1} MB); {}",
         peak_rss_kb() as f64 / 1024.0,

@@ -2,6 +2,8 @@
 
 mod compact;
 mod ingest;
+mod reference;
+mod system;
 
 use std::path::PathBuf;
 
@@ -29,6 +31,9 @@ pub enum BenchCommand {
     IngestOnce {
         #[arg(long)]
         event: PathBuf,
+        /// Print one JSON object instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Compaction of many 1-5 MB files into target-size files: throughput and peak RSS.
     Compact {
@@ -52,6 +57,9 @@ pub enum BenchCommand {
         target_mb: u64,
         #[arg(long)]
         reencode: bool,
+        /// Print one JSON object instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Time to commit many pending files on the embedded backend.
     Commit {
@@ -59,6 +67,10 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1000)]
         files: u64,
     },
+    /// streamtable against the Python Lambda a team would write instead (pyarrow + pyiceberg,
+    /// in bench/reference/), on the same inputs in one run, with ratios: ingest, compaction,
+    /// the demo at scale, and the ingest Lambda's init time and size. `scripts/bench` runs it.
+    Reference(reference::ReferenceArgs),
 }
 
 /// Runs a benchmark.
@@ -69,7 +81,7 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             partitions,
             iterations,
         } => ingest::ingest(config, *records, *partitions, (*iterations).max(1)).await,
-        BenchCommand::IngestOnce { event } => ingest::ingest_once(config, event).await,
+        BenchCommand::IngestOnce { event, json } => ingest::ingest_once(config, event, *json).await,
         BenchCommand::Compact {
             total_mb,
             target_mb,
@@ -79,8 +91,10 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             home,
             target_mb,
             reencode,
-        } => compact::compact_once(home, *target_mb, *reencode).await,
+            json,
+        } => compact::compact_once(home, *target_mb, *reencode, *json).await,
         BenchCommand::Commit { files } => compact::commit(config, *files).await,
+        BenchCommand::Reference(args) => reference::run(config, args).await,
     }
 }
 
@@ -99,6 +113,22 @@ pub fn peak_rss_kb() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+/// CPU time of this process so far (all threads), in seconds.
+pub fn cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` only writes the `timespec` it is given, which lives on this stack
+    // frame; CLOCK_PROCESS_CPUTIME_ID is supported by every Linux kernel.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    } else {
+        0.0
+    }
 }
 
 fn tempdir(name: &str) -> Result<PathBuf> {

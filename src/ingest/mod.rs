@@ -15,7 +15,7 @@ mod records;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
+use crate::esm::{EsmEvent, EsmRecord};
 use futures::future::join_all;
 use parquet::file::properties::WriterProperties;
 use serde::Serialize;
@@ -153,7 +153,7 @@ impl Ingestor {
 
     /// Lands one ESM batch. Returns an error only when some partition could not be landed;
     /// partitions that were landed stay landed, and a retry skips them by their checkpoints.
-    pub async fn handle(&self, event: &KafkaEvent) -> Result<IngestSummary> {
+    pub async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary> {
         let groups = group_by_partition(event)?;
         let results = join_all(
             groups
@@ -180,13 +180,13 @@ impl Ingestor {
 
     /// The CPU work of one invocation with no I/O: decodes and encodes every record of the
     /// event as if none had been seen. Returns the records processed and the encoded files.
-    pub async fn encode_event(&self, event: &KafkaEvent) -> Result<(u64, Vec<EncodedFile>)> {
+    pub async fn encode_event(&self, event: &EsmEvent) -> Result<(u64, Vec<EncodedFile>)> {
         let mut files = Vec::new();
         let mut records = 0;
         for (source, group) in group_by_partition(event)? {
             let offsets: Vec<i64> = group.iter().map(|r| r.offset).collect();
             let plan = plan(crate::checkpoint::Checkpoint::INITIAL, &offsets);
-            let new: Vec<&KafkaRecord> = plan.accept.iter().map(|&i| group[i]).collect();
+            let new: Vec<&EsmRecord> = plan.accept.iter().map(|&i| group[i]).collect();
             if let (Some(first), Some(last)) = (new.first(), new.last()) {
                 let (first, last) = (first.offset, last.offset);
                 files.extend(self.encode_partition(&source, &new, first, last).await?.0);
@@ -199,13 +199,13 @@ impl Ingestor {
     async fn ingest_partition(
         &self,
         source: &SourcePartition,
-        records: &[&KafkaRecord],
+        records: &[&EsmRecord],
     ) -> Result<IngestSummary> {
         let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
         let mut summary = IngestSummary {
             records: records.len() as u64,
             partitions: 1,
-            newest_timestamp_ms: records.iter().map(|r| r.timestamp.timestamp_millis()).max(),
+            newest_timestamp_ms: records.iter().map(|r| r.timestamp).max(),
             ..Default::default()
         };
         for attempt in 0..MAX_ATTEMPTS {
@@ -219,7 +219,7 @@ impl Ingestor {
             if plan.accept.is_empty() {
                 return Ok(summary);
             }
-            let new: Vec<&KafkaRecord> = plan.accept.iter().map(|&i| records[i]).collect();
+            let new: Vec<&EsmRecord> = plan.accept.iter().map(|&i| records[i]).collect();
             let (first, last) = (new[0].offset, new[new.len() - 1].offset);
             let (files, decoded) = self.encode_partition(source, &new, first, last).await?;
             join_all(
@@ -272,7 +272,7 @@ impl Ingestor {
     async fn encode_partition(
         &self,
         source: &SourcePartition,
-        records: &[&KafkaRecord],
+        records: &[&EsmRecord],
         first: i64,
         last: i64,
     ) -> Result<(Vec<EncodedFile>, records::Decoded)> {
@@ -357,10 +357,8 @@ impl Ingestor {
 
 /// Groups an event's records by topic-partition. Each record's own topic and partition count;
 /// the map key (`topic-partition`) names the topic when a record lacks one.
-pub fn group_by_partition(
-    event: &KafkaEvent,
-) -> Result<BTreeMap<SourcePartition, Vec<&KafkaRecord>>> {
-    let mut groups: BTreeMap<SourcePartition, Vec<&KafkaRecord>> = BTreeMap::new();
+pub fn group_by_partition(event: &EsmEvent) -> Result<BTreeMap<SourcePartition, Vec<&EsmRecord>>> {
+    let mut groups: BTreeMap<SourcePartition, Vec<&EsmRecord>> = BTreeMap::new();
     for (key, records) in &event.records {
         for r in records {
             let topic = match &r.topic {

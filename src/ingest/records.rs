@@ -1,8 +1,8 @@
 //! From the ESM batch of one topic-partition to Arrow batches: accepted rows of the topic's
 //! table, and dead letters for everything else.
 
+use crate::esm::EsmRecord;
 use arrow_array::RecordBatch;
-use aws_lambda_events::event::kafka::KafkaRecord;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
@@ -23,7 +23,7 @@ pub(super) struct Decoded {
 /// Decodes `records` (already filtered by the checkpoint, in offset order).
 pub(super) fn decode_records(
     table: Option<&TopicTable>,
-    records: &[&KafkaRecord],
+    records: &[&EsmRecord],
     source: &SourcePartition,
     max_record_bytes: usize,
     dead: &mut DeadLetterBuilder,
@@ -69,7 +69,7 @@ pub(super) fn decode_records(
                 topic,
                 partition,
                 offset: record.offset,
-                timestamp_ms: Some(record.timestamp.timestamp_millis()),
+                timestamp_ms: Some(record.timestamp),
                 key,
                 value,
                 kind: rejection.kind,
@@ -115,7 +115,7 @@ impl ClearAnd for Vec<u8> {
 /// Decodes one record into `rows`, or says why it cannot be.
 fn decode_one(
     table: Option<&TopicTable>,
-    record: &KafkaRecord,
+    record: &EsmRecord,
     partition: i32,
     max_record_bytes: usize,
     value_buf: &mut Vec<u8>,
@@ -179,7 +179,7 @@ fn decode_one(
         RecordMeta {
             partition,
             offset: record.offset,
-            timestamp_ms: record.timestamp.timestamp_millis(),
+            timestamp_ms: record.timestamp,
             key,
         },
     );

@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
-use aws_lambda_events::event::kafka::KafkaEvent;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use streamtable::checkpoint::{PendingFile, StateStore};
 use streamtable::config::{Backend, BackendConfig};
+use streamtable::esm::EsmEvent;
 use streamtable::generate::{EventFactory, SourceRecord, esm_event};
 use streamtable::ingest::Ingestor;
 use streamtable::spec::PipelineSpec;
@@ -389,7 +389,7 @@ pub fn records(
 }
 
 /// An ESM event carrying `records`.
-pub fn event(records: &[SourceRecord]) -> KafkaEvent {
+pub fn event(records: &[SourceRecord]) -> EsmEvent {
     serde_json::from_str(&esm_event(records)).expect("generated event parses")
 }
 

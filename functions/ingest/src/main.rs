@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use aws_lambda_events::event::kafka::KafkaEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use streamtable::config::{Backend, Config};
+use streamtable::esm::EsmEvent;
 use streamtable::ingest::{IngestSummary, Ingestor};
 use streamtable::telemetry;
 
@@ -21,14 +21,14 @@ async fn main() -> Result<(), Error> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let ingestor = Arc::new(Ingestor::new(&spec, &backend)?);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<KafkaEvent>| {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
         let ingestor = ingestor.clone();
         async move { handle(&ingestor, event.payload).await }
     }))
     .await
 }
 
-async fn handle(ingestor: &Ingestor, event: KafkaEvent) -> Result<IngestSummary, Error> {
+async fn handle(ingestor: &Ingestor, event: EsmEvent) -> Result<IngestSummary, Error> {
     let started = Instant::now();
     match ingestor.handle(&event).await {
         Ok(summary) => {
