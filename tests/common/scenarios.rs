@@ -259,6 +259,8 @@ pub async fn values_land_exactly(h: &Harness) {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Decimal128Type, TimestampMicrosecondType};
     let mut r = records("orders", 0, 0..1).remove(0);
+    // A millisecond an f64 round trip (ms / 1000.0, fraction * 1000, truncated) turns into .141.
+    r.timestamp_ms = 1_795_946_400_142;
     r.value = Some(
         br#"{"order_id":"o-1","customer_id":"c","amount":"1234567890123456.78","currency":"EUR","created_at":"2026-11-29T11:00:00.000001+01:00","ignored":{"deep":[1]}}"#.to_vec(),
     );
@@ -275,6 +277,11 @@ pub async fn values_land_exactly(h: &Harness) {
         .expect("created_at")
         .as_primitive::<TimestampMicrosecondType>();
     assert_eq!(at.value(0), 1_795_946_400_000_001);
+    let kafka_at = b
+        .column_by_name("kafka_timestamp")
+        .expect("kafka_timestamp")
+        .as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(kafka_at.value(0), 1_795_946_400_142_000);
     let key = b
         .column_by_name("kafka_key")
         .expect("key")
