@@ -26,8 +26,8 @@ pub struct DemoArgs {
     /// Events per topic.
     #[arg(long, default_value_t = 50_000)]
     pub events: u64,
-    /// Records per ESM batch (the ESM allows up to 10,000).
-    #[arg(long, default_value_t = 5_000)]
+    /// Records per ESM batch (the ESM allows up to 10,000; template.yaml's BatchSize default).
+    #[arg(long, default_value_t = 10_000)]
     pub batch_size: u64,
     /// Kafka partitions per topic.
     #[arg(long, default_value_t = 4)]

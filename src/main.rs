@@ -73,6 +73,9 @@ fn config(args: &Args) -> Result<Config, Error> {
     })
 }
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     streamtable::telemetry::init_cli_logs();

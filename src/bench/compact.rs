@@ -109,6 +109,7 @@ pub(super) async fn prepare(
     let (mut total, mut rows_total, mut files) = (0u64, 0i64, Vec::new());
     let target_total = total_mb * 1024 * 1024;
     let started = Instant::now();
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     while total < target_total {
         let want = (1 + rng.below(4)) as f64 * 1024.0 * 1024.0 + rng.below(1024 * 1024) as f64;
         let rows = ((want / bytes_per_row) as usize).max(1000);
@@ -124,12 +125,16 @@ pub(super) async fn prepare(
             files.push(f.data_file);
         }
         rows_total += rows as i64;
-        eprint!(
-            "\rpreparing small files: {} MB of {total_mb}",
-            total / (1024 * 1024)
-        );
+        if progress {
+            eprint!(
+                "\rpreparing small files: {} MB of {total_mb}",
+                total / (1024 * 1024)
+            );
+        }
     }
-    eprintln!();
+    if progress {
+        eprintln!();
+    }
     let n_files = files.len();
     let tx = Transaction::new(&table);
     let tx = tx

@@ -22,6 +22,9 @@ struct Stage {
     options: CompactOptions,
 }
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init_json_logs();

@@ -14,6 +14,9 @@ use streamtable::esm::EsmEvent;
 use streamtable::ingest::{IngestSummary, Ingestor};
 use streamtable::telemetry;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init_json_logs();
