@@ -62,20 +62,23 @@ pub fn esm_event(records: &[SourceRecord]) -> String {
 /// benchmarks, which feed the handler directly).
 pub fn kafka_event(records: &[SourceRecord]) -> crate::esm::EsmEvent {
     use crate::esm::{EsmEvent, EsmRecord};
-    let mut event = EsmEvent::default();
-    event.event_source = Some("aws:kafka".into());
+    let mut event = EsmEvent {
+        event_source: Some("aws:kafka".into()),
+        ..EsmEvent::default()
+    };
     for r in records {
-        let mut k = EsmRecord::default();
-        k.topic = Some(r.topic.clone());
-        k.partition = r.partition as i64;
-        k.offset = r.offset;
-        k.timestamp = r.timestamp_ms;
-        k.timestamp_type = Some("CREATE_TIME".into());
-        k.key = r.key.as_ref().map(|b| STANDARD.encode(b));
-        k.value = match (&r.raw_value_field, &r.value) {
-            (Some(raw), _) => Some(raw.clone()),
-            (None, Some(v)) => Some(STANDARD.encode(v)),
-            (None, None) => None,
+        let k = EsmRecord {
+            topic: Some(r.topic.clone()),
+            partition: r.partition as i64,
+            offset: r.offset,
+            timestamp: r.timestamp_ms,
+            timestamp_type: Some("CREATE_TIME".into()),
+            key: r.key.as_ref().map(|b| STANDARD.encode(b)),
+            value: match (&r.raw_value_field, &r.value) {
+                (Some(raw), _) => Some(raw.clone()),
+                (None, Some(v)) => Some(STANDARD.encode(v)),
+                (None, None) => None,
+            },
         };
         event
             .records
