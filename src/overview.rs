@@ -106,12 +106,26 @@ pub fn render(tables: &[TableInfo], now_ms: i64) -> String {
                 .unwrap_or_else(|| "-".into()),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+    aligned(&rows)
+}
+
+/// Rows of cells as aligned text columns: the first left-aligned, the others right-aligned,
+/// two spaces apart, trailing blanks trimmed.
+pub fn aligned<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.as_ref().get(c))
+                .map(|v| v.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     rows.iter()
         .map(|r| {
-            r.iter()
+            r.as_ref()
+                .iter()
                 .zip(&widths)
                 .enumerate()
                 .map(|(i, (v, w))| {
@@ -123,6 +137,8 @@ pub fn render(tables: &[TableInfo], now_ms: i64) -> String {
                 })
                 .collect::<Vec<_>>()
                 .join("  ")
+                .trim_end()
+                .to_string()
         })
         .collect::<Vec<_>>()
         .join("\n")

@@ -123,51 +123,24 @@ fn print_table(rows: &[Row]) {
         "target",
         "",
     ];
-    let cells: Vec<[String; 7]> = rows
-        .iter()
-        .map(|r| {
-            let verdict = match r.met {
-                Some(true) => "met",
-                Some(false) => "MISSED",
-                None => "",
-            };
-            [
-                r.measure.clone(),
-                r.ours.clone(),
-                r.simple.clone(),
-                r.fast.clone(),
-                r.ratio.clone(),
-                r.target.to_string(),
-                verdict.to_string(),
-            ]
-        })
-        .collect();
-    let mut width = head.map(str::len);
-    for row in &cells {
-        for (w, c) in width.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |row: &[String]| {
-        let parts: Vec<String> = row
-            .iter()
-            .zip(width)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                if i == 0 {
-                    format!("{c:<w$}")
-                } else {
-                    format!("{c:>w$}")
-                }
-            })
-            .collect();
-        println!("{}", parts.join("  ").trim_end());
-    };
-    println!();
-    line(&head.map(String::from));
-    for row in &cells {
-        line(row);
-    }
+    let mut cells = vec![head.map(String::from)];
+    cells.extend(rows.iter().map(|r| {
+        let verdict = match r.met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "",
+        };
+        [
+            r.measure.clone(),
+            r.ours.clone(),
+            r.simple.clone(),
+            r.fast.clone(),
+            r.ratio.clone(),
+            r.target.to_string(),
+            verdict.to_string(),
+        ]
+    }));
+    println!("\n{}", crate::overview::aligned(&cells));
 }
 
 pub(super) fn f1(v: f64) -> String {
