@@ -62,6 +62,10 @@ pub struct PendingFile {
     pub data_file: String,
     pub rows: u64,
     pub bytes: u64,
+    /// The partitioning the file was written for ([`crate::schema::TableLayout::partitioning`]);
+    /// absent in files recorded before 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitioning: Option<Vec<String>>,
 }
 
 /// The files of one ingested batch of one topic-partition, awaiting commit.
@@ -88,15 +92,46 @@ impl PendingBatch {
         BatchKey {
             source: self.source.clone(),
             first_offset: self.first_offset,
+            created_at_ms: self.created_at_ms,
         }
     }
 }
 
-/// Identifies a pending batch: its partition and first offset.
+/// Identifies a pending batch: its partition and first offset (unique), and when it was
+/// recorded (the commit stage takes batches oldest first).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BatchKey {
     pub source: SourcePartition,
     pub first_offset: i64,
+    /// Absent in intents written by releases before 0.2 (then 0).
+    #[serde(default)]
+    pub created_at_ms: i64,
+}
+
+impl BatchKey {
+    /// The key batches are ordered by: age first, then partition and offset. Also the sort key
+    /// of the batch's DynamoDB item.
+    pub fn sort_key(&self) -> String {
+        format!(
+            "{:015}#{}#{:010}#{:020}",
+            self.created_at_ms.max(0),
+            self.source.topic,
+            self.source.partition,
+            self.first_offset
+        )
+    }
+}
+
+/// One page of pending batches, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingPage {
+    /// The batches that could be read.
+    pub batches: Vec<PendingBatch>,
+    /// Batches whose stored item cannot be read (corrupt, or written by a newer release), with
+    /// the reason: reported, never committed, never deleted.
+    pub unreadable: Vec<(BatchKey, String)>,
+    /// The sort key to continue after, when more batches may follow.
+    pub next: Option<String>,
 }
 
 /// A commit about to happen: which pending batches it covers. Written before any table is
@@ -134,8 +169,32 @@ pub trait StateStore: Send + Sync {
         batch: &PendingBatch,
     ) -> Result<Advance>;
 
-    /// Every pending batch, in (topic, partition, first offset) order.
-    async fn pending(&self) -> Result<Vec<PendingBatch>>;
+    /// Pending batches in [`BatchKey::sort_key`] order (oldest first), after `after`, at most
+    /// `limit` (readable or not).
+    async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage>;
+
+    /// Every readable pending batch, oldest first (pages through [`StateStore::pending_page`]).
+    async fn pending(&self) -> Result<Vec<PendingBatch>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.pending_page(after.as_deref(), 1000).await?;
+            out.extend(page.batches);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// The given batches, those still pending, oldest first.
+    async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage>;
+
+    /// Brings state written by an earlier release to this release's layout. Idempotent; the
+    /// scheduled stage calls it at the start of every run. Returns the items moved.
+    async fn upgrade(&self, _now_ms: i64) -> Result<u64> {
+        Ok(0)
+    }
 
     /// The commit intent left by a commit that has not finished, if any.
     async fn commit_intent(&self) -> Result<Option<CommitIntent>>;

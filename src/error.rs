@@ -60,6 +60,17 @@ pub enum Error {
     #[error("commit to {table} kept losing to other writers ({attempts} attempts)")]
     CommitContention { table: String, attempts: u32 },
 
+    /// A catalog swap whose outcome could not be learned (its answer was lost and the pointer
+    /// could not confirm it). Nothing it wrote was deleted; the next attempt finds out.
+    #[error(
+        "commit to {table}: outcome unknown ({message}); {metadata_location} is kept until orphan clean-up proves it unused"
+    )]
+    CommitStateUnknown {
+        table: String,
+        metadata_location: String,
+        message: String,
+    },
+
     /// An error from the Iceberg library (metadata, writers, file IO).
     #[error("iceberg: {context}: {source}")]
     Iceberg {
@@ -87,7 +98,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::ObjectStore { retryable, .. } | Error::State { retryable, .. } => *retryable,
-            Error::CheckpointContention { .. } | Error::CommitContention { .. } => true,
+            Error::CheckpointContention { .. }
+            | Error::CommitContention { .. }
+            | Error::CommitStateUnknown { .. } => true,
             Error::Io { source, .. } => {
                 use std::io::ErrorKind as K;
                 matches!(

@@ -5,13 +5,17 @@
 //!   and data files that only the expired snapshots referenced.
 //! - Orphan clean-up deletes files under a table's location that no snapshot, no metadata log
 //!   entry and no pending batch references, once they are older than a grace period: the files
-//!   of crashed or losing invocations, and of lost commit races.
+//!   of crashed or losing invocations, and of lost commit races. References are read after the
+//!   listing, an ingest file is only a candidate once its partition's checkpoint has passed its
+//!   last offset (no retry can register it any more), and each object's age is looked at again
+//!   right before it is deleted.
 //! - Manifest merge rewrites the current snapshot's manifests into one per partition spec when
 //!   there are too many (every commit adds one).
 //!
 //! Nothing a retained snapshot or a pending batch references is ever deleted.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
@@ -21,8 +25,12 @@ use serde::Serialize;
 use crate::commit::resolve_files;
 use crate::compact::replace::{ReplaceOutcome, commit_replace};
 use crate::compact::{CompactOptions, files};
+use crate::checkpoint::SourcePartition;
+use crate::clock;
 use crate::config::Backend;
 use crate::error::{Error, Result};
+use crate::scheduled::Failure;
+use crate::storage::ObjectInfo;
 use crate::tables::TableSet;
 
 /// What maintenance did to one table.
@@ -35,50 +43,208 @@ pub struct TableMaintenance {
     pub manifests_merged: u64,
 }
 
-/// Runs maintenance on every table, then removes stale spilled pending-file lists.
+/// Runs maintenance on every table; the first failure is returned (see
+/// [`maintain_all_until`] for the scheduled stage's isolated form).
 pub async fn maintain_all(
     backend: &Backend,
     tables: &TableSet,
     options: &CompactOptions,
 ) -> Result<Vec<TableMaintenance>> {
-    let now = crate::commit::now_ms();
-    // Everything pending batches reference, read once.
-    let mut pending_paths: HashSet<String> = HashSet::new();
-    let mut pending_lists: HashSet<String> = HashSet::new();
-    for batch in backend.state.pending().await? {
-        if let Some(l) = &batch.files_location {
-            pending_lists.insert(l.clone());
-        }
-        for f in resolve_files(backend, &batch).await? {
-            let df: serde_json::Value = serde_json::from_str(&f.data_file).unwrap_or_default();
-            if let Some(p) = df.get("file_path").and_then(|v| v.as_str()) {
-                pending_paths.insert(p.to_string());
-            }
-        }
+    let far = Instant::now() + std::time::Duration::from_secs(24 * 3600);
+    let (done, failures) = maintain_all_until(backend, tables, options, far, true).await;
+    match failures.into_iter().next() {
+        Some(f) => Err(Error::Internal(format!(
+            "maintenance of {} failed: {}",
+            f.table.unwrap_or_default(),
+            f.error
+        ))),
+        None => Ok(done),
     }
+}
+
+/// Runs maintenance on every table until `deadline` (a table is not started after it), then
+/// removes spilled pending-file lists no batch needs. Snapshots are expired only when `expire`
+/// (no commit intent is left that may still look for its snapshot). A table that fails is
+/// reported and the others go on.
+pub async fn maintain_all_until(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+    deadline: Instant,
+    expire: bool,
+) -> (Vec<TableMaintenance>, Vec<Failure>) {
     let mut out = Vec::new();
+    let mut failures = Vec::new();
     for name in tables.tables.keys() {
-        let ident = tables.ident(name);
-        if backend.catalog.load(&ident).await?.is_none() {
-            continue;
+        if Instant::now() >= deadline {
+            tracing::info!("maintenance time of this run used up; the rest waits for the next run");
+            break;
         }
+        let ident = tables.ident(name);
         let mut report = TableMaintenance {
             table: name.clone(),
             ..Default::default()
         };
-        merge_manifests(backend, &ident, options, &mut report).await?;
-        expire(backend, &ident, options, now, &mut report).await?;
-        remove_orphans(backend, &ident, options, now, &pending_paths, &mut report).await?;
-        out.push(report);
-    }
-    // Spilled file lists of batches that were committed.
-    let root = format!("{}/_pending/", backend.warehouse.root());
-    for o in backend.warehouse.list(&root).await? {
-        if !pending_lists.contains(&o.location) && now - o.modified_ms > options.orphan_grace_ms {
-            backend.warehouse.delete(&o.location).await?;
+        let done = async {
+            if backend.catalog.load(&ident).await?.is_none() {
+                return Ok(false);
+            }
+            merge_manifests(backend, &ident, options, &mut report).await?;
+            if expire {
+                expire_snapshots(backend, &ident, options, clock::now_ms(), &mut report).await?;
+            }
+            remove_orphans(backend, &ident, options, &mut report).await?;
+            Ok::<_, Error>(true)
+        };
+        match done.await {
+            Ok(true) => out.push(report),
+            Ok(false) => {}
+            Err(e) => failures.push(Failure::new("maintenance", Some(name), None, &e)),
         }
     }
-    Ok(out)
+    if let Err(e) = remove_spilled_lists(backend, options).await {
+        failures.push(Failure::new("maintenance", None, None, &e));
+    }
+    (out, failures)
+}
+
+/// Spilled file lists (`_pending/…`) of batches that were committed.
+async fn remove_spilled_lists(backend: &Backend, options: &CompactOptions) -> Result<()> {
+    let root = format!("{}/_pending/", backend.warehouse.root());
+    let candidates = old_objects(backend, &root, options).await?;
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let mut guard = References::read(backend).await?;
+    let names: Vec<&str> = candidates.iter().map(|o| o.location.as_str()).collect();
+    guard.read_checkpoints(backend, &names).await?;
+    for o in candidates {
+        if guard.may_be_needed(&o.location) {
+            continue;
+        }
+        delete_if_still_old(backend, &o.location, options).await?;
+    }
+    Ok(())
+}
+
+/// Objects under `prefix` older than the grace period.
+async fn old_objects(
+    backend: &Backend,
+    prefix: &str,
+    options: &CompactOptions,
+) -> Result<Vec<ObjectInfo>> {
+    let now = clock::now_ms();
+    Ok(backend
+        .warehouse
+        .list(prefix)
+        .await?
+        .into_iter()
+        .filter(|o| now - o.modified_ms > options.orphan_grace_ms)
+        .collect())
+}
+
+/// Deletes an orphan candidate after looking at it once more: an object rewritten since it was
+/// listed (a retry re-uploading a file of the same content) is younger now, and stays.
+async fn delete_if_still_old(
+    backend: &Backend,
+    location: &str,
+    options: &CompactOptions,
+) -> Result<bool> {
+    match backend.warehouse.stat(location).await? {
+        Some(o) if clock::now_ms() - o.modified_ms > options.orphan_grace_ms => {
+            backend.warehouse.delete(location).await?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// What ingest may still reference, read *after* the candidates were listed (so that a file a
+/// retry re-uploads and registers in between is seen): the files of every pending batch, and
+/// the checkpoints of the partitions whose files are candidates.
+struct References {
+    pending_files: HashSet<String>,
+    pending_lists: HashSet<String>,
+    next_offsets: HashMap<SourcePartition, i64>,
+}
+
+impl References {
+    async fn read(backend: &Backend) -> Result<References> {
+        let mut refs = References {
+            pending_files: HashSet::new(),
+            pending_lists: HashSet::new(),
+            next_offsets: HashMap::new(),
+        };
+        for batch in backend.state.pending().await? {
+            if let Some(l) = &batch.files_location {
+                refs.pending_lists.insert(l.clone());
+            }
+            for f in resolve_files(backend, &batch).await? {
+                let df: serde_json::Value = serde_json::from_str(&f.data_file).unwrap_or_default();
+                if let Some(p) = df.get("file_path").and_then(|v| v.as_str()) {
+                    refs.pending_files.insert(p.to_string());
+                }
+            }
+        }
+        Ok(refs)
+    }
+
+    /// Reads the checkpoints of the partitions named by ingest files among `locations`.
+    async fn read_checkpoints(&mut self, backend: &Backend, locations: &[&str]) -> Result<()> {
+        for loc in locations {
+            if let Some((source, _)) = ingest_file_offsets(loc)
+                && !self.next_offsets.contains_key(&source)
+            {
+                let cp = backend.state.checkpoint(&source).await?;
+                self.next_offsets.insert(source, cp.next_offset);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether ingest references the object, or may still: a pending batch names it, or it is
+    /// an ingest file of offsets a retry could still deliver (at or past the checkpoint).
+    fn may_be_needed(&self, location: &str) -> bool {
+        if self.pending_files.contains(location) || self.pending_lists.contains(location) {
+            return true;
+        }
+        match ingest_file_offsets(location) {
+            Some((source, last)) => self
+                .next_offsets
+                .get(&source)
+                .is_none_or(|next| *next <= last),
+            None => false,
+        }
+    }
+}
+
+/// The topic-partition and last offset an ingest file or spilled list is named after
+/// (`{topic}-{partition}-{first}-{last}-{seq}-{hash}.parquet`,
+/// `_pending/{topic}/{partition}/{first}-{last}-{hash}.json`).
+fn ingest_file_offsets(location: &str) -> Option<(SourcePartition, i64)> {
+    let name = location.rsplit('/').next()?;
+    if let Some(stem) = name.strip_suffix(".parquet") {
+        let mut parts = stem.rsplitn(6, '-');
+        let (hash, seq, last, first, partition, topic) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+        );
+        let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+        if hash.len() != 16 || !digits(seq, 3) || !digits(first, 20) || !digits(last, 20) {
+            return None;
+        }
+        return Some((SourcePartition::new(topic, partition.parse().ok()?), last.parse().ok()?));
+    }
+    let stem = name.strip_suffix(".json")?;
+    let mut dirs = location.rsplit('/').skip(1);
+    let partition: i32 = dirs.next()?.parse().ok()?;
+    let topic = dirs.next()?;
+    let last = stem.split('-').nth(1)?.parse().ok()?;
+    Some((SourcePartition::new(topic, partition), last))
 }
 
 async fn merge_manifests(
@@ -143,7 +309,7 @@ async fn referenced(table: &Table, snapshots: &[SnapshotRef]) -> Result<HashSet<
     Ok(paths)
 }
 
-async fn expire(
+async fn expire_snapshots(
     backend: &Backend,
     ident: &iceberg::TableIdent,
     options: &CompactOptions,
@@ -193,11 +359,9 @@ async fn remove_orphans(
     backend: &Backend,
     ident: &iceberg::TableIdent,
     options: &CompactOptions,
-    now: i64,
-    pending: &HashSet<String>,
     report: &mut TableMaintenance,
 ) -> Result<()> {
-    let Some((table, pointer)) = backend.catalog.load(ident).await? else {
+    let Some((table, _)) = backend.catalog.load(ident).await? else {
         return Ok(());
     };
     let location = table
@@ -205,14 +369,17 @@ async fn remove_orphans(
         .location()
         .trim_end_matches('/')
         .to_string();
-    let objects = backend.warehouse.list(&format!("{location}/")).await?;
-    let old: Vec<_> = objects
-        .into_iter()
-        .filter(|o| now - o.modified_ms > options.orphan_grace_ms)
-        .collect();
+    let old = old_objects(backend, &format!("{location}/"), options).await?;
     if old.is_empty() {
         return Ok(());
     }
+    // Everything below is read after the listing: a file written or registered since is seen.
+    let mut guard = References::read(backend).await?;
+    let names: Vec<&str> = old.iter().map(|o| o.location.as_str()).collect();
+    guard.read_checkpoints(backend, &names).await?;
+    let Some((table, pointer)) = backend.catalog.load(ident).await? else {
+        return Ok(());
+    };
     let snapshots: Vec<SnapshotRef> = table.metadata().snapshots().cloned().collect();
     let mut keep = referenced(&table, &snapshots).await?;
     keep.insert(pointer.metadata_location.clone());
@@ -224,11 +391,12 @@ async fn remove_orphans(
             .map(|m| m.metadata_file.clone()),
     );
     for o in old {
-        if keep.contains(&o.location) || pending.contains(&o.location) {
+        if keep.contains(&o.location) || guard.may_be_needed(&o.location) {
             continue;
         }
-        backend.warehouse.delete(&o.location).await?;
-        report.orphans_deleted += 1;
+        if delete_if_still_old(backend, &o.location, options).await? {
+            report.orphans_deleted += 1;
+        }
     }
     if report.orphans_deleted > 0 {
         tracing::info!(table = %ident, orphans = report.orphans_deleted, "removed orphan files");

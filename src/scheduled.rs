@@ -1,16 +1,62 @@
 //! The scheduled stage (the compaction Lambda and `streamtable compact`): commit, then
 //! compaction, then maintenance. Each step is idempotent and safe to re-run after a crash.
+//!
+//! A run is bounded: the commit step stops starting rounds after [`COMMIT_SHARE`] of the run's
+//! time, compaction stops starting rewrites after [`COMPACT_SHARE`], and maintenance uses the
+//! rest, so a steady stream of new batches never starves compaction and clean-up. Failures are
+//! isolated: a table or partition that fails is reported ([`ScheduledReport::failures`]) and the
+//! others proceed.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::commit::{CommitReport, commit_pending};
-use crate::compact::{CompactOptions, PartitionCompaction, compact_all};
+use crate::commit::{CommitOptions, CommitReport, commit_pending_with};
+use crate::compact::{CompactOptions, PartitionCompaction, compact_all_until};
 use crate::config::Backend;
 use crate::error::Result;
-use crate::maintenance::{TableMaintenance, maintain_all};
+use crate::maintenance::{TableMaintenance, maintain_all_until};
 use crate::tables::TableSet;
+
+/// Share of a run's time after which no new commit round starts.
+pub const COMMIT_SHARE: f64 = 0.4;
+/// Share of a run's time after which no new rewrite starts.
+pub const COMPACT_SHARE: f64 = 0.8;
+/// A run's time when no deadline is given (the CLI).
+pub const DEFAULT_RUN_BUDGET: Duration = Duration::from_secs(600);
+
+/// A step of the run that failed for one table or partition (the others went on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// `commit`, `compaction` or `maintenance`.
+    pub stage: String,
+    /// The table, when the failure concerns one.
+    pub table: Option<String>,
+    /// The partition, for a compaction job.
+    pub partition: Option<String>,
+    pub error: String,
+    /// Whether the next run can be expected to succeed without a fix.
+    pub retryable: bool,
+}
+
+impl Failure {
+    pub(crate) fn new(
+        stage: &str,
+        table: Option<&str>,
+        partition: Option<&str>,
+        e: &crate::Error,
+    ) -> Self {
+        tracing::error!(stage, table = ?table, partition = ?partition, error = %e,
+            retryable = e.is_retryable(), "step failed; the rest of the run goes on");
+        Failure {
+            stage: stage.to_string(),
+            table: table.map(str::to_string),
+            partition: partition.map(str::to_string),
+            error: e.to_string(),
+            retryable: e.is_retryable(),
+        }
+    }
+}
 
 /// What one scheduled run did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -18,6 +64,10 @@ pub struct ScheduledReport {
     pub commit: CommitReport,
     pub compaction: Vec<PartitionCompaction>,
     pub maintenance: Vec<TableMaintenance>,
+    /// Steps that failed; the rest of the run was done.
+    pub failures: Vec<Failure>,
+    /// Pending items of an earlier release's layout moved to this one's.
+    pub state_items_upgraded: u64,
     pub duration_ms: f64,
 }
 
@@ -37,6 +87,17 @@ impl ScheduledReport {
                 t.table, t.files, t.rows
             ));
         }
+        let backlog = &self.commit.backlog;
+        if backlog.batches > 0 || backlog.more {
+            out.push(format!(
+                "  backlog: {}{} batches left for the next run",
+                backlog.batches,
+                if backlog.more { "+" } else { "" }
+            ));
+        }
+        for b in &self.commit.blocked {
+            out.push(format!("  blocked: {b}"));
+        }
         let (inputs, outputs): (u64, u64) = self
             .compaction
             .iter()
@@ -54,25 +115,71 @@ impl ScheduledReport {
         out.push(format!(
             "maintenance: {expired} snapshots expired, {deleted} files deleted"
         ));
+        for f in &self.failures {
+            let what = match (&f.table, &f.partition) {
+                (Some(t), Some(p)) => format!(" {t} {p}"),
+                (Some(t), None) => format!(" {t}"),
+                _ => String::new(),
+            };
+            out.push(format!("failed: {}{what}: {}", f.stage, f.error));
+        }
         out
     }
 }
 
-/// Runs the stage once. Tables missing from the catalog are created from the spec first.
+/// Runs the stage once, with the default time budget.
 pub async fn run(
     backend: &Backend,
     tables: &TableSet,
     options: &CompactOptions,
 ) -> Result<ScheduledReport> {
+    run_until(backend, tables, options, Instant::now() + DEFAULT_RUN_BUDGET).await
+}
+
+/// Runs the stage once; the last step ends by `deadline`. Tables missing from the catalog are
+/// created from the spec on first use. Fails only when the state store cannot be reached at
+/// all; every other failure is isolated and reported.
+pub async fn run_until(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+    deadline: Instant,
+) -> Result<ScheduledReport> {
     let started = Instant::now();
-    tables.ensure_all(backend).await?;
-    let commit = commit_pending(backend, tables).await?;
-    let compaction = compact_all(backend, tables, options).await?;
-    let maintenance = maintain_all(backend, tables, options).await?;
-    Ok(ScheduledReport {
-        commit,
-        compaction,
-        maintenance,
-        duration_ms: started.elapsed().as_secs_f64() * 1e3,
-    })
+    let budget = deadline.saturating_duration_since(started);
+    let at = |share: f64| started + budget.mul_f64(share);
+    let mut report = ScheduledReport {
+        state_items_upgraded: backend.state.upgrade(crate::clock::now_ms()).await?,
+        ..Default::default()
+    };
+    for name in tables.tables.keys() {
+        if let Err(e) = tables.ensure(backend, name).await {
+            report
+                .failures
+                .push(Failure::new("commit", Some(name), None, &e));
+        }
+    }
+    match commit_pending_with(
+        backend,
+        tables,
+        &CommitOptions::default(),
+        Some(at(COMMIT_SHARE)),
+    )
+    .await
+    {
+        Ok(commit) => report.commit = commit,
+        Err(e) => report.failures.push(Failure::new("commit", None, None, &e)),
+    }
+    let (compaction, failures) = compact_all_until(backend, tables, options, at(COMPACT_SHARE)).await;
+    report.compaction = compaction;
+    report.failures.extend(failures);
+    // Expiry must not remove a snapshot a resumable intent still looks for: only after a
+    // commit step that left no intent behind.
+    let intent_left = backend.state.commit_intent().await?.is_some();
+    let (maintenance, failures) =
+        maintain_all_until(backend, tables, options, deadline, !intent_left).await;
+    report.maintenance = maintenance;
+    report.failures.extend(failures);
+    report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok(report)
 }

@@ -12,7 +12,7 @@ use iceberg::spec::{
 };
 
 use crate::error::{Error, Result};
-use crate::spec::{ColumnType, DEAD_LETTER_TABLE, TableSpec};
+use crate::spec::{ColumnType, DEAD_LETTER_TABLE, KAFKA_COLUMNS, TableSpec};
 
 /// Everything a writer needs to know about a table's layout.
 #[derive(Debug, Clone)]
@@ -65,9 +65,15 @@ impl TableLayout {
         })
     }
 
+    /// The partitioning as written in specs and messages: `["day(created_at)"]`. Pending files
+    /// carry it, so that a file is never registered under another partitioning.
+    pub fn partitioning(&self) -> Vec<String> {
+        describe_partitioning(&self.partition_spec, &self.schema)
+    }
+
     /// The layout of a table from the pipeline spec: its columns, then the Kafka columns.
     pub fn for_table(spec: &TableSpec) -> Result<Self> {
-        let mut fields = Vec::with_capacity(spec.columns.len() + 4);
+        let mut fields = Vec::with_capacity(spec.columns.len() + KAFKA_COLUMNS.len());
         for (i, c) in spec.columns.iter().enumerate() {
             let id = i as i32 + 1;
             let ty = Type::Primitive(primitive(c.column_type));
@@ -110,14 +116,35 @@ impl TableLayout {
     }
 }
 
+/// `["day(created_at)", "bucket[16](id)"]`: a partition spec with its source columns named.
+pub fn describe_partitioning(spec: &PartitionSpec, schema: &Schema) -> Vec<String> {
+    spec.fields()
+        .iter()
+        .map(|f| {
+            let source = schema
+                .field_by_id(f.source_id)
+                .map_or_else(|| format!("#{}", f.source_id), |c| c.name.clone());
+            format!("{}({source})", f.transform)
+        })
+        .collect()
+}
+
 /// The Kafka metadata columns every table carries, with ids from `first`.
-fn kafka_fields(first: i32) -> [NestedField; 4] {
+///
+/// The record key is stored losslessly: a UTF-8 key (the common case, and what QuickSight can
+/// show) in `kafka_key`, any other key (Avro, long and UUID serializers) as its bytes in
+/// `kafka_key_bytes`; at most one of the two is set, neither for a record without a key.
+/// `kafka_key_bytes` came after the first release: [`crate::tables`] adds it to older tables.
+fn kafka_fields(first: i32) -> [NestedField; 5] {
     use PrimitiveType as P;
     [
         NestedField::required(first, "kafka_partition", Type::Primitive(P::Int)),
         NestedField::required(first + 1, "kafka_offset", Type::Primitive(P::Long)),
         NestedField::required(first + 2, "kafka_timestamp", Type::Primitive(P::Timestamp)),
-        NestedField::optional(first + 3, "kafka_key", Type::Primitive(P::String)),
+        NestedField::optional(first + 3, "kafka_key", Type::Primitive(P::String))
+            .with_doc("the record key, when it is UTF-8"),
+        NestedField::optional(first + 4, "kafka_key_bytes", Type::Primitive(P::Binary))
+            .with_doc("the record key's bytes, when they are not UTF-8"),
     ]
 }
 

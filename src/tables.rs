@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use iceberg::spec::{FormatVersion, Schema};
 use iceberg::table::Table;
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use crate::schema::TableLayout;
-use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec};
+use crate::schema::{TableLayout, describe_partitioning};
+use crate::spec::{DEAD_LETTER_TABLE, KAFKA_COLUMNS, PipelineSpec};
 
 /// One table: its layout and its target file size.
 #[derive(Debug, Clone)]
@@ -89,7 +90,9 @@ impl TableSet {
             .catalog
             .create_if_absent(&self.namespace, creation)
             .await?;
+        let table = add_missing_kafka_columns(backend, name, table, &def.layout.schema).await?;
         check_schema(name, table.metadata().current_schema(), &def.layout.schema)?;
+        check_partition_spec(name, &table, &def.layout)?;
         Ok(table)
     }
 }
@@ -105,6 +108,75 @@ pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> 
         ),
         ("streamtable.managed".into(), "true".into()),
     ])
+}
+
+/// Adds the Kafka columns a table created by an earlier release lacks (`kafka_key_bytes`): the
+/// table's columns are then the spec's columns plus a suffix of the Kafka columns, and the next
+/// field id the table assigns is the one the layout (and every file ingest writes) uses.
+async fn add_missing_kafka_columns(
+    backend: &Backend,
+    name: &str,
+    table: Table,
+    expected: &Schema,
+) -> Result<Table> {
+    let actual = table.metadata().current_schema().as_struct().fields();
+    let wanted = expected.as_struct().fields();
+    if actual.len() >= wanted.len() {
+        return Ok(table);
+    }
+    let (prefix, missing) = wanted.split_at(actual.len());
+    let is_prefix = actual
+        .iter()
+        .zip(prefix)
+        .all(|(a, e)| a.id == e.id && a.name == e.name && a.field_type == e.field_type);
+    let ids_follow = missing
+        .iter()
+        .enumerate()
+        .all(|(i, f)| f.id == table.metadata().last_column_id() + 1 + i as i32);
+    let kafka_only = missing
+        .iter()
+        .all(|f| KAFKA_COLUMNS.contains(&f.name.as_str()) && !f.required);
+    if !(is_prefix && ids_follow && kafka_only) {
+        return Ok(table); // check_schema explains the difference
+    }
+    let mut update = Transaction::new(&table).update_schema();
+    for f in missing {
+        let column = match &f.doc {
+            Some(doc) => AddColumn::builder()
+                .name(f.name.clone())
+                .field_type(f.field_type.as_ref().clone())
+                .doc(doc.clone())
+                .build(),
+            None => AddColumn::optional(&f.name, f.field_type.as_ref().clone()),
+        };
+        update = update.add_column(column);
+    }
+    let tx = update
+        .apply(Transaction::new(&table))
+        .map_err(|e| Error::iceberg(format!("add Kafka columns to {name}"), e))?;
+    let table = tx
+        .commit(&backend.catalog)
+        .await
+        .map_err(|e| Error::iceberg(format!("add Kafka columns to {name}"), e))?;
+    let added: Vec<&str> = missing.iter().map(|f| f.name.as_str()).collect();
+    tracing::info!(table = name, columns = ?added, "added the Kafka columns of this release");
+    Ok(table)
+}
+
+/// Refuses a table whose partitioning is not the spec's: files written for one layout must
+/// never be registered with the metadata of another.
+pub fn check_partition_spec(name: &str, table: &Table, layout: &TableLayout) -> Result<()> {
+    let metadata = table.metadata();
+    let have = describe_partitioning(metadata.default_partition_spec(), metadata.current_schema());
+    let want = layout.partitioning();
+    if have == want {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "table {name} in the catalog is partitioned by {have:?} but the pipeline spec says partition_by = {want:?}; \
+         changing the partitioning of an existing table is not supported: restore partition_by = {have:?}, \
+         or give the new layout a new table name"
+    )))
 }
 
 /// Refuses to commit into a table whose schema no longer matches the spec's.

@@ -22,6 +22,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::error::{Error, Result};
+use crate::partition::partition_path;
 use crate::schema::TableLayout;
 
 /// One encoded data file, ready to upload.
@@ -87,7 +88,11 @@ pub async fn encode(
             .split(batch)
             .map_err(|e| Error::iceberg(ctx("split by partition"), e))?
             .into_iter()
-            .map(|(key, b)| (key.to_path(), key.data().clone(), b))
+            .map(|(key, b)| {
+                let path =
+                    partition_path(&layout.partition_spec, &layout.partition_type, key.data());
+                (path, key.data().clone(), b)
+            })
             .collect()
     };
     groups.sort_by(|a, b| a.0.cmp(&b.0));

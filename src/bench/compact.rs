@@ -62,7 +62,7 @@ fn orders_batch(
             RecordMeta {
                 partition: (n % 8) as i32,
                 offset: n,
-                timestamp_ms: at / 1000 + 250,
+                timestamp_us: (at / 1000 + 250) * 1000,
                 key: None,
             },
         );

@@ -3,6 +3,11 @@
 //! Iceberg schema (so Athena and QuickSight list the columns). The swap is `UpdateTable` with
 //! the `VersionId` read by `GetTable`; Glue refuses it with `ConcurrentModificationException`
 //! when another writer updated the table in between.
+//!
+//! That refusal does not say the swap did not happen: when the response to a successful
+//! `UpdateTable` is lost, the SDK sends the request again with the same `VersionId`, and Glue
+//! refuses the repeat. So it is reported as an unknown outcome (an error), never as a lost race;
+//! [`super::TableCatalog::commit_metadata`] then reads the pointer to learn what happened.
 
 use async_trait::async_trait;
 use aws_sdk_glue::Client;
@@ -297,12 +302,14 @@ impl PointerStore for GluePointers {
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) => {
+                let mut fault = SdkFault::from_sdk(&e);
                 if let Some(UpdateTableError::ConcurrentModificationException(_)) =
                     e.as_service_error()
                 {
-                    return Ok(false);
+                    // Another writer, or our own earlier attempt whose answer was lost.
+                    fault.retryable = true;
                 }
-                Err(glue_error("update table", &what, SdkFault::from_sdk(&e)))
+                Err(glue_error("update table", &what, fault))
             }
         }
     }

@@ -47,7 +47,8 @@ pub trait PointerStore: Send + Sync + Debug {
     async fn list_tables(&self, namespace: &str) -> Result<Vec<String>>;
     /// The table's pointer, or `None` if the table does not exist.
     async fn get(&self, namespace: &str, table: &str) -> Result<Option<Pointer>>;
-    /// Registers a new table. `Ok(false)` if it already exists.
+    /// Registers a new table. `Ok(false)` if it already exists (possibly because an earlier
+    /// attempt of this very call succeeded and its answer was lost).
     async fn create(
         &self,
         namespace: &str,
@@ -55,8 +56,9 @@ pub trait PointerStore: Send + Sync + Debug {
         location: &str,
         metadata: &TableMetadata,
     ) -> Result<bool>;
-    /// Points the table at `new_location` if it still is at `expected`. `Ok(false)` when another
-    /// writer swapped first (nothing was changed).
+    /// Points the table at `new_location` if it still is at `expected`. `Ok(false)` only when
+    /// the swap certainly did not happen (the pointer had moved); an error means the outcome is
+    /// unknown (the swap may have been applied and its answer lost).
     async fn swap(
         &self,
         namespace: &str,
@@ -143,6 +145,13 @@ impl TableCatalog {
     /// Writes `metadata` as the table's next metadata file and swaps the pointer to it, if the
     /// pointer is still `expected`. Returns the new table, or `None` when another writer won (the
     /// written metadata file is then deleted).
+    ///
+    /// When the swap's outcome is unknown (an error, or Glue refusing what may be the SDK's
+    /// repeat of a swap that succeeded), the pointer is read again: if it names the new metadata,
+    /// or the table's history shows it was built on it, the commit happened. Otherwise the error
+    /// is returned as [`Error::CommitStateUnknown`] and nothing is deleted: files whose commit
+    /// may have happened are left to orphan clean-up, which deletes only what no snapshot
+    /// references.
     pub async fn commit_metadata(
         &self,
         table: &Table,
@@ -169,9 +178,37 @@ impl TableCatalog {
                 let _ = self.file_io.delete(&next).await;
                 Ok(None)
             }
-            // Unknown outcome (e.g. a timeout after the swap): keep the file, a reader may need it.
-            Err(e) => Err(e),
+            Err(e) => match self.committed_after_all(ident, &next).await {
+                Ok(true) => {
+                    tracing::warn!(table = %ident, error = %e, metadata = %next,
+                        "the swap reported an error, but the pointer shows it happened");
+                    Ok(Some(self.table(ident, &next, metadata)?))
+                }
+                Ok(false) | Err(_) => Err(Error::CommitStateUnknown {
+                    table: ident.to_string(),
+                    metadata_location: next,
+                    message: e.to_string(),
+                }),
+            },
         }
+    }
+
+    /// Whether the table's pointer names `location`, or names metadata whose history does.
+    async fn committed_after_all(&self, ident: &TableIdent, location: &str) -> Result<bool> {
+        let ns = namespace_name(ident.namespace());
+        let Some(pointer) = self.pointers.get(&ns, ident.name()).await? else {
+            return Ok(false);
+        };
+        if pointer.metadata_location == location {
+            return Ok(true);
+        }
+        let current = TableMetadata::read_from(&self.file_io, &pointer.metadata_location)
+            .await
+            .map_err(|e| Error::iceberg(format!("read metadata of {ident}"), e))?;
+        Ok(current
+            .metadata_log()
+            .iter()
+            .any(|entry| entry.metadata_file == location))
     }
 
     /// Creates a table, or returns the existing one.
@@ -215,7 +252,13 @@ impl TableCatalog {
             )
             .await?;
         if !created {
-            let _ = self.file_io.delete(metadata_location.to_string()).await;
+            // Someone created it first, or this very call did and its answer was lost: delete
+            // the file only when the table does not point at it.
+            let ours = metadata_location.to_string();
+            let pointer = self.pointers.get(namespace, ident.name()).await?;
+            if pointer.is_some_and(|p| p.metadata_location != ours) {
+                let _ = self.file_io.delete(ours).await;
+            }
         }
         match self.load(&ident).await? {
             Some((t, _)) => Ok(t),

@@ -9,7 +9,7 @@ pub mod files;
 pub mod replace;
 pub mod rewrite;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use iceberg::spec::{ManifestEntryRef, Struct};
@@ -17,6 +17,8 @@ use serde::Serialize;
 
 use crate::config::Backend;
 use crate::error::Result;
+use crate::partition::partition_path;
+use crate::scheduled::Failure;
 use crate::tables::TableSet;
 use replace::ReplaceOutcome;
 
@@ -122,82 +124,157 @@ pub struct Job {
     pub inputs: Vec<ManifestEntryRef>,
 }
 
-/// Compacts every table of the set.
+/// Compacts every table of the set; the first failure is returned (see [`compact_all_until`]
+/// for the scheduled stage's isolated form).
 pub async fn compact_all(
     backend: &Backend,
     tables: &TableSet,
     options: &CompactOptions,
 ) -> Result<Vec<PartitionCompaction>> {
+    let far = Instant::now() + std::time::Duration::from_secs(24 * 3600);
+    let (done, failures) = compact_all_until(backend, tables, options, far).await;
+    match failures.into_iter().next() {
+        Some(f) => Err(crate::Error::Internal(format!(
+            "compaction of {} {} failed: {}",
+            f.table.unwrap_or_default(),
+            f.partition.unwrap_or_default(),
+            f.error
+        ))),
+        None => Ok(done),
+    }
+}
+
+/// Compacts every table of the set, starting no rewrite after `deadline` and rewriting at most
+/// [`CompactOptions::max_rewrite_bytes_per_run`] in all. A partition with more small files than
+/// the budget has its oldest ones rewritten now and the rest in later runs. A table or partition
+/// that fails is reported and the others go on.
+pub async fn compact_all_until(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+    deadline: Instant,
+) -> (Vec<PartitionCompaction>, Vec<Failure>) {
     let mut out = Vec::new();
+    let mut failures = Vec::new();
     let mut budget = options.max_rewrite_bytes_per_run;
     for (name, def) in &tables.tables {
         let ident = tables.ident(name);
-        let Some((table, _)) = backend.catalog.load(&ident).await? else {
-            continue;
+        let loaded = async {
+            let Some((table, _)) = backend.catalog.load(&ident).await? else {
+                return Ok(None);
+            };
+            let current = files::load_current(&table).await?;
+            Ok::<_, crate::Error>(Some((table, current)))
         };
-        let current = files::load_current(&table).await?;
-        let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
-        for job in plan(&table, current.live(), small_below, options.min_input_files) {
-            let input_bytes: u64 = job.inputs.iter().map(|e| e.file_size_in_bytes()).sum();
-            if input_bytes > budget {
-                tracing::info!(table = %ident, partition = %job.path, "rewrite budget of this run used up");
-                return Ok(out);
-            }
-            budget -= input_bytes;
-            let started = Instant::now();
-            let prefix = format!("compact-{}", uuid::Uuid::new_v4());
-            let rewritten = rewrite::rewrite(
-                &table,
-                &job,
-                def.target_file_size_bytes,
-                options.stitch_min_row_group_bytes,
-                &prefix,
-            )
-            .await?;
-            if rewritten.outputs.is_empty() {
+        let (table, current) = match loaded.await {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                failures.push(Failure::new("compaction", Some(name), None, &e));
                 continue;
             }
-            let outputs = rewritten.outputs;
-            let removed: HashSet<String> = rewritten.removed.into_iter().collect();
-            let input_bytes: u64 = job
-                .inputs
-                .iter()
-                .filter(|e| removed.contains(e.file_path()))
-                .map(|e| e.file_size_in_bytes())
-                .sum();
-            let props = HashMap::from([(
-                "streamtable.operation".to_string(),
-                "compaction".to_string(),
-            )]);
-            let outcome =
-                replace::commit_replace(&backend.catalog, &ident, &removed, &outputs, &props)
-                    .await?;
-            let snapshot_id = match outcome {
-                ReplaceOutcome::Committed(id) => Some(id),
-                ReplaceOutcome::Stale => {
-                    for f in &outputs {
-                        let _ = table.file_io().delete(f.file_path()).await;
-                    }
-                    None
-                }
-            };
-            let report = PartitionCompaction {
-                table: name.clone(),
-                partition: job.path.clone(),
-                input_files: removed.len() as u64,
-                input_bytes,
-                output_files: outputs.len() as u64,
-                output_bytes: outputs.iter().map(|f| f.file_size_in_bytes()).sum(),
-                rows: outputs.iter().map(|f| f.record_count()).sum(),
-                snapshot_id,
-                duration_ms: started.elapsed().as_secs_f64() * 1e3,
-            };
-            tracing::info!(table = %ident, partition = %report.partition, inputs = report.input_files,
-                outputs = report.output_files, rows = report.rows, snapshot = ?snapshot_id, "compacted");
-            out.push(report);
+        };
+        let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
+        for mut job in plan(&table, current.live(), small_below, options.min_input_files) {
+            if Instant::now() >= deadline || budget == 0 {
+                tracing::info!(table = %ident, "compaction time or byte budget of this run used up; the rest waits for the next run");
+                return (out, failures);
+            }
+            if !job.fit_budget(budget, options.min_input_files) {
+                continue;
+            }
+            let input_bytes: u64 = job.inputs.iter().map(|e| e.file_size_in_bytes()).sum();
+            budget -= input_bytes.min(budget);
+            match compact_job(backend, &table, &ident, name, def, &job, options).await {
+                Ok(Some(report)) => out.push(report),
+                Ok(None) => {}
+                Err(e) => failures.push(Failure::new("compaction", Some(name), Some(&job.path), &e)),
+            }
         }
     }
-    Ok(out)
+    (out, failures)
+}
+
+impl Job {
+    /// Keeps the first inputs (in path order) that fit `budget` bytes; false when fewer than
+    /// `min_files` do.
+    fn fit_budget(&mut self, budget: u64, min_files: usize) -> bool {
+        let mut total = 0u64;
+        let fit = self
+            .inputs
+            .iter()
+            .take_while(|e| {
+                total += e.file_size_in_bytes();
+                total <= budget
+            })
+            .count();
+        self.inputs.truncate(fit);
+        fit >= min_files.max(2)
+    }
+}
+
+/// Rewrites one partition's small files and commits the replace; `None` when there was nothing
+/// to do.
+async fn compact_job(
+    backend: &Backend,
+    table: &iceberg::table::Table,
+    ident: &iceberg::TableIdent,
+    name: &str,
+    def: &crate::tables::TableDef,
+    job: &Job,
+    options: &CompactOptions,
+) -> Result<Option<PartitionCompaction>> {
+    let started = Instant::now();
+    let prefix = format!("compact-{}", uuid::Uuid::new_v4());
+    let rewritten = rewrite::rewrite(
+        table,
+        job,
+        def.target_file_size_bytes,
+        options.stitch_min_row_group_bytes,
+        &prefix,
+    )
+    .await?;
+    if rewritten.outputs.is_empty() {
+        return Ok(None);
+    }
+    let outputs = rewritten.outputs;
+    let removed: HashSet<String> = rewritten.removed.into_iter().collect();
+    let input_bytes: u64 = job
+        .inputs
+        .iter()
+        .filter(|e| removed.contains(e.file_path()))
+        .map(|e| e.file_size_in_bytes())
+        .sum();
+    let props = HashMap::from([(
+        "streamtable.operation".to_string(),
+        "compaction".to_string(),
+    )]);
+    let outcome =
+        replace::commit_replace(&backend.catalog, ident, &removed, &outputs, &props).await?;
+    let snapshot_id = match outcome {
+        ReplaceOutcome::Committed(id) => Some(id),
+        ReplaceOutcome::Stale => {
+            // Not committed, and it never can be (its inputs are gone): the outputs are ours.
+            for f in &outputs {
+                let _ = table.file_io().delete(f.file_path()).await;
+            }
+            None
+        }
+    };
+    let report = PartitionCompaction {
+        table: name.to_string(),
+        partition: job.path.clone(),
+        input_files: removed.len() as u64,
+        input_bytes,
+        output_files: outputs.len() as u64,
+        output_bytes: outputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+        rows: outputs.iter().map(|f| f.record_count()).sum(),
+        snapshot_id,
+        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+    };
+    tracing::info!(table = %ident, partition = %report.partition, inputs = report.input_files,
+        outputs = report.output_files, rows = report.rows, snapshot = ?snapshot_id, "compacted");
+    Ok(Some(report))
 }
 
 /// Partitions with enough small files, their small files sorted by path.
@@ -208,20 +285,26 @@ fn plan<'a>(
     min_files: usize,
 ) -> Vec<Job> {
     let spec = table.metadata().default_partition_spec();
-    let schema = table.metadata().current_schema().clone();
-    let mut groups: BTreeMap<String, (Struct, Vec<ManifestEntryRef>)> = BTreeMap::new();
+    let Ok(partition_type) = spec.partition_type(table.metadata().current_schema()) else {
+        return Vec::new();
+    };
+    // Grouped by the partition tuple, not its path: a null and the string "null" share a path.
+    let mut by_value: HashMap<Struct, Vec<ManifestEntryRef>> = HashMap::new();
     for files::FileEntry { spec_id, entry: e } in live {
         let f = e.data_file();
         if *spec_id != spec.spec_id() || f.file_size_in_bytes() >= small_below {
             continue;
         }
-        let path = spec.partition_to_path(f.partition(), schema.clone());
-        groups
-            .entry(path)
-            .or_insert_with(|| (f.partition().clone(), Vec::new()))
-            .1
-            .push(e.clone());
+        by_value.entry(f.partition().clone()).or_default().push(e.clone());
     }
+    let mut groups: Vec<(String, (Struct, Vec<ManifestEntryRef>))> = by_value
+        .into_iter()
+        .map(|(partition, files)| {
+            let path = partition_path(spec, &partition_type, &partition);
+            (path, (partition, files))
+        })
+        .collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
     groups
         .into_iter()
         .filter(|(_, (_, files))| files.len() >= min_files)

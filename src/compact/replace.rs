@@ -22,6 +22,9 @@ use super::files::{self, FileEntry, SnapshotFiles};
 use crate::catalog::TableCatalog;
 use crate::error::{Error, Result};
 
+/// Snapshot summary key naming the replace commit that made the snapshot.
+pub const REPLACE_ID_PROPERTY: &str = "streamtable.replace-id";
+
 /// How often a lost race is retried.
 const MAX_ATTEMPTS: u32 = 8;
 
@@ -44,6 +47,11 @@ pub async fn commit_replace(
     added: &[DataFile],
     properties: &HashMap<String, String>,
 ) -> Result<ReplaceOutcome> {
+    // Carried by the snapshot, so that an attempt whose outcome was unknown is recognised.
+    let replace_id = uuid::Uuid::new_v4().to_string();
+    let mut properties = properties.clone();
+    properties.insert(REPLACE_ID_PROPERTY.to_string(), replace_id.clone());
+    let mut last_unknown = None;
     for attempt in 0..MAX_ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(20 << attempt.min(6))).await;
@@ -52,6 +60,9 @@ pub async fn commit_replace(
             .load(ident)
             .await?
             .ok_or_else(|| Error::Config(format!("table {ident} does not exist")))?;
+        if let Some(id) = snapshot_with(&table, REPLACE_ID_PROPERTY, &replace_id) {
+            return Ok(ReplaceOutcome::Committed(id));
+        }
         let Some(current) = table.metadata().current_snapshot().cloned() else {
             return Ok(ReplaceOutcome::Stale);
         };
@@ -61,7 +72,7 @@ pub async fn commit_replace(
             return Ok(ReplaceOutcome::Stale);
         }
         let (snapshot, written) =
-            build_snapshot(&table, &snapshot_files, removed, added, properties).await?;
+            build_snapshot(&table, &snapshot_files, removed, added, &properties).await?;
         let snapshot_id = snapshot.snapshot_id();
         let metadata = table
             .metadata()
@@ -80,20 +91,36 @@ pub async fn commit_replace(
             .and_then(|b| b.build())
             .map_err(|e| Error::iceberg(format!("replace metadata of {ident}"), e))?
             .metadata;
-        match catalog.commit_metadata(&table, &pointer, metadata).await? {
-            Some(_) => return Ok(ReplaceOutcome::Committed(snapshot_id)),
-            None => {
+        match catalog.commit_metadata(&table, &pointer, metadata).await {
+            Ok(Some(_)) => return Ok(ReplaceOutcome::Committed(snapshot_id)),
+            Ok(None) => {
                 tracing::info!(table = %ident, attempt, "replace lost a race; rebuilding on the new snapshot");
                 for path in written {
                     let _ = table.file_io().delete(&path).await;
                 }
             }
+            // Maybe committed: keep what it wrote (orphan clean-up decides later) and look
+            // again; the next attempt recognises the snapshot by its replace id.
+            Err(e @ Error::CommitStateUnknown { .. }) => {
+                tracing::warn!(table = %ident, attempt, error = %e, "replace outcome unknown; checking again");
+                last_unknown = Some(e);
+            }
+            Err(e) => return Err(e),
         }
     }
-    Err(Error::CommitContention {
+    Err(last_unknown.unwrap_or(Error::CommitContention {
         table: ident.to_string(),
         attempts: MAX_ATTEMPTS,
-    })
+    }))
+}
+
+/// The id of the snapshot in the table's history whose summary has `key` = `value`.
+pub fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
+    table
+        .metadata()
+        .snapshots()
+        .find(|s| s.summary().additional_properties.get(key).map(String::as_str) == Some(value))
+        .map(|s| s.snapshot_id())
 }
 
 /// Writes the manifests and manifest list of the replace snapshot; returns the snapshot and the

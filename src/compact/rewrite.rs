@@ -47,8 +47,13 @@ use crate::error::{Error, Result};
 pub const ROW_GROUP_ROWS: usize = 256 * 1024;
 /// Default: row groups at least this large (compressed) are copied as they are.
 pub const STITCH_MIN_ROW_GROUP_BYTES: u64 = 1024 * 1024;
-/// Rows per batch when decoding a row group.
+/// Rows per batch when decoding a row group (fewer for wide rows: see [`READ_BATCH_BYTES`]).
 const READ_BATCH_ROWS: usize = 8 * 1024;
+/// Decoded bytes per batch read from a row group, estimated from the row group's statistics.
+const READ_BATCH_BYTES: i64 = 16 * 1024 * 1024;
+/// Decoded bytes buffered before they are encoded as an output row group: rows of up to 1 MiB
+/// (dead letters keep whole record values) must not make a row group of 256k rows unbounded.
+pub const ROW_GROUP_BYTES: usize = 128 * 1024 * 1024;
 
 /// Writer settings for compacted files: ZSTD level 1 (the level ingest uses, so stitched and
 /// re-encoded row groups match), row groups of [`ROW_GROUP_ROWS`] rows.
@@ -240,6 +245,41 @@ fn row_group_range(rg: &RowGroupMetaData) -> (u64, u64) {
     (start.max(0) as u64, end.max(0) as u64)
 }
 
+/// Rows per decoded batch of a row group: at most [`READ_BATCH_ROWS`], fewer when the row
+/// group's uncompressed size says its rows are wide.
+fn read_batch_rows(rg: &RowGroupMetaData) -> usize {
+    let rows = rg.num_rows().max(1);
+    let bytes_per_row = (rg.total_byte_size() / rows).max(1);
+    (READ_BATCH_BYTES / bytes_per_row).clamp(1, READ_BATCH_ROWS as i64) as usize
+}
+
+/// The batch's columns in the order of `schema`, matched by Iceberg field id; a column the
+/// file predates (added to the table later) is all nulls.
+pub fn project(
+    batch: &RecordBatch,
+    schema: &ArrowSchemaRef,
+) -> std::result::Result<RecordBatch, String> {
+    const FIELD_ID: &str = "PARQUET:field_id";
+    let id = |f: &arrow_schema::Field| f.metadata().get(FIELD_ID).cloned();
+    let input = batch.schema();
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let found = input
+            .fields()
+            .iter()
+            .position(|f| id(f).is_some() && id(f) == id(field));
+        match found {
+            Some(i) => columns.push(batch.column(i).clone()),
+            None if field.is_nullable() => columns.push(arrow_array::new_null_array(
+                field.data_type(),
+                batch.num_rows(),
+            )),
+            None => return Err(format!("required column {} is missing", field.name())),
+        }
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
+}
+
 fn pq(what: String) -> impl Fn(parquet::errors::ParquetError) -> Error {
     move |e| Error::Internal(format!("{what}: {e}"))
 }
@@ -269,6 +309,7 @@ impl Output {
         let factory = ArrowRowGroupWriterFactory::new(&writer, self.arrow_schema.clone());
         let mut pending: Vec<RecordBatch> = Vec::new();
         let mut pending_rows = 0usize;
+        let mut pending_bytes = 0usize;
         let mut written = 0u64;
 
         for input in group {
@@ -310,7 +351,8 @@ impl Output {
                 // for every column chunk or for none.
                 let indexed = offset_index.is_some_and(|o| o.len() == rg.num_columns());
                 if stitchable && indexed && rg.compressed_size() >= self.stitch_min_bytes {
-                    self.encode(&factory, &mut writer, &mut pending, &mut pending_rows)?;
+                    self.encode(&factory, &mut writer, &mut pending)?;
+                    (pending_rows, pending_bytes) = (0, 0);
                     let mut rg_out = writer
                         .next_row_group()
                         .map_err(pq(format!("write {location}")))?;
@@ -334,23 +376,21 @@ impl Output {
                         reader_meta.clone(),
                     )
                     .with_row_groups(vec![i])
-                    .with_batch_size(READ_BATCH_ROWS)
+                    .with_batch_size(read_batch_rows(rg))
                     .build()
                     .map_err(pq(format!("decode {path}")))?;
                     for batch in batches {
                         let batch =
                             batch.map_err(|e| Error::Internal(format!("decode {path}: {e}")))?;
-                        let batch = RecordBatch::try_new(
-                            self.arrow_schema.clone(),
-                            batch.columns().to_vec(),
-                        )
-                        .map_err(|e| {
+                        let batch = project(&batch, &self.arrow_schema).map_err(|e| {
                             Error::Internal(format!("{path} does not fit the table schema: {e}"))
                         })?;
                         pending_rows += batch.num_rows();
+                        pending_bytes += batch.get_array_memory_size();
                         pending.push(batch);
-                        if pending_rows >= ROW_GROUP_ROWS {
-                            self.encode(&factory, &mut writer, &mut pending, &mut pending_rows)?;
+                        if pending_rows >= ROW_GROUP_ROWS || pending_bytes >= ROW_GROUP_BYTES {
+                            self.encode(&factory, &mut writer, &mut pending)?;
+                            (pending_rows, pending_bytes) = (0, 0);
                         }
                     }
                 }
@@ -361,7 +401,7 @@ impl Output {
                     .map_err(|e| Error::iceberg(format!("write {location}"), e))?;
             }
         }
-        self.encode(&factory, &mut writer, &mut pending, &mut pending_rows)?;
+        self.encode(&factory, &mut writer, &mut pending)?;
         let meta = writer.close().map_err(pq(format!("finish {location}")))?;
         let tail = sink.take();
         written += tail.len() as u64;
@@ -380,7 +420,6 @@ impl Output {
         factory: &ArrowRowGroupWriterFactory,
         writer: &mut SerializedFileWriter<Sink>,
         pending: &mut Vec<RecordBatch>,
-        pending_rows: &mut usize,
     ) -> Result<()> {
         if pending.is_empty() {
             return Ok(());
@@ -403,7 +442,6 @@ impl Output {
                 }
             }
         }
-        *pending_rows = 0;
         let mut rg = writer.next_row_group().map_err(pq("row group".into()))?;
         for w in columns {
             w.close()

@@ -104,8 +104,10 @@ impl ColumnBuilder {
 pub struct RecordMeta<'a> {
     pub partition: i32,
     pub offset: i64,
-    pub timestamp_ms: i64,
-    pub key: Option<&'a str>,
+    /// The Kafka timestamp in microseconds, already checked to be in range.
+    pub timestamp_us: i64,
+    /// The key's bytes: stored in `kafka_key` when they are UTF-8, else in `kafka_key_bytes`.
+    pub key: Option<&'a [u8]>,
 }
 
 /// Builds the Arrow batch of accepted rows for one table.
@@ -116,6 +118,7 @@ pub struct RowBuilder {
     kafka_offset: Int64Builder,
     kafka_timestamp: TimestampMicrosecondBuilder,
     kafka_key: StringBuilder,
+    kafka_key_bytes: LargeBinaryBuilder,
     rows: usize,
 }
 
@@ -134,6 +137,7 @@ impl RowBuilder {
             kafka_offset: Int64Builder::with_capacity(capacity),
             kafka_timestamp: TimestampMicrosecondBuilder::with_capacity(capacity),
             kafka_key: StringBuilder::with_capacity(capacity, capacity * 16),
+            kafka_key_bytes: LargeBinaryBuilder::new(),
             rows: 0,
         })
     }
@@ -148,9 +152,21 @@ impl RowBuilder {
         }
         self.kafka_partition.append_value(meta.partition);
         self.kafka_offset.append_value(meta.offset);
-        self.kafka_timestamp
-            .append_value(meta.timestamp_ms.saturating_mul(1000));
-        self.kafka_key.append_option(meta.key);
+        self.kafka_timestamp.append_value(meta.timestamp_us);
+        match meta.key.map(std::str::from_utf8) {
+            None => {
+                self.kafka_key.append_null();
+                self.kafka_key_bytes.append_null();
+            }
+            Some(Ok(text)) => {
+                self.kafka_key.append_value(text);
+                self.kafka_key_bytes.append_null();
+            }
+            Some(Err(_)) => {
+                self.kafka_key.append_null();
+                self.kafka_key_bytes.append_option(meta.key);
+            }
+        }
         self.rows += 1;
     }
 
@@ -172,6 +188,7 @@ impl RowBuilder {
         arrays.push(Arc::new(self.kafka_offset.finish()));
         arrays.push(Arc::new(self.kafka_timestamp.finish()));
         arrays.push(Arc::new(self.kafka_key.finish()));
+        arrays.push(Arc::new(self.kafka_key_bytes.finish()));
         self.rows = 0;
         RecordBatch::try_new(self.layout.arrow_schema.clone(), arrays).map_err(|e| {
             Error::Internal(format!(
@@ -235,8 +252,12 @@ impl DeadLetterBuilder {
         self.topic.append_value(d.topic);
         self.partition.append_value(d.partition);
         self.offset.append_value(d.offset);
-        self.timestamp
-            .append_option(d.timestamp_ms.map(|t| t.saturating_mul(1000)));
+        // A Kafka timestamp readers cannot represent is left out (the message says why).
+        self.timestamp.append_option(
+            d.timestamp_ms
+                .and_then(|t| t.checked_mul(1000))
+                .filter(|us| super::value::timestamp_in_range(*us, "").is_ok()),
+        );
         self.key.append_option(d.key);
         self.value.append_option(d.value);
         self.kind.append_value(d.kind.as_str());

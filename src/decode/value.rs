@@ -26,6 +26,30 @@ pub enum Cell<'a> {
     Decimal(i128),
 }
 
+/// Earliest timestamp every reader represents: 0001-01-01T00:00:00Z, in microseconds.
+pub const MIN_TIMESTAMP_US: i64 = -62_135_596_800_000_000;
+/// Latest timestamp every reader represents: 9999-12-31T23:59:59.999999Z, in microseconds.
+pub const MAX_TIMESTAMP_US: i64 = 253_402_300_799_999_999;
+/// Earliest date every reader represents: 0001-01-01, in days since 1970-01-01.
+pub const MIN_DATE_DAYS: i32 = -719_162;
+/// Latest date every reader represents: 9999-12-31, in days since 1970-01-01.
+pub const MAX_DATE_DAYS: i32 = 2_932_896;
+/// The range, as messages name it.
+pub const TIME_RANGE: &str = "years 0001 to 9999 (what Athena, Spark and Python readers all hold)";
+
+/// Refuses a timestamp outside [`MIN_TIMESTAMP_US`]..=[`MAX_TIMESTAMP_US`]: a value readers cannot
+/// represent would break every read of the table, not only this row.
+pub fn timestamp_in_range(us: i64, shown: &str) -> Result<i64, ValueError> {
+    if (MIN_TIMESTAMP_US..=MAX_TIMESTAMP_US).contains(&us) {
+        Ok(us)
+    } else {
+        Err(ValueError::new(
+            RejectKind::OutOfRange,
+            format!("timestamp {shown} is outside {TIME_RANGE}"),
+        ))
+    }
+}
+
 /// Why a value was refused: the dead-letter kind and a short detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueError {
@@ -99,12 +123,13 @@ pub fn parse_cell(ty: ColumnType, raw: &str) -> Result<Cell<'_>, ValueError> {
         ColumnType::Timestamp if is_number => {
             let ms = parse_integer(raw, ty)
                 .map_err(|e| ValueError::new(RejectKind::InvalidTimestamp, e.detail))?;
-            ms.checked_mul(1000).map(Cell::Timestamp).ok_or_else(|| {
+            let us = ms.checked_mul(1000).ok_or_else(|| {
                 ValueError::new(
-                    RejectKind::InvalidTimestamp,
-                    format!("epoch milliseconds {raw} out of range"),
+                    RejectKind::OutOfRange,
+                    format!("epoch milliseconds {raw} is outside {TIME_RANGE}"),
                 )
-            })
+            })?;
+            timestamp_in_range(us, &format!("{raw} (epoch milliseconds)")).map(Cell::Timestamp)
         }
         ColumnType::Date if first == b'"' => {
             let s = json_string(raw)?;
@@ -115,7 +140,15 @@ pub fn parse_cell(ty: ColumnType, raw: &str) -> Result<Cell<'_>, ValueError> {
                 )
             })?;
             let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
-            Ok(Cell::Date((d - epoch).num_days() as i32))
+            let days = (d - epoch).num_days();
+            if (i64::from(MIN_DATE_DAYS)..=i64::from(MAX_DATE_DAYS)).contains(&days) {
+                Ok(Cell::Date(days as i32))
+            } else {
+                Err(ValueError::new(
+                    RejectKind::OutOfRange,
+                    format!("date {s:?} is outside {TIME_RANGE}"),
+                ))
+            }
         }
         _ => Err(wrong()),
     }
@@ -178,7 +211,7 @@ pub fn parse_timestamp(s: &str) -> Result<i64, ValueError> {
             format!("{s:?} is not an RFC 3339 timestamp with Z or an offset ({e})"),
         )
     })?;
-    Ok(t.timestamp_micros())
+    timestamp_in_range(t.timestamp_micros(), &format!("{s:?}"))
 }
 
 /// Parses a decimal literal exactly into its unscaled value at `scale`.
@@ -346,6 +379,64 @@ mod tests {
             Err(RejectKind::InvalidTimestamp)
         );
         assert_eq!(ts("false").map_err(|e| e.kind), Err(RejectKind::WrongType));
+    }
+
+    #[test]
+    fn timestamps_and_dates_outside_years_1_to_9999_are_out_of_range() {
+        let kind = |ty, raw| parse_cell(ty, raw).map_err(|e| e.kind);
+        // The poison pill: epoch milliseconds that fit an i64 in microseconds but lie in the
+        // year 265,000 (made iceberg's day transform panic while naming the partition).
+        assert_eq!(
+            kind(ColumnType::Timestamp, "8300000000000000"),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            kind(ColumnType::Timestamp, "-8300000000000000"),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            kind(ColumnType::Timestamp, "9223372036854775807"),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            kind(ColumnType::Timestamp, "\"0000-12-31T23:59:59Z\""),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            kind(ColumnType::Timestamp, "\"0001-01-01T00:30:00+01:00\""),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            kind(ColumnType::Date, "\"+200000-01-01\""),
+            Err(RejectKind::OutOfRange)
+        );
+        assert_eq!(
+            kind(ColumnType::Date, "\"0000-06-01\""),
+            Err(RejectKind::OutOfRange)
+        );
+        let err = parse_cell(ColumnType::Timestamp, "8300000000000000").expect_err("out");
+        assert!(err.detail.contains("years 0001 to 9999"), "{}", err.detail);
+        // The edges are in.
+        assert_eq!(
+            kind(ColumnType::Timestamp, "\"0001-01-01T00:00:00Z\""),
+            Ok(Cell::Timestamp(MIN_TIMESTAMP_US))
+        );
+        assert_eq!(
+            kind(ColumnType::Timestamp, "\"9999-12-31T23:59:59.999999Z\""),
+            Ok(Cell::Timestamp(MAX_TIMESTAMP_US))
+        );
+        assert_eq!(
+            kind(ColumnType::Timestamp, "253402300799999"),
+            Ok(Cell::Timestamp(253_402_300_799_999_000))
+        );
+        assert_eq!(
+            kind(ColumnType::Date, "\"0001-01-01\""),
+            Ok(Cell::Date(MIN_DATE_DAYS))
+        );
+        assert_eq!(
+            kind(ColumnType::Date, "\"9999-12-31\""),
+            Ok(Cell::Date(MAX_DATE_DAYS))
+        );
     }
 
     #[test]

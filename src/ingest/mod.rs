@@ -327,6 +327,7 @@ impl Ingestor {
                 data_file: f.data_file_json(layout)?,
                 rows: f.data_file.record_count(),
                 bytes: f.bytes.len() as u64,
+                partitioning: Some(layout.partitioning()),
             });
         }
         let mut batch = PendingBatch {

@@ -8,6 +8,7 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::TopicTable;
 use crate::checkpoint::SourcePartition;
+use crate::decode::value::{TIME_RANGE, timestamp_in_range};
 use crate::decode::{DeadLetter, DeadLetterBuilder, RecordMeta, RejectKind, Rejection, RowBuilder};
 use crate::error::Result;
 
@@ -140,11 +141,22 @@ fn decode_one(
                     format!("key is not valid base64: {e}"),
                 )
             })?;
-            Some(std::str::from_utf8(key_buf).map_err(|e| {
-                Rejection::new(RejectKind::InvalidUtf8, format!("key is not UTF-8: {e}"))
-            })?)
+            Some(key_buf.as_slice())
         }
     };
+    let timestamp_us = record
+        .timestamp
+        .checked_mul(1000)
+        .and_then(|us| timestamp_in_range(us, "").ok())
+        .ok_or_else(|| {
+            Rejection::new(
+                RejectKind::OutOfRange,
+                format!(
+                    "Kafka timestamp {} (epoch milliseconds) is outside {TIME_RANGE}",
+                    record.timestamp
+                ),
+            )
+        })?;
     let Some(raw) = record.value.as_deref() else {
         return Err(Rejection::new(
             RejectKind::Tombstone,
@@ -179,7 +191,7 @@ fn decode_one(
         RecordMeta {
             partition,
             offset: record.offset,
-            timestamp_ms: record.timestamp,
+            timestamp_us,
             key,
         },
     );

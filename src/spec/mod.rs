@@ -38,11 +38,12 @@ pub const DEFAULT_TARGET_FILE_SIZE_MB: u64 = 128;
 /// Largest allowed target file size.
 pub const MAX_TARGET_FILE_SIZE_MB: u64 = 512;
 /// Column names that streamtable adds to every table.
-pub const KAFKA_COLUMNS: [&str; 4] = [
+pub const KAFKA_COLUMNS: [&str; 5] = [
     "kafka_partition",
     "kafka_offset",
     "kafka_timestamp",
     "kafka_key",
+    "kafka_key_bytes",
 ];
 
 /// A validated pipeline spec.

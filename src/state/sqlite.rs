@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::checkpoint::{
-    Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore,
+    Advance, BatchKey, Checkpoint, CommitIntent, PendingBatch, PendingPage, SourcePartition,
+    StateStore,
 };
 use crate::error::{Error, Result};
 
@@ -32,6 +33,7 @@ CREATE TABLE IF NOT EXISTS pending (
     created_at_ms INTEGER NOT NULL,
     files         TEXT    NOT NULL,
     files_location TEXT,
+    sort_key      TEXT,
     PRIMARY KEY (topic, partition, first_offset)
 );
 CREATE TABLE IF NOT EXISTS commit_intent (
@@ -77,6 +79,7 @@ impl SqliteStateStore {
             .map_err(|e| db_error("configure", path, e))?;
         conn.execute_batch(SCHEMA)
             .map_err(|e| db_error("create schema", path, e))?;
+        upgrade_schema(&conn).map_err(|e| db_error("upgrade schema", path, e))?;
         Ok(SqliteStateStore {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
@@ -100,6 +103,71 @@ impl SqliteStateStore {
         .await
         .map_err(|e| Error::Internal(format!("state task failed: {e}")))?
     }
+}
+
+/// Brings a state database of an earlier release to this one's schema: pending batches gained
+/// a `sort_key` (oldest first, see [`BatchKey::sort_key`]) with an index for bounded reads.
+fn upgrade_schema(conn: &Connection) -> rusqlite::Result<()> {
+    let has_sort_key: bool = conn.query_row(
+        "SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'sort_key'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_sort_key {
+        conn.execute_batch("ALTER TABLE pending ADD COLUMN sort_key TEXT")?;
+    }
+    conn.execute_batch(
+        "UPDATE pending SET sort_key = printf('%015d#%s#%010d#%020d', max(created_at_ms, 0), topic, partition, first_offset)
+           WHERE sort_key IS NULL;
+         CREATE INDEX IF NOT EXISTS pending_by_age ON pending (sort_key);",
+    )
+}
+
+/// Reads pending rows (`topic, partition, first_offset, last_offset, created_at_ms, files,
+/// files_location`) into a page; rows whose file list cannot be read are reported unreadable.
+fn read_page(
+    stmt: &mut rusqlite::Statement<'_>,
+    params: impl rusqlite::Params,
+    path: &Path,
+) -> Result<PendingPage> {
+    let err = |e| db_error("read pending", path, e);
+    let rows = stmt
+        .query_map(params, |r| {
+            Ok((
+                SourcePartition::new(r.get::<_, String>(0)?, r.get(1)?),
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, Option<String>>(6)?,
+            ))
+        })
+        .map_err(err)?;
+    let mut page = PendingPage::default();
+    for row in rows {
+        let (source, first_offset, last_offset, created_at_ms, files, files_location) =
+            row.map_err(err)?;
+        match serde_json::from_str(&files) {
+            Ok(files) => page.batches.push(PendingBatch {
+                source,
+                first_offset,
+                last_offset,
+                created_at_ms,
+                files,
+                files_location,
+            }),
+            Err(e) => {
+                let key = BatchKey {
+                    source,
+                    first_offset,
+                    created_at_ms,
+                };
+                page.unreadable
+                    .push((key, format!("{}: file list is corrupt: {e}", path.display())));
+            }
+        }
+    }
+    Ok(page)
 }
 
 #[async_trait]
@@ -135,6 +203,7 @@ impl StateStore for SqliteStateStore {
         let files = serde_json::to_string(&batch.files)
             .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
         let location = batch.files_location.clone();
+        let sort_key = batch.key().sort_key();
         let batch = (batch.first_offset, batch.last_offset, batch.created_at_ms);
         self.with_conn(move |conn, path| {
             let err = |op| move |e| db_error(op, path, e);
@@ -166,9 +235,9 @@ impl StateStore for SqliteStateStore {
             )
             .map_err(err("write checkpoint"))?;
             tx.execute(
-                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![source.topic, source.partition, batch.0, batch.1, batch.2, files, location],
+                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![source.topic, source.partition, batch.0, batch.1, batch.2, files, location, sort_key],
             )
             .map_err(err("record pending files"))?;
             tx.commit().map_err(err("commit"))?;
@@ -177,44 +246,53 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
-    async fn pending(&self) -> Result<Vec<PendingBatch>> {
-        self.with_conn(|conn, path| {
-            let err = |op| move |e| db_error(op, path, e);
+    async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
+        let after = after.unwrap_or_default().to_string();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_conn(move |conn, path| {
             let mut stmt = conn
-                .prepare(
+                .prepare_cached(
                     "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location
-                     FROM pending ORDER BY topic, partition, first_offset",
+                     FROM pending WHERE sort_key > ?1 ORDER BY sort_key LIMIT ?2",
                 )
-                .map_err(err("read pending"))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        SourcePartition::new(r.get::<_, String>(0)?, r.get(1)?),
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, i64>(4)?,
-                        r.get::<_, String>(5)?,
-                        r.get::<_, Option<String>>(6)?,
-                    ))
-                })
-                .map_err(err("read pending"))?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (source, first_offset, last_offset, created_at_ms, files, files_location) = row.map_err(err("read pending"))?;
-                let files = serde_json::from_str(&files).map_err(|e| Error::State {
-                    op: "read pending",
-                    message: format!("{}: pending batch {source}@{first_offset} is corrupt: {e}", path.display()),
-                    retryable: false,
-                })?;
-                out.push(PendingBatch {
-                    source,
-                    first_offset,
-                    last_offset,
-                    created_at_ms,
-                    files,
-                    files_location,
-                });
+                .map_err(|e| db_error("read pending", path, e))?;
+            let mut page = read_page(&mut stmt, params![after, limit], path)?;
+            let read = (page.batches.len() + page.unreadable.len()) as i64;
+            if read == limit {
+                let last = page
+                    .batches
+                    .iter()
+                    .map(PendingBatch::key)
+                    .chain(page.unreadable.iter().map(|(k, _)| k.clone()))
+                    .map(|k| k.sort_key())
+                    .max();
+                page.next = last;
             }
+            Ok(page)
+        })
+        .await
+    }
+
+    async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
+        let keys = keys.to_vec();
+        self.with_conn(move |conn, path| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location
+                     FROM pending WHERE topic = ?1 AND partition = ?2 AND first_offset = ?3",
+                )
+                .map_err(|e| db_error("read pending", path, e))?;
+            let mut out = PendingPage::default();
+            for k in &keys {
+                let page = read_page(
+                    &mut stmt,
+                    params![k.source.topic, k.source.partition, k.first_offset],
+                    path,
+                )?;
+                out.batches.extend(page.batches);
+                out.unreadable.extend(page.unreadable);
+            }
+            out.batches.sort_by_key(|b| b.key().sort_key());
             Ok(out)
         })
         .await

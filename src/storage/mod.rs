@@ -156,6 +156,30 @@ impl Warehouse {
         }
     }
 
+    /// The object's size and age, or `None` if it does not exist.
+    pub async fn stat(&self, location: &str) -> Result<Option<ObjectInfo>> {
+        match &self.backend {
+            Backend::Local => match tokio::fs::metadata(location).await {
+                Ok(meta) => Ok(Some(ObjectInfo {
+                    location: location.to_string(),
+                    size: meta.len(),
+                    modified_ms: modified_ms(&meta),
+                })),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(Error::io("stat", location, e)),
+            },
+            Backend::S3(s) => Ok(s
+                .head(location)
+                .await
+                .map_err(|e| object_error("stat", location, e))?
+                .map(|(size, modified_ms)| ObjectInfo {
+                    location: location.to_string(),
+                    size,
+                    modified_ms,
+                })),
+        }
+    }
+
     /// Lists every object under a location prefix (recursively).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         match &self.backend {
@@ -189,6 +213,13 @@ fn object_error(op: &'static str, location: &str, e: iceberg::Error) -> Error {
     }
 }
 
+fn modified_ms(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 fn list_local(root: &Path) -> Result<Vec<ObjectInfo>> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -206,15 +237,10 @@ fn list_local(root: &Path) -> Result<Vec<ObjectInfo>> {
             if meta.is_dir() {
                 stack.push(entry.path());
             } else if let Some(location) = entry.path().to_str() {
-                let modified_ms = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_millis() as i64);
                 out.push(ObjectInfo {
                     location: location.to_string(),
                     size: meta.len(),
-                    modified_ms,
+                    modified_ms: modified_ms(&meta),
                 });
             }
         }

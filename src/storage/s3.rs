@@ -115,6 +115,27 @@ impl S3Storage {
         Ok(out)
     }
 
+    /// Size and last-modified time (epoch milliseconds) of an object; `None` if it is absent.
+    pub async fn head(&self, location: &str) -> iceberg::Result<Option<(u64, i64)>> {
+        let (bucket, key) = split_location(location)?;
+        match self.client()?.head_object().bucket(bucket).key(key).send().await {
+            Ok(h) => {
+                let modified = h
+                    .last_modified()
+                    .map_or(0, |t| t.secs() * 1000 + t.subsec_nanos() as i64 / 1_000_000);
+                Ok(Some((h.content_length().unwrap_or(0).max(0) as u64, modified)))
+            }
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(fault("head", location, f))
+                }
+            }
+        }
+    }
+
     async fn delete_keys(&self, bucket: &str, keys: Vec<String>) -> iceberg::Result<()> {
         let client = self.client()?;
         for chunk in keys.chunks(1000) {

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use streamtable::checkpoint::{
-    Advance, Checkpoint, CommitIntent, PendingBatch, SourcePartition, StateStore,
+    Advance, BatchKey, Checkpoint, CommitIntent, PendingBatch, PendingPage, SourcePartition,
+    StateStore,
 };
 use streamtable::{Error, Result};
 
@@ -96,8 +97,16 @@ impl StateStore for FaultyState {
         }
     }
 
-    async fn pending(&self) -> Result<Vec<PendingBatch>> {
-        self.inner.pending().await
+    async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
+        self.inner.pending_page(after, limit).await
+    }
+
+    async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
+        self.inner.batches(keys).await
+    }
+
+    async fn upgrade(&self, now_ms: i64) -> Result<u64> {
+        self.inner.upgrade(now_ms).await
     }
 
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
@@ -133,6 +142,36 @@ pub struct FaultyPointers {
     /// Swap calls (0-based) that fail.
     pub fail_swaps: Mutex<Vec<usize>>,
     pub swaps: std::sync::atomic::AtomicUsize,
+    /// Swap calls (0-based) that are applied but answer with an error (the answer was lost).
+    pub lose_answers: Mutex<Vec<usize>>,
+}
+
+impl FaultyPointers {
+    /// Wraps `inner`; `fail` swaps fail before anything happens, `lose` swaps happen but fail.
+    pub fn new(
+        inner: Arc<dyn streamtable::catalog::PointerStore>,
+        fail: Vec<usize>,
+        lose: Vec<usize>,
+    ) -> Arc<Self> {
+        Arc::new(FaultyPointers {
+            inner,
+            fail_swaps: Mutex::new(fail),
+            swaps: std::sync::atomic::AtomicUsize::new(0),
+            lose_answers: Mutex::new(lose),
+        })
+    }
+
+    /// A backend like `backend` whose catalog goes through these pointers.
+    pub fn backend(self: &Arc<Self>, backend: &streamtable::config::Backend) -> streamtable::config::Backend {
+        streamtable::config::Backend {
+            catalog: streamtable::catalog::TableCatalog::new(
+                self.clone(),
+                backend.warehouse.file_io().clone(),
+                backend.warehouse.root(),
+            ),
+            ..backend.clone()
+        }
+    }
 }
 
 #[async_trait]
@@ -178,9 +217,18 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
                 "injected crash at swap {n} of {table}"
             )));
         }
-        self.inner
+        let applied = self
+            .inner
             .swap(namespace, table, expected, new_location, metadata)
-            .await
+            .await?;
+        if self.lose_answers.lock().expect("faults").contains(&n) {
+            return Err(Error::State {
+                op: "swap table pointer",
+                message: format!("injected: swap {n} of {table} applied ({applied}), its answer lost"),
+                retryable: true,
+            });
+        }
+        Ok(applied)
     }
     async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
         self.inner.drop_table(namespace, table).await

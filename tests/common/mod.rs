@@ -5,6 +5,7 @@
 pub mod analyst_scenarios;
 pub mod compaction_scenarios;
 pub mod faults;
+pub mod reliability_scenarios;
 pub mod scenarios;
 pub mod table_scenarios;
 

@@ -2,11 +2,8 @@
 //! DuckDB, run on every backend.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use serde_json::Value;
-use streamtable::catalog::TableCatalog;
 use streamtable::commit::commit_pending;
 use streamtable::compact::{CompactOptions, compact_all};
 use streamtable::config::Backend;
@@ -135,7 +132,8 @@ pub async fn tables_are_created_on_first_use(h: &Harness) {
             "kafka_partition",
             "kafka_offset",
             "kafka_timestamp",
-            "kafka_key"
+            "kafka_key",
+            "kafka_key_bytes"
         ]
     );
 }
@@ -196,19 +194,11 @@ pub async fn commit_crash_between_tables_is_resumed(h: &Harness) {
     let tables = h.tables();
     tables.ensure_all(&h.backend).await.expect("tables");
     // Tables commit in name order: dead_letters (swap 0), orders (swap 1), payments, readings.
-    let pointers = Arc::new(FaultyPointers {
-        inner: h.backend.catalog.pointers().clone(),
-        fail_swaps: std::sync::Mutex::new(vec![1]),
-        swaps: AtomicUsize::new(0),
-    });
-    let faulty = Backend {
-        catalog: TableCatalog::new(
-            pointers,
-            h.backend.warehouse.file_io().clone(),
-            h.backend.warehouse.root(),
-        ),
-        ..h.backend.clone()
-    };
+    // The process dies at swap 1: every swap from then on fails (an error alone would be an
+    // unknown outcome, checked and retried).
+    let faulty =
+        FaultyPointers::new(h.backend.catalog.pointers().clone(), (1..100).collect(), vec![])
+            .backend(&h.backend);
     commit_pending(&faulty, &tables)
         .await
         .expect_err("injected crash");
@@ -252,19 +242,41 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
     compact_all(&h.backend, &tables, &opts())
         .await
         .expect("compact");
-    // A pending (uncommitted) batch, and an orphan as a crashed invocation leaves it.
+    // A pending (uncommitted) batch, and orphans as crashed invocations leave them.
+    let crash = |partition: i32| async move {
+        h.ingestor_with_state(FaultyState::new(
+            h.backend.state.clone(),
+            vec![Fault::CrashBeforeAdvance],
+        ))
+        .handle(&event(&records("orders", partition, 0..5)))
+        .await
+        .expect_err("crash leaves an orphan");
+    };
+    // Partition 3: the ESM's retry delivers a longer batch, so the crashed files stay orphans
+    // once the checkpoint has passed them. Partition 4: not retried yet, so a retry could still
+    // re-upload and register the very same files: they must stay.
+    crash(3).await;
+    h.ingestor()
+        .handle(&event(&records("orders", 3, 0..8)))
+        .await
+        .expect("retry");
+    commit_pending(&h.backend, &tables).await.expect("commit");
+    crash(4).await;
+    let waiting: Vec<String> = h
+        .backend
+        .warehouse
+        .list(&h.backend.warehouse.table_location(&h.backend.namespace, "orders"))
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|o| o.location)
+        .filter(|l| l.contains("/orders-4-"))
+        .collect();
+    assert!(!waiting.is_empty());
     h.ingestor()
         .handle(&event(&records("orders", 0, 60..70)))
         .await
         .expect("pending batch");
-    let crashing = h.ingestor_with_state(FaultyState::new(
-        h.backend.state.clone(),
-        vec![Fault::CrashBeforeAdvance],
-    ));
-    crashing
-        .handle(&event(&records("orders", 3, 0..5)))
-        .await
-        .expect_err("crash leaves an orphan");
 
     let location = h
         .backend
@@ -292,7 +304,7 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
         .iter()
         .find(|m| m.table == "orders")
         .expect("orders report");
-    assert_eq!(orders.snapshots_expired, 6);
+    assert_eq!(orders.snapshots_expired, 7);
     assert!(
         orders.files_deleted >= 6 + 6,
         "micro-files and old manifests: {orders:?}"
@@ -309,8 +321,14 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
         .collect();
     assert!(after.len() < before.len());
 
+    for w in &waiting {
+        assert!(after.contains(w), "{w} may still be registered by a retry: kept");
+    }
+
     // The table still reads completely, and the pending batch's files are still there.
-    check_table(h, "orders", &json_keys(0, 0..60));
+    let mut expected = json_keys(0, 0..60);
+    expected.extend(json_keys(3, 0..8));
+    check_table(h, "orders", &expected);
     for f in h.pending_files().await {
         let df: Value = serde_json::from_str(&f.data_file).expect("json");
         let path = df["file_path"].as_str().expect("path");
@@ -320,5 +338,7 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
     commit_pending(&h.backend, &tables)
         .await
         .expect("commit after maintenance");
-    check_table(h, "orders", &json_keys(0, 0..70));
+    let mut expected = json_keys(0, 0..70);
+    expected.extend(json_keys(3, 0..8));
+    check_table(h, "orders", &expected);
 }

@@ -1,0 +1,307 @@
+//! Commit: pending micro-files become Iceberg snapshots, exactly once.
+//!
+//! 1. Record a [`CommitIntent`] naming the pending batches to commit (or resume the one a
+//!    crashed run left). Batches are taken oldest first, and only those that can be committed
+//!    ([`select`]): a batch that cannot (its table refuses the spec, its item is corrupt, a file
+//!    lies outside its table) is reported as blocked and left pending, never in the way of the
+//!    others.
+//! 2. Per table: if a snapshot anywhere in the table's history carries the commit id
+//!    `{intent}/{table}` in its summary, that table is done; otherwise `fast_append` the files in
+//!    one snapshot whose summary carries the commit id and the highest committed offset per
+//!    topic-partition (`streamtable.offset.{topic}-{partition}`).
+//! 3. Remove the batches and the intent.
+//!
+//! A crash between any two steps is finished by the next run without losing or repeating a
+//! file: step 2 is skipped for tables whose commit id is in the history, and batches are only
+//! removed once every table has its snapshot. A run makes at most
+//! [`CommitOptions::max_rounds`] rounds and stops starting new ones at its deadline, so the
+//! scheduled stage always reaches compaction and maintenance; what is left is reported as the
+//! backlog.
+
+pub mod select;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use serde::Serialize;
+
+use crate::checkpoint::{CommitIntent, PendingBatch, PendingFile};
+use crate::config::Backend;
+use crate::error::{Error, Result};
+use crate::tables::TableSet;
+pub use select::{BlockedBatch, resolve_files};
+use select::{Selector, TableFiles};
+
+/// Snapshot summary key carrying the commit id.
+pub const COMMIT_ID_PROPERTY: &str = "streamtable.commit-id";
+/// Prefix of the snapshot summary keys carrying committed offsets.
+pub const OFFSET_PROPERTY_PREFIX: &str = "streamtable.offset.";
+
+/// Knobs of the commit stage. `Default` gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct CommitOptions {
+    /// Most commit rounds in one run (each is one snapshot per table).
+    pub max_rounds: u32,
+    /// Most pending batches one round covers.
+    pub max_batches_per_round: usize,
+    /// Most bytes of batch keys one commit intent holds (a DynamoDB item holds 400 KB).
+    pub max_intent_bytes: usize,
+}
+
+impl Default for CommitOptions {
+    fn default() -> Self {
+        CommitOptions {
+            max_rounds: 20,
+            max_batches_per_round: 2_000,
+            max_intent_bytes: 300 * 1024,
+        }
+    }
+}
+
+/// What a commit round did to one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TableCommitReport {
+    pub table: String,
+    pub files: u64,
+    pub rows: u64,
+    /// The snapshot that holds the files.
+    pub snapshot_id: Option<i64>,
+    /// The snapshot already existed (a resumed commit).
+    pub already_committed: bool,
+}
+
+/// What is still pending when a run ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Backlog {
+    /// Committable batches seen but left for the next run (a lower bound when `more`).
+    pub batches: u64,
+    /// More batches may be pending beyond those counted.
+    pub more: bool,
+    /// Age of the oldest batch left (committable or blocked), milliseconds.
+    pub oldest_age_ms: Option<i64>,
+}
+
+/// What the commit stage did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CommitReport {
+    /// Commit rounds run.
+    pub rounds: u64,
+    /// Pending batches committed and cleared.
+    pub batches: u64,
+    /// Rounds that finished an intent left by an earlier run.
+    pub resumed: u64,
+    pub tables: Vec<TableCommitReport>,
+    /// Batches that cannot be committed, with the reason; they stay pending.
+    pub blocked: Vec<BlockedBatch>,
+    /// What is left for the next run.
+    pub backlog: Backlog,
+    pub duration_ms: f64,
+}
+
+impl CommitReport {
+    pub fn files(&self) -> u64 {
+        self.tables.iter().map(|t| t.files).sum()
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.tables.iter().map(|t| t.rows).sum()
+    }
+
+    fn add_round(&mut self, round: Vec<TableCommitReport>) {
+        for t in round {
+            match self.tables.iter_mut().find(|r| r.table == t.table) {
+                Some(r) => {
+                    r.files += t.files;
+                    r.rows += t.rows;
+                    r.snapshot_id = t.snapshot_id;
+                    r.already_committed &= t.already_committed;
+                }
+                None => self.tables.push(t),
+            }
+        }
+    }
+}
+
+/// Commits pending batches with the default options and no deadline.
+pub async fn commit_pending(backend: &Backend, tables: &TableSet) -> Result<CommitReport> {
+    commit_pending_with(backend, tables, &CommitOptions::default(), None).await
+}
+
+/// Commits pending batches, oldest first, in rounds, until none is left, `max_rounds` were
+/// made or `deadline` passed.
+pub async fn commit_pending_with(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CommitOptions,
+    deadline: Option<Instant>,
+) -> Result<CommitReport> {
+    let started = Instant::now();
+    let now = crate::clock::now_ms();
+    let mut report = CommitReport::default();
+    let mut selector = Selector::new(backend, tables, options);
+    loop {
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+        if report.rounds >= u64::from(options.max_rounds) || out_of_time {
+            let left = selector.next_round(now).await?;
+            report.backlog.batches = left.batches.len() as u64;
+            report.backlog.more = left.more;
+            break;
+        }
+        let (intent, resumed) = match backend.state.commit_intent().await? {
+            Some(i) => (i, true),
+            None => {
+                let round = selector.next_round(now).await?;
+                if round.batches.is_empty() {
+                    break;
+                }
+                let intent = CommitIntent {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    created_at_ms: crate::clock::now_ms(),
+                    batches: round.batches.iter().map(PendingBatch::key).collect(),
+                };
+                if !backend.state.begin_commit(&intent).await? {
+                    continue; // another committer got there first: resume its intent
+                }
+                (intent, false)
+            }
+        };
+        tracing::info!(intent = %intent.id, batches = intent.batches.len(), resumed, "committing");
+        let round = commit_intent(backend, tables, &mut selector, &intent).await?;
+        backend.state.finish_commit(&intent).await?;
+        report.rounds += 1;
+        report.batches += intent.batches.len() as u64;
+        report.resumed += u64::from(resumed);
+        report.add_round(round);
+    }
+    report.blocked = selector.blocked();
+    report.backlog.oldest_age_ms = selector.oldest_left_ms().map(|at| (now - at).max(0));
+    report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    if !report.blocked.is_empty() {
+        tracing::error!(blocked = report.blocked.len(), first = %report.blocked[0],
+            "pending batches cannot be committed; they stay pending until the cause is fixed");
+    }
+    Ok(report)
+}
+
+/// Commits the files of the intent's batches, table by table.
+async fn commit_intent(
+    backend: &Backend,
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    intent: &CommitIntent,
+) -> Result<Vec<TableCommitReport>> {
+    let page = backend.state.batches(&intent.batches).await?;
+    if let Some((key, why)) = page.unreadable.first() {
+        return Err(Error::State {
+            op: "resume commit",
+            message: format!(
+                "batch {} of commit {} cannot be read: {why}",
+                key.sort_key(),
+                intent.id
+            ),
+            retryable: false,
+        });
+    }
+    let mut by_table: BTreeMap<String, TableFiles> = BTreeMap::new();
+    for b in &page.batches {
+        let resolved = match selector.resolve(b).await {
+            Ok(r) => r,
+            Err(select::Blocked::Transient(e)) => return Err(e),
+            Err(refused) => {
+                return Err(Error::State {
+                    op: "resume commit",
+                    message: format!(
+                        "batch {} of commit {} cannot be committed: {refused}",
+                        b.key().sort_key(),
+                        intent.id
+                    ),
+                    retryable: false,
+                });
+            }
+        };
+        for (table, files) in resolved {
+            let entry = by_table.entry(table).or_default();
+            let offset = entry.offsets.entry(b.source.to_string()).or_insert(b.last_offset);
+            *offset = (*offset).max(b.last_offset);
+            entry.files.extend(files.files);
+            entry.data_files.extend(files.data_files);
+        }
+    }
+    let mut out = Vec::new();
+    for (table, files) in by_table {
+        let id = format!("{}/{table}", intent.id);
+        let t = selector.table(&table).await?;
+        out.push(commit_table(backend, tables, t, &table, &id, &files).await?);
+    }
+    Ok(out)
+}
+
+/// Whether a snapshot in the table's history carries `commit_id`.
+pub fn find_commit(table: &Table, commit_id: &str) -> Option<i64> {
+    crate::compact::replace::snapshot_with(table, COMMIT_ID_PROPERTY, commit_id)
+}
+
+async fn commit_table(
+    backend: &Backend,
+    tables: &TableSet,
+    table: Table,
+    name: &str,
+    commit_id: &str,
+    files: &TableFiles,
+) -> Result<TableCommitReport> {
+    let mut report = TableCommitReport {
+        table: name.to_string(),
+        files: files.files.len() as u64,
+        rows: files.files.iter().map(|f: &PendingFile| f.rows).sum(),
+        ..Default::default()
+    };
+    let table = match backend.catalog.load(&tables.ident(name)).await? {
+        Some((t, _)) => t,
+        None => table,
+    };
+    if let Some(id) = find_commit(&table, commit_id) {
+        report.snapshot_id = Some(id);
+        report.already_committed = true;
+        return Ok(report);
+    }
+    let mut props: HashMap<String, String> = files
+        .offsets
+        .iter()
+        .map(|(source, offset)| {
+            (
+                format!("{OFFSET_PROPERTY_PREFIX}{source}"),
+                offset.to_string(),
+            )
+        })
+        .collect();
+    props.insert(COMMIT_ID_PROPERTY.to_string(), commit_id.to_string());
+    let tx = Transaction::new(&table);
+    let append = tx
+        .fast_append()
+        .add_data_files(files.data_files.iter().cloned().collect::<Vec<DataFile>>())
+        .set_snapshot_properties(props);
+    let tx = append
+        .apply(tx)
+        .map_err(|e| Error::iceberg(format!("append to {name}"), e))?;
+    let committed = match tx.commit(&backend.catalog).await {
+        Ok(t) => t,
+        Err(e) => {
+            // The append may have landed with its answer lost (and a retry then refused as a
+            // duplicate): the commit id in the history says so.
+            let reloaded = backend.catalog.load(&tables.ident(name)).await?;
+            match reloaded.map(|(t, _)| t) {
+                Some(t) if find_commit(&t, commit_id).is_some() => {
+                    tracing::warn!(table = name, error = %e, "the append reported an error, but its snapshot is in the table");
+                    t
+                }
+                _ => return Err(Error::iceberg(format!("commit to {name}"), e)),
+            }
+        }
+    };
+    report.snapshot_id = find_commit(&committed, commit_id);
+    tracing::info!(table = name, files = report.files, rows = report.rows, snapshot = ?report.snapshot_id, "committed");
+    Ok(report)
+}

@@ -1,0 +1,178 @@
+//! Reliability scenarios: inputs and faults that once stalled a partition or damaged a table.
+//! Each is run on every backend and checked through the outside readers.
+
+use serde_json::{Value, json};
+use streamtable::commit::commit_pending;
+use streamtable::compact::{CompactOptions, compact_all};
+use streamtable::scheduled;
+
+use super::faults::FaultyPointers;
+use super::table_scenarios::{check_table, operations, opts};
+use super::{Harness, event, records};
+
+fn order(created_at: &str) -> Vec<u8> {
+    format!(r#"{{"order_id":"o","amount":"1.00","created_at":{created_at}}}"#).into_bytes()
+}
+
+/// A value no reader can hold (a timestamp in the year 265,000 that once made ingest panic while
+/// naming the partition; years 200,000 and 0; a Kafka timestamp out of range) is a dead letter
+/// with a reason naming the range; a good order with a binary key lands with its key's bytes;
+/// the tables stay readable by pyiceberg and DuckDB.
+pub async fn values_readers_cannot_hold_are_dead_letters(h: &Harness) {
+    let mut recs = records("orders", 0, 0..8);
+    recs[1].value = Some(order("8300000000000000"));
+    recs[2].value = Some(order("-8300000000000000"));
+    recs[3].value = Some(order("6249000000000000"));
+    recs[4].value = Some(order(r#""0000-06-01T00:00:00Z""#));
+    recs[5].timestamp_ms = i64::MAX / 1000;
+    recs[6].key = Some(vec![0x00, 0xff, 0xfe, 0x01]);
+    let s = h
+        .ingestor()
+        .handle(&event(&recs))
+        .await
+        .expect("a batch with unrepresentable values lands");
+    assert_eq!((s.accepted, s.dead_lettered), (3, 5));
+    let dead = h.dead_letters().await;
+    assert_eq!(
+        dead.iter().map(|d| d.offset).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    for d in &dead {
+        assert_eq!(d.kind, "out_of_range", "offset {}: {}", d.offset, d.message);
+        assert!(
+            d.message.contains("years 0001 to 9999"),
+            "offset {}: {}",
+            d.offset,
+            d.message
+        );
+    }
+    assert!(dead[4].message.contains("Kafka timestamp"), "{}", dead[4].message);
+
+    scheduled::run(&h.backend, &h.tables(), &opts())
+        .await
+        .expect("scheduled run");
+    check_table(h, "orders", &[json!([0, 0]), json!([0, 6]), json!([0, 7])]);
+    let dead_keys: Vec<Value> = (1..=5).map(|o| json!(["orders", 0, o])).collect();
+    check_table(h, "dead_letters", &dead_keys);
+
+    // The key is kept losslessly: UTF-8 in kafka_key, other bytes in kafka_key_bytes.
+    let rows = h.pyiceberg_rows("orders", None);
+    let cols = h.read_external("pyiceberg", "orders")["columns"].clone();
+    let col = |name: &str| {
+        cols.as_array()
+            .expect("columns")
+            .iter()
+            .position(|c| c == name)
+            .unwrap_or_else(|| panic!("column {name}"))
+    };
+    let (offset, key, key_bytes) = (col("kafka_offset"), col("kafka_key"), col("kafka_key_bytes"));
+    let binary = rows.iter().find(|r| r[offset] == "6").expect("offset 6");
+    assert_eq!((binary[key].as_str(), binary[key_bytes].as_str()), ("NULL", "00fffe01"));
+    let text = rows.iter().find(|r| r[offset] == "7").expect("offset 7");
+    assert_eq!((text[key].as_str(), text[key_bytes].as_str()), ("key-7", "NULL"));
+}
+
+/// How a scenario makes the next catalog swap (or creation) succeed with its answer lost.
+pub enum LoseAnswers {
+    /// Through a pointer-store wrapper: the swap is applied, then an error is returned.
+    Wrapper,
+    /// Through the moto server: Glue applies the request and answers HTTP 500, the SDK sends it
+    /// again and Glue refuses the repeat (`ConcurrentModificationException` for `UpdateTable`,
+    /// `AlreadyExistsException` for `CreateTable`), exactly as on AWS after a lost answer.
+    Glue,
+}
+
+impl LoseAnswers {
+    /// A backend whose next swap loses its answer.
+    fn next_swap(&self, h: &Harness) -> streamtable::config::Backend {
+        match self {
+            LoseAnswers::Wrapper => {
+                FaultyPointers::new(h.backend.catalog.pointers().clone(), vec![], vec![0])
+                    .backend(&h.backend)
+            }
+            LoseAnswers::Glue => {
+                arm_glue(&h.backend.namespace, "UpdateTable", 1);
+                h.backend.clone()
+            }
+        }
+    }
+}
+
+/// Arms the moto server to apply the next `count` Glue `action`s on `database` and lose their
+/// answers (see tests/py/moto_server.py).
+pub fn arm_glue(database: &str, action: &str, count: u32) {
+    use std::io::{Read, Write};
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL");
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).expect("connect to moto");
+    let request = format!(
+        "POST /_streamtable/lose-answer?action={action}&database={database}&count={count} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).expect("arm fault");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("moto answers");
+    assert!(answer.contains("armed"), "moto did not arm the fault: {answer}");
+}
+
+/// A commit and a compaction whose catalog swap happened but whose answer was lost: both are
+/// recognised as committed (once), nothing they wrote is deleted, and the table reads every row
+/// exactly once. (Glue's refusal of the SDK's repeat was once taken as a lost race, and the
+/// metadata the table pointed at was deleted.)
+pub async fn lost_swap_answers_are_recognised_as_commits(h: &Harness, lose: LoseAnswers) {
+    let tables = h.tables();
+    tables.ensure_all(&h.backend).await.expect("tables");
+    for i in 0..6 {
+        let ev = event(&records("orders", 0, i * 40..(i + 1) * 40));
+        h.ingestor().handle(&ev).await.expect("ingest");
+    }
+    let report = commit_pending(&lose.next_swap(h), &tables)
+        .await
+        .expect("a commit whose answer was lost is still a commit");
+    assert_eq!(report.rows(), 240);
+    let expected = super::table_scenarios::json_keys(0, 0..240);
+    let py = check_table(h, "orders", &expected);
+    assert_eq!(operations(&py), ["append"], "appended exactly once");
+    assert!(h.backend.state.pending().await.expect("pending").is_empty());
+
+    let eager = CompactOptions {
+        min_input_files: 5,
+        ..opts()
+    };
+    let mut compacted = Vec::new();
+    for i in 0..6 {
+        // Six small files in one partition.
+        let ev = event(&records("orders", 0, 240 + i * 10..240 + (i + 1) * 10));
+        h.ingestor().handle(&ev).await.expect("ingest");
+        commit_pending(&h.backend, &tables).await.expect("commit");
+    }
+    compacted.extend(
+        compact_all(&lose.next_swap(h), &tables, &eager)
+            .await
+            .expect("a compaction whose answer was lost is still a compaction"),
+    );
+    let orders: Vec<_> = compacted.iter().filter(|c| c.table == "orders").collect();
+    assert_eq!(orders.len(), 1, "{compacted:?}");
+    assert!(orders[0].snapshot_id.is_some(), "{compacted:?}");
+    let expected = super::table_scenarios::json_keys(0, 0..300);
+    let py = check_table(h, "orders", &expected);
+    assert_eq!(operations(&py).last().map(String::as_str), Some("replace"));
+    assert_eq!(
+        operations(&py).iter().filter(|o| *o == "replace").count(),
+        1,
+        "replaced exactly once"
+    );
+}
+
+/// Glue `CreateTable` applied with its answer lost: the SDK's repeat is refused as "already
+/// exists", and the metadata the new table points at must not be deleted.
+pub async fn lost_create_answers_keep_the_new_table(h: &Harness) {
+    arm_glue(&h.backend.namespace, "CreateTable", 4);
+    h.tables()
+        .ensure_all(&h.backend)
+        .await
+        .expect("tables created");
+    for t in ["orders", "payments", "readings", "dead_letters"] {
+        let py = h.read_external("pyiceberg", t);
+        assert_eq!(py["count"], 0, "{t} is readable and empty");
+    }
+}
