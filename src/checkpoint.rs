@@ -190,6 +190,17 @@ pub trait StateStore: Send + Sync {
     /// The given batches, those still pending, oldest first.
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage>;
 
+    /// Takes the named lock for `holder` until `expires_at_ms`, if it is free or expired.
+    async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, expires_at_ms: i64)
+    -> Result<bool>;
+
+    /// Releases the named lock if `holder` still holds it.
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()>;
+
+    /// Records `batch` as pending without moving the checkpoint (records replayed from below
+    /// it), if and only if `holder` still holds lock `lock`. `Ok(false)` when it does not.
+    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool>;
+
     /// Brings state written by an earlier release to this release's layout. Idempotent; the
     /// scheduled stage calls it at the start of every run. Returns the items moved.
     async fn upgrade(&self, _now_ms: i64) -> Result<u64> {

@@ -34,6 +34,72 @@ pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// Arguments of `streamtable replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Failed batches: files or `s3://bucket/key` objects written by the event source
+    /// mapping's Amazon S3 on-failure destination (or MSK event files).
+    #[arg(required = true)]
+    pub batches: Vec<String>,
+}
+
+/// `streamtable replay`: feeds failed batches back through ingest, exactly once.
+pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
+    let spec = config.load_pipeline()?;
+    let backend = Backend::connect(&config.backend).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let mut s3 = None;
+    for location in &args.batches {
+        let bytes = match location.strip_prefix("s3://") {
+            Some(rest) => {
+                let (bucket, key) = rest.split_once('/').ok_or_else(|| {
+                    Error::Config(format!("{location}: write s3://bucket/key"))
+                })?;
+                if s3.is_none() {
+                    let sdk = crate::aws::load_config().await;
+                    s3 = Some(aws_sdk_s3::Client::new(&sdk));
+                }
+                let client = s3.as_ref().ok_or_else(|| Error::Internal("no S3 client".into()))?;
+                let out = client
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        let f = crate::aws::SdkFault::from_sdk(&e);
+                        Error::ObjectStore {
+                            op: "read failed batch",
+                            location: location.clone(),
+                            message: f.message,
+                            retryable: f.retryable,
+                        }
+                    })?;
+                out.body
+                    .collect()
+                    .await
+                    .map_err(|e| Error::ObjectStore {
+                        op: "read failed batch",
+                        location: location.clone(),
+                        message: e.to_string(),
+                        retryable: true,
+                    })?
+                    .into_bytes()
+                    .to_vec()
+            }
+            None => std::fs::read(location).map_err(|e| Error::io("read failed batch", location, e))?,
+        };
+        let event = crate::replay::parse_failed_batch(&bytes, location)?;
+        for p in crate::replay::replay(&ingestor, &backend, &spec, &event).await? {
+            println!(
+                "{location}: {} records={} already_landed={} accepted={} dead_lettered={}",
+                p.source, p.records, p.already_landed, p.accepted, p.dead_lettered
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Arguments of `streamtable compact`.
 #[derive(Debug, clap::Args)]
 pub struct CompactArgs {
@@ -47,12 +113,10 @@ pub async fn compact(config: &Config, args: &CompactArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
-    let report = crate::scheduled::run(
-        &backend,
-        &tables,
-        &crate::compact::CompactOptions::default(),
-    )
-    .await?;
+    let options = crate::compact::CompactOptions::from_lookup(|k| {
+        std::env::var(k).ok().filter(|v| !v.is_empty())
+    })?;
+    let report = crate::scheduled::run(&backend, &tables, &options).await?;
     if args.json {
         println!(
             "{}",

@@ -13,7 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::checkpoint::SourcePartition;
 use crate::cli::{now_ms, synthetic_records};
 use crate::compact::CompactOptions;
-use crate::config::{Backend, Config};
+use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, kafka_event};
 use crate::ingest::{IngestSummary, Ingestor};
@@ -35,6 +35,39 @@ pub struct DemoArgs {
     /// Rows shown per dashboard answer.
     #[arg(long, default_value_t = 10)]
     pub rows: usize,
+    /// Iceberg namespace (Glue database) for the demo's tables; required on the aws backend,
+    /// where it must differ from the pipeline's own.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Prefix of the demo's topic names (`demo-` makes `demo-orders`…), so its checkpoints are
+    /// its own; required on the aws backend.
+    #[arg(long)]
+    pub topic_prefix: Option<String>,
+}
+
+/// Refuses to run the demo where it would write into production state: on the aws backend the
+/// demo's synthetic events would advance the real topics' checkpoints, and real records at
+/// those offsets would later be skipped as already seen.
+pub fn check_target(backend: &BackendConfig, args: &DemoArgs) -> Result<()> {
+    let BackendConfig::Aws { glue_database, .. } = backend else {
+        return Ok(());
+    };
+    let why = "on the aws backend the demo's synthetic events would advance the checkpoints of \
+               the pipeline's real topics, and real records at those offsets would later be \
+               skipped as already seen";
+    let prefix_ok = args.topic_prefix.as_deref().is_some_and(|p| !p.is_empty());
+    let namespace_ok = args
+        .namespace
+        .as_deref()
+        .is_some_and(|n| !n.is_empty() && n != glue_database);
+    if prefix_ok && namespace_ok {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "refusing to run the demo: {why}. Run it on the embedded backend (unset \
+         STREAMTABLE_BACKEND), or give it a place of its own: \
+         --namespace {glue_database}_demo --topic-prefix demo-"
+    )))
 }
 
 /// Every `BAD_EVERY`-th record is bad; every `REDELIVER_EVERY`-th batch (the first included) is
@@ -104,8 +137,17 @@ async fn feed(
 /// Runs the demo.
 pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     let started = Instant::now();
-    let spec = config.load_pipeline()?;
-    let backend = Backend::connect(&config.backend).await?;
+    check_target(&config.backend, args)?;
+    let mut spec = config.load_pipeline()?;
+    if let Some(prefix) = &args.topic_prefix {
+        for t in &mut spec.tables {
+            t.topic = format!("{prefix}{}", t.topic);
+        }
+    }
+    let mut backend = Backend::connect(&config.backend).await?;
+    if let Some(ns) = &args.namespace {
+        backend.namespace = ns.clone();
+    }
     let ingestor = Arc::new(Ingestor::new(&spec, &backend)?);
     let tables = TableSet::new(&spec, &backend.namespace)?;
 
@@ -180,4 +222,39 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(namespace: Option<&str>, prefix: Option<&str>) -> DemoArgs {
+        DemoArgs {
+            events: 1,
+            batch_size: 1,
+            partitions: 1,
+            rows: 1,
+            namespace: namespace.map(str::to_string),
+            topic_prefix: prefix.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_demo_refuses_production_state_unless_given_its_own() {
+        let aws = BackendConfig::Aws {
+            bucket: "b".into(),
+            prefix: "warehouse".into(),
+            state_table: "t".into(),
+            glue_database: "streamtable".into(),
+        };
+        let err = check_target(&aws, &args(None, None)).expect_err("production state");
+        assert!(err.to_string().contains("skipped as already seen"), "{err}");
+        assert!(err.to_string().contains("--topic-prefix"), "{err}");
+        assert!(check_target(&aws, &args(Some("streamtable"), Some("demo-"))).is_err());
+        assert!(check_target(&aws, &args(Some("demo"), None)).is_err());
+        assert!(check_target(&aws, &args(Some("demo"), Some(""))).is_err());
+        assert!(check_target(&aws, &args(Some("demo"), Some("demo-"))).is_ok());
+        let embedded = BackendConfig::Embedded { home: ".".into() };
+        assert!(check_target(&embedded, &args(None, None)).is_ok());
+    }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod esm;
 #[cfg(feature = "query")]
 pub mod query;
+pub mod replay;
 pub mod scheduled;
 pub mod schema;
 pub mod spec;

@@ -39,6 +39,9 @@ enum Command {
     /// Commit pending files as Iceberg snapshots, compact small files, expire old snapshots and
     /// remove orphans (what the scheduled compaction Lambda runs).
     Compact(cli::CompactArgs),
+    /// Feed batches the event source mapping gave up on (its S3 on-failure destination's
+    /// records, or event files) back through ingest, exactly once.
+    Replay(cli::ReplayArgs),
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
     /// The whole pipeline on the embedded default: generate events for every example table,
@@ -85,6 +88,7 @@ async fn main() -> ExitCode {
         match &args.command {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Compact(c) => cli::compact(&config, c).await,
+            Command::Replay(r) => cli::replay(&config, r).await,
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,

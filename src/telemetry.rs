@@ -85,7 +85,7 @@ pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) ->
 }
 
 /// The EMF line of one scheduled run: what was committed and compacted, how long commits took,
-/// what maintenance removed.
+/// what maintenance removed, what failed or is blocked, and the commit backlog left.
 pub fn scheduled_metrics(report: &crate::scheduled::ScheduledReport, now_ms: i64) -> String {
     let rewritten: u64 = report.compaction.iter().map(|c| c.input_bytes).sum();
     let expired: u64 = report.maintenance.iter().map(|m| m.snapshots_expired).sum();
@@ -110,6 +110,26 @@ pub fn scheduled_metrics(report: &crate::scheduled::ScheduledReport, now_ms: i64
             ("BytesRewritten", rewritten as f64, "Bytes"),
             ("SnapshotsExpired", expired as f64, "Count"),
             ("FilesDeleted", deleted as f64, "Count"),
+            (
+                "Failures",
+                (report.failures.len() + report.commit.blocked.len()) as f64,
+                "Count",
+            ),
+            (
+                "BatchesBlocked",
+                report.commit.blocked.len() as f64,
+                "Count",
+            ),
+            (
+                "BacklogBatches",
+                report.commit.backlog.batches as f64,
+                "Count",
+            ),
+            (
+                "BacklogAgeMs",
+                report.commit.backlog.oldest_age_ms.unwrap_or(0) as f64,
+                "Milliseconds",
+            ),
             ("DurationMs", report.duration_ms, "Milliseconds"),
         ],
     )

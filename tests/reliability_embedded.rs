@@ -18,3 +18,29 @@ async fn lost_swap_answers_are_recognised_as_commits() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_run_ends_under_steady_ingest() {
+    r::a_scheduled_run_ends_under_steady_ingest(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn a_partition_over_the_budget_does_not_stop_compaction() {
+    r::a_partition_over_the_budget_does_not_stop_compaction(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn batches_that_cannot_be_committed_do_not_block_the_others() {
+    r::batches_that_cannot_be_committed_do_not_block_the_others(&mut common::embedded().await)
+        .await;
+}
+
+#[tokio::test]
+async fn partition_values_are_escaped_and_grouped_by_value() {
+    r::partition_values_are_escaped_and_grouped_by_value(&mut common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn a_batch_given_up_on_is_replayed_exactly_once() {
+    r::a_batch_given_up_on_is_replayed_exactly_once(&common::embedded().await).await;
+}

@@ -20,3 +20,23 @@ async fn lost_swap_answers_are_recognised_as_commits() {
 async fn lost_create_answers_keep_the_new_table() {
     r::lost_create_answers_keep_the_new_table(&common::moto().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_run_ends_under_steady_ingest() {
+    r::a_scheduled_run_ends_under_steady_ingest(&common::moto().await).await;
+}
+
+#[tokio::test]
+async fn batches_that_cannot_be_committed_do_not_block_the_others() {
+    r::batches_that_cannot_be_committed_do_not_block_the_others(&mut common::moto().await).await;
+}
+
+#[tokio::test]
+async fn partition_values_are_escaped_and_grouped_by_value() {
+    r::partition_values_are_escaped_and_grouped_by_value(&mut common::moto().await).await;
+}
+
+#[tokio::test]
+async fn a_batch_given_up_on_is_replayed_exactly_once() {
+    r::a_batch_given_up_on_is_replayed_exactly_once(&common::moto().await).await;
+}

@@ -142,12 +142,14 @@ pub async fn commit_pending_with(
     let now = crate::clock::now_ms();
     let mut report = CommitReport::default();
     let mut selector = Selector::new(backend, tables, options);
+    let mut oldest_left = None;
     loop {
         let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
         if report.rounds >= u64::from(options.max_rounds) || out_of_time {
             let left = selector.next_round(now).await?;
             report.backlog.batches = left.batches.len() as u64;
             report.backlog.more = left.more;
+            oldest_left = left.batches.iter().map(|b| b.created_at_ms).min();
             break;
         }
         let (intent, resumed) = match backend.state.commit_intent().await? {
@@ -177,7 +179,11 @@ pub async fn commit_pending_with(
         report.add_round(round);
     }
     report.blocked = selector.blocked();
-    report.backlog.oldest_age_ms = selector.oldest_left_ms().map(|at| (now - at).max(0));
+    let oldest = match (oldest_left, selector.oldest_left_ms()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    report.backlog.oldest_age_ms = oldest.map(|at| (crate::clock::now_ms() - at).max(0));
     report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
     if !report.blocked.is_empty() {
         tracing::error!(blocked = report.blocked.len(), first = %report.blocked[0],

@@ -268,6 +268,47 @@ impl Ingestor {
         })
     }
 
+    /// Lands records of `source` that lie below its checkpoint but never landed (a batch the
+    /// event source mapping gave up on), without moving the checkpoint, while `holder` holds
+    /// lock `lock` (see [`crate::replay`]). `Ok(None)` when the lock was lost meanwhile.
+    pub async fn land_replayed(
+        &self,
+        source: &SourcePartition,
+        records: &[&EsmRecord],
+        lock: &str,
+        holder: &str,
+    ) -> Result<Option<IngestSummary>> {
+        let mut records = records.to_vec();
+        records.sort_by_key(|r| r.offset);
+        records.dedup_by_key(|r| r.offset);
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(Some(IngestSummary::default()));
+        };
+        let (first, last) = (first.offset, last.offset);
+        let (files, decoded) = self.encode_partition(source, &records, first, last).await?;
+        join_all(
+            files
+                .iter()
+                .map(|f| self.warehouse.write(&f.location, f.bytes.clone())),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()?;
+        let batch = self.pending_batch(source, first, last, &files).await?;
+        if !self.state.add_pending(&batch, lock, holder).await? {
+            return Ok(None);
+        }
+        Ok(Some(IngestSummary {
+            records: records.len() as u64,
+            accepted: decoded.accepted,
+            dead_lettered: decoded.rejected,
+            files_written: files.len() as u64,
+            bytes_written: files.iter().map(|f| f.bytes.len() as u64).sum(),
+            partitions: 1,
+            ..Default::default()
+        }))
+    }
+
     /// Decodes the new records of a partition and encodes them as files (CPU only).
     async fn encode_partition(
         &self,

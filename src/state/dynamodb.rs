@@ -27,7 +27,8 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, DeleteRequest, KeysAndAttributes, Put, TransactWriteItem, Update, WriteRequest,
+    AttributeValue, ConditionCheck, DeleteRequest, KeysAndAttributes, Put, TransactWriteItem,
+    Update, WriteRequest,
 };
 
 use crate::aws::SdkFault;
@@ -106,6 +107,27 @@ impl DynamoStateStore {
             message: format!("DynamoDB table {}: {what}", self.table),
             retryable: false,
         }
+    }
+
+    /// The conditional put of a pending batch's item.
+    fn pending_put(&self, batch: &PendingBatch) -> Result<aws_sdk_dynamodb::types::builders::PutBuilder> {
+        let files = serde_json::to_string(&batch.files)
+            .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .item("pk", s(pending_pk(&batch.source)))
+            .item("sk", s(batch.key().sort_key()))
+            .item("topic", s(&batch.source.topic))
+            .item("partition", n(batch.source.partition))
+            .item("first_offset", n(batch.first_offset))
+            .item("last_offset", n(batch.last_offset))
+            .item("created_at_ms", n(batch.created_at_ms))
+            .item("files", s(files))
+            .condition_expression("attribute_not_exists(pk)");
+        if let Some(location) = &batch.files_location {
+            put = put.item("files_location", s(location));
+        }
+        Ok(put)
     }
 
     /// Reads one pending item into `page` (as a batch, or as unreadable with the reason).
@@ -340,8 +362,6 @@ impl StateStore for DynamoStateStore {
             next_offset: to_next_offset,
             version: from.version + 1,
         };
-        let files = serde_json::to_string(&batch.files)
-            .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
         let mut update = Update::builder()
             .table_name(&self.table)
             .key("pk", s(&pk))
@@ -362,20 +382,7 @@ impl StateStore for DynamoStateStore {
                 .condition_expression("version = :old")
                 .expression_attribute_values(":old", n(from.version))
         };
-        let mut put = Put::builder()
-            .table_name(&self.table)
-            .item("pk", s(pending_pk(source)))
-            .item("sk", s(batch.key().sort_key()))
-            .item("topic", s(&source.topic))
-            .item("partition", n(source.partition))
-            .item("first_offset", n(batch.first_offset))
-            .item("last_offset", n(batch.last_offset))
-            .item("created_at_ms", n(batch.created_at_ms))
-            .item("files", s(files))
-            .condition_expression("attribute_not_exists(pk)");
-        if let Some(location) = &batch.files_location {
-            put = put.item("files_location", s(location));
-        }
+        let put = self.pending_put(batch)?;
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             Error::Internal(format!("DynamoDB request: {e}"))
         };
@@ -526,6 +533,100 @@ impl StateStore for DynamoStateStore {
             tracing::info!(moved, "moved pending batches of the previous layout");
         }
         Ok(moved)
+    }
+
+    async fn try_lock(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(format!("lock#{name}")))
+            .item("sk", s("lock"))
+            .item("holder", s(holder))
+            .item("expires_at_ms", n(expires_at_ms))
+            // DynamoDB's TTL removes forgotten locks eventually (seconds).
+            .item("expires_at", n(expires_at_ms / 1000 + 86_400))
+            .condition_expression(
+                "attribute_not_exists(pk) OR expires_at_ms < :now OR holder = :holder",
+            )
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":holder", s(holder))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
+                    Ok(false)
+                } else {
+                    Err(state_error("take lock", &self.table, f))
+                }
+            }
+        }
+    }
+
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("lock#{name}")))
+            .key("sk", s("lock"))
+            .condition_expression("holder = :holder")
+            .expression_attribute_values(":holder", s(holder))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
+                    Ok(()) // taken over after expiry, or already released
+                } else {
+                    Err(state_error("release lock", &self.table, f))
+                }
+            }
+        }
+    }
+
+    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            Error::Internal(format!("DynamoDB request: {e}"))
+        };
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .key("pk", s(format!("lock#{lock}")))
+            .key("sk", s("lock"))
+            .condition_expression("holder = :holder")
+            .expression_attribute_values(":holder", s(holder))
+            .build()
+            .map_err(build)?;
+        let put = self.pending_put(batch)?.build().map_err(build)?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(check).build())
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                if let Some(TransactWriteItemsError::TransactionCanceledException(_)) =
+                    e.as_service_error()
+                {
+                    return Ok(false);
+                }
+                Err(state_error("record replayed batch", &self.table, SdkFault::from_sdk(&e)))
+            }
+        }
     }
 
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {

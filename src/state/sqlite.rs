@@ -36,6 +36,11 @@ CREATE TABLE IF NOT EXISTS pending (
     sort_key      TEXT,
     PRIMARY KEY (topic, partition, first_offset)
 );
+CREATE TABLE IF NOT EXISTS locks (
+    name          TEXT    PRIMARY KEY,
+    holder        TEXT    NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS commit_intent (
     slot          INTEGER PRIMARY KEY CHECK (slot = 1),
     id            TEXT    NOT NULL,
@@ -294,6 +299,70 @@ impl StateStore for SqliteStateStore {
             }
             out.batches.sort_by_key(|b| b.key().sort_key());
             Ok(out)
+        })
+        .await
+    }
+
+    async fn try_lock(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.with_conn(move |conn, path| {
+            conn.execute(
+                "INSERT INTO locks (name, holder, expires_at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at_ms = excluded.expires_at_ms
+                 WHERE locks.expires_at_ms < ?4 OR locks.holder = excluded.holder",
+                params![name, holder, expires_at_ms, now_ms],
+            )
+            .map(|n| n == 1)
+            .map_err(|e| db_error("take lock", path, e))
+        })
+        .await
+    }
+
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.with_conn(move |conn, path| {
+            conn.execute(
+                "DELETE FROM locks WHERE name = ?1 AND holder = ?2",
+                params![name, holder],
+            )
+            .map(|_| ())
+            .map_err(|e| db_error("release lock", path, e))
+        })
+        .await
+    }
+
+    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
+        let batch = batch.clone();
+        let files = serde_json::to_string(&batch.files)
+            .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
+        let (lock, holder) = (lock.to_string(), holder.to_string());
+        self.with_conn(move |conn, path| {
+            let err = |op| move |e| db_error(op, path, e);
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err("begin"))?;
+            let held: Option<String> = tx
+                .query_row("SELECT holder FROM locks WHERE name = ?1", params![lock], |r| r.get(0))
+                .optional()
+                .map_err(err("read lock"))?;
+            if held.as_deref() != Some(holder.as_str()) {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![batch.source.topic, batch.source.partition, batch.first_offset, batch.last_offset,
+                    batch.created_at_ms, files, batch.files_location, batch.key().sort_key()],
+            )
+            .map_err(err("record pending files"))?;
+            tx.commit().map_err(err("commit"))?;
+            Ok(true)
         })
         .await
     }

@@ -109,6 +109,18 @@ impl StateStore for FaultyState {
         self.inner.upgrade(now_ms).await
     }
 
+    async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, until: i64) -> Result<bool> {
+        self.inner.try_lock(name, holder, now_ms, until).await
+    }
+
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
+        self.inner.unlock(name, holder).await
+    }
+
+    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
+        self.inner.add_pending(batch, lock, holder).await
+    }
+
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
         self.inner.commit_intent().await
     }

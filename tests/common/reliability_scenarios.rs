@@ -2,7 +2,11 @@
 //! Each is run on every backend and checked through the outside readers.
 
 use serde_json::{Value, json};
+use streamtable::checkpoint::{
+    Advance, Checkpoint, PendingBatch, PendingFile, SourcePartition,
+};
 use streamtable::commit::commit_pending;
+use streamtable::spec::PipelineSpec;
 use streamtable::compact::{CompactOptions, compact_all};
 use streamtable::scheduled;
 
@@ -175,4 +179,383 @@ pub async fn lost_create_answers_keep_the_new_table(h: &Harness) {
         let py = h.read_external("pyiceberg", t);
         assert_eq!(py["count"], 0, "{t} is readable and empty");
     }
+}
+
+/// Under a steady stream of new batches the scheduled run still ends on time, and compaction
+/// and maintenance run. (The commit step once looped for as long as batches kept arriving.)
+pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    let tables = h.tables();
+    let stop = Arc::new(AtomicBool::new(false));
+    let landed = Arc::new(AtomicI64::new(0));
+    let writer = {
+        let (stop, landed, ingestor) = (stop.clone(), landed.clone(), h.ingestor());
+        tokio::spawn(async move {
+            let mut next = 0i64;
+            while !stop.load(Ordering::SeqCst) {
+                ingestor
+                    .handle(&event(&records("orders", (next % 4) as i32, next..next + 5)))
+                    .await
+                    .expect("ingest");
+                next += 5;
+                landed.store(next, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    while landed.load(Ordering::SeqCst) < 50 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let run = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        scheduled::run_until(&h.backend, &tables, &opts(), deadline),
+    )
+    .await
+    .expect("the run ends while batches keep arriving")
+    .expect("scheduled run");
+    stop.store(true, Ordering::SeqCst);
+    writer.await.expect("writer");
+    assert!(run.commit.rounds >= 1, "{:?}", run.commit);
+    assert!(
+        run.commit.backlog.batches > 0 || run.commit.backlog.more,
+        "batches kept arriving: {:?}",
+        run.commit
+    );
+    assert!(run.commit.backlog.oldest_age_ms.is_some(), "{:?}", run.commit);
+    assert!(!run.compaction.is_empty(), "the run went on to compaction: {run:?}");
+    assert!(run.failures.is_empty(), "{:?}", run.failures);
+
+    // Everything lands exactly once in the runs that follow.
+    let mut left = 1;
+    let mut maintained = false;
+    for _ in 0..20 {
+        let r = scheduled::run(&h.backend, &tables, &opts())
+            .await
+            .expect("run");
+        left = r.commit.backlog.batches + u64::from(r.commit.backlog.more);
+        maintained |= !r.maintenance.is_empty();
+        if left == 0 && maintained && h.backend.state.pending().await.expect("pending").is_empty() {
+            break;
+        }
+    }
+    assert_eq!(left, 0);
+    assert!(maintained, "maintenance ran");
+    let total = landed.load(Ordering::SeqCst);
+    let mut expected: Vec<Value> = (0..total)
+        .map(|o| json!([((o / 5) % 4) as i32, o]))
+        .collect();
+    expected.sort_by_key(|v| (v[0].as_i64(), v[1].as_i64()));
+    check_table(h, "orders", &expected);
+}
+
+/// A partition larger than the run's rewrite budget (a backfill) is compacted in parts, and
+/// never stops the other tables from compacting. (A job over the budget once ended the run.)
+pub async fn a_partition_over_the_budget_does_not_stop_compaction(h: &Harness) {
+    let tables = h.tables();
+    for i in 0..12 {
+        let ev = event(&records("orders", 0, i * 50..(i + 1) * 50));
+        h.ingestor().handle(&ev).await.expect("ingest orders");
+    }
+    for i in 0..6 {
+        let ev = event(&records("payments", 0, i * 5..(i + 1) * 5));
+        h.ingestor().handle(&ev).await.expect("ingest payments");
+    }
+    commit_pending(&h.backend, &tables).await.expect("commit");
+    let live = |t: &'static str| async move {
+        let (table, _) = h
+            .backend
+            .catalog
+            .load(&tables_ident(h, t))
+            .await
+            .expect("load")
+            .expect("table");
+        let files = streamtable::compact::files::load_current(&table)
+            .await
+            .expect("files");
+        files
+            .live()
+            .map(|e| e.entry.file_size_in_bytes())
+            .collect::<Vec<u64>>()
+    };
+    let orders_sizes = live("orders").await;
+    let payments_sizes = live("payments").await;
+    assert_eq!((orders_sizes.len(), payments_sizes.len()), (12, 6));
+    let biggest_orders = *orders_sizes.iter().max().expect("sizes");
+    // Room for the payments and for six of the twelve orders files.
+    let budget = payments_sizes.iter().sum::<u64>() + 6 * biggest_orders + 1;
+    let options = CompactOptions {
+        max_rewrite_bytes_per_run: budget,
+        ..opts()
+    };
+    let done = compact_all(&h.backend, &tables, &options)
+        .await
+        .expect("compaction");
+    let payments = done
+        .iter()
+        .find(|c| c.table == "payments")
+        .expect("payments compacted");
+    assert_eq!(payments.input_files, 6);
+    let orders = done
+        .iter()
+        .find(|c| c.table == "orders")
+        .expect("orders compacted in part");
+    assert!(
+        (5..12).contains(&orders.input_files),
+        "part of the big partition: {orders:?}"
+    );
+    assert!(
+        done.iter().map(|c| c.input_bytes).sum::<u64>() <= budget,
+        "{done:?}"
+    );
+    check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..600));
+    check_table(h, "payments", &super::table_scenarios::json_keys(0, 0..30));
+}
+
+fn tables_ident(h: &Harness, table: &str) -> iceberg::TableIdent {
+    h.tables().ident(table)
+}
+
+/// Records a forged pending batch for `source`, as a corrupt or tampered state item would.
+async fn forge_batch(h: &Harness, topic: &str, partition: i32, files: Vec<PendingFile>) {
+    let source = SourcePartition::new(topic, partition);
+    let batch = PendingBatch {
+        source: source.clone(),
+        first_offset: 0,
+        last_offset: 0,
+        created_at_ms: 1,
+        files,
+        files_location: None,
+    };
+    let advanced = h
+        .backend
+        .state
+        .advance(&source, Checkpoint::INITIAL, 1, &batch)
+        .await
+        .expect("advance");
+    assert!(matches!(advanced, Advance::Advanced(_)));
+}
+
+/// A pending batch that cannot be committed (its file list is corrupt, a file lies outside its
+/// table, its table now has another partitioning) is reported and left pending; every other
+/// batch is committed. (One such batch once failed every run; a changed partition_by was once
+/// committed with the wrong partition metadata.)
+pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Harness) {
+    let tables = h.tables();
+    tables.ensure_all(&h.backend).await.expect("tables");
+    // A real file description, to tamper with.
+    h.ingestor()
+        .handle(&event(&records("orders", 0, 0..10)))
+        .await
+        .expect("ingest");
+    let real = h.pending_files().await.remove(0);
+    let mut forged_json: Value = serde_json::from_str(&real.data_file).expect("json");
+    forged_json["file_path"] = json!("/etc/passwd");
+    forge_batch(h, "orders", 7, vec![PendingFile {
+        data_file: forged_json.to_string(),
+        ..real.clone()
+    }])
+    .await;
+    forge_batch(h, "orders", 8, vec![PendingFile {
+        data_file: "{not json".into(),
+        ..real.clone()
+    }])
+    .await;
+    h.ingestor()
+        .handle(&event(&records("payments", 0, 0..10)))
+        .await
+        .expect("ingest");
+
+    let run = scheduled::run(&h.backend, &tables, &opts())
+        .await
+        .expect("run");
+    let blocked: Vec<&str> = run.commit.blocked.iter().map(|b| b.batch.as_str()).collect();
+    assert_eq!(blocked, ["orders-7@0", "orders-8@0"], "{:?}", run.commit.blocked);
+    assert!(run.commit.blocked[0].reason.contains("outside the table's data directory"));
+    assert!(run.commit.blocked[1].reason.contains("cannot be read"));
+    check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..10));
+    check_table(h, "payments", &super::table_scenarios::json_keys(0, 0..10));
+    assert_eq!(h.backend.state.pending().await.expect("pending").len(), 2, "blocked batches stay");
+
+    // partition_by changed in the spec: the table is refused (its batches wait), the others go on.
+    let day_spec = h.spec.clone();
+    let orders = h.spec.tables.iter_mut().find(|t| t.name == "orders").expect("orders");
+    orders.partition_by[0].transform = iceberg::spec::Transform::Hour;
+    h.ingestor()
+        .handle(&event(&records("orders", 0, 10..20)))
+        .await
+        .expect("ingest with hour partitioning");
+    h.ingestor()
+        .handle(&event(&records("payments", 0, 10..20)))
+        .await
+        .expect("ingest");
+    let run = scheduled::run(&h.backend, &h.tables(), &opts())
+        .await
+        .expect("run");
+    let refused = run
+        .failures
+        .iter()
+        .find(|f| f.table.as_deref() == Some("orders"))
+        .expect("orders refused");
+    assert!(refused.error.contains("partition_by"), "{}", refused.error);
+    check_table(h, "payments", &super::table_scenarios::json_keys(0, 0..20));
+    check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..10));
+
+    // Back to day(): the files written for hour() are still not registered under day().
+    h.spec = day_spec;
+    let run = scheduled::run(&h.backend, &h.tables(), &opts())
+        .await
+        .expect("run");
+    let hour_files = run
+        .commit
+        .blocked
+        .iter()
+        .find(|b| b.batch == "orders-0@10")
+        .expect("hour-partitioned batch blocked");
+    assert!(hour_files.reason.contains("hour(created_at)"), "{}", hour_files.reason);
+    check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..10));
+}
+
+/// String partition values cannot escape the table's directory (`../`), very long ones make
+/// valid keys, and compaction never mixes partitions whose paths look alike (null and "null").
+pub async fn partition_values_are_escaped_and_grouped_by_value(h: &mut Harness) {
+    let spec = r#"
+[[tables]]
+name = "events"
+topic = "events"
+partition_by = ["kind"]
+columns = [
+  { name = "id", type = "long", required = true },
+  { name = "kind", type = "string" },
+]
+"#;
+    h.spec = PipelineSpec::parse(spec, std::path::Path::new("events.toml")).expect("spec");
+    let tables = h.tables();
+    let long = "x".repeat(3000);
+    let kinds: [Option<&str>; 5] = [Some("../../escape"), None, Some("null"), Some(&long), Some("a/b c")];
+    let mut offset = 0i64;
+    for round in 0..3 {
+        let mut recs = Vec::new();
+        for kind in kinds {
+            let mut r = records("orders", 0, [offset]).remove(0);
+            r.topic = "events".into();
+            let kind = kind.map_or("null".to_string(), |k| format!("{k:?}"));
+            r.value = Some(format!(r#"{{"id":{offset},"kind":{kind}}}"#).into_bytes());
+            recs.push(r);
+            offset += 1;
+        }
+        h.ingestor().handle(&event(&recs)).await.expect("ingest");
+        commit_pending(&h.backend, &tables).await.unwrap_or_else(|e| panic!("commit {round}: {e}"));
+    }
+    let eager = CompactOptions {
+        min_input_files: 2,
+        ..opts()
+    };
+    compact_all(&h.backend, &tables, &eager).await.expect("compaction");
+
+    let location = h.backend.warehouse.table_location(&h.backend.namespace, "events");
+    for o in h.backend.warehouse.list(&format!("{location}/")).await.expect("list") {
+        let rest = o.location.strip_prefix(&location).expect("inside the table");
+        assert!(!rest.split('/').any(|p| p == ".."), "{}", o.location);
+        let name_len = rest.split('/').map(str::len).max().unwrap_or(0);
+        assert!(name_len < 255, "{} has a component of {name_len} bytes", o.location);
+    }
+    // Every live file holds rows of its own partition only.
+    let (table, _) = h
+        .backend
+        .catalog
+        .load(&tables.ident("events"))
+        .await
+        .expect("load")
+        .expect("table");
+    let files = streamtable::compact::files::load_current(&table).await.expect("files");
+    let mut seen = 0;
+    for f in files.live() {
+        let df = f.entry.data_file();
+        let want: Option<String> = df.partition().fields()[0].as_ref().map(|l| match l {
+            iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::String(s)) => s.clone(),
+            other => panic!("{other:?}"),
+        });
+        let bytes = h.backend.warehouse.read(df.file_path()).await.expect("read");
+        for b in super::read_parquet(bytes) {
+            use arrow_array::Array;
+            use arrow_array::cast::AsArray;
+            let kind = b.column_by_name("kind").expect("kind").as_string::<i32>();
+            for i in 0..b.num_rows() {
+                let got = (!kind.is_null(i)).then(|| kind.value(i).to_string());
+                assert_eq!(got, want, "row in {}", df.file_path());
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, 15);
+    let py = h.read_external("pyiceberg", "events");
+    assert_eq!(py["count"], 15);
+}
+
+/// A batch the event source mapping gave up on (ingest failed through all its retries, so it
+/// went to the S3 on-failure destination and later batches moved the checkpoint past it) is fed
+/// back by `replay` exactly once: plain ingest would drop it as already seen.
+pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
+    use super::faults::{Fault, FaultyState};
+    let tables = h.tables();
+    let mut b = records("orders", 0, 20..40);
+    b[3].value = Some(b"not json".to_vec());
+    let (a, b, c) = (event(&records("orders", 0, 0..20)), event(&b), event(&records("orders", 0, 40..60)));
+    h.ingestor().handle(&a).await.expect("a");
+    let failing = h.ingestor_with_state(FaultyState::new(
+        h.backend.state.clone(),
+        vec![Fault::CrashBeforeAdvance],
+    ));
+    failing.handle(&b).await.expect_err("b fails, and the ESM gives up on it");
+    // What the S3 on-failure destination keeps: the invocation record, the event as a string.
+    let record = json!({
+        "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 11},
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+        "version": "1.0",
+        "KafkaBatchInfo": {"batchSize": 20},
+        "payload": serde_json::to_string(&b).expect("event json"),
+    })
+    .to_string();
+    h.ingestor().handle(&c).await.expect("c");
+    scheduled::run(&h.backend, &tables, &opts()).await.expect("run");
+
+    let plain = h.ingestor().handle(&b).await.expect("plain ingest");
+    assert_eq!((plain.accepted, plain.already_seen), (0, 20), "plain ingest drops it");
+
+    let event = streamtable::replay::parse_failed_batch(record.as_bytes(), "s3://failed/b")
+        .expect("failure record");
+    let first = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event)
+        .await
+        .expect("replay");
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        (first[0].accepted, first[0].dead_lettered, first[0].already_landed),
+        (19, 1, 0)
+    );
+    // Again, before and after the commit; and a batch that had landed anyway.
+    for ev in [&event, &a] {
+        let again = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, ev)
+            .await
+            .expect("replay again");
+        assert_eq!((again[0].accepted, again[0].dead_lettered, again[0].already_landed), (0, 0, 20));
+    }
+    scheduled::run(&h.backend, &tables, &opts()).await.expect("run");
+    let again = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event)
+        .await
+        .expect("replay after commit");
+    assert_eq!((again[0].accepted, again[0].already_landed), (0, 20));
+    let expected: Vec<Value> = (0..60).filter(|o| *o != 23).map(|o| json!([0, o])).collect();
+    check_table(h, "orders", &expected);
+    check_table(h, "dead_letters", &[json!(["orders", 0, 23])]);
+
+    // Two replays of one partition at once: the second waits for the first.
+    let lock = "replay#orders-0";
+    assert!(h.backend.state.try_lock(lock, "someone", 0, i64::MAX).await.expect("lock"));
+    let err = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event)
+        .await
+        .expect_err("locked");
+    assert!(err.is_retryable() && err.to_string().contains("another replay"), "{err}");
+    h.backend.state.unlock(lock, "someone").await.expect("unlock");
 }

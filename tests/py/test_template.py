@@ -2,6 +2,13 @@
 
 - IAM least privilege: no wildcard in any action; no "*" resource except for actions that
   support no resource-level permissions (EC2 Describe calls).
+- Alarms reach someone: every topic an alarm publishes to is unencrypted or encrypted with a
+  customer-managed key whose policy lets CloudWatch use it (CloudWatch cannot use the
+  AWS-managed SNS key).
+- Failed batches are kept whole: an event source mapping's on-failure destination, if any, is an
+  S3 bucket (SQS and SNS destinations receive metadata only).
+- Ingest writes only where it must: S3 data and pending-list prefixes, and DynamoDB items whose
+  keys begin with source# or pending#.
 - The dashboards have one source of truth: every Athena named query and QuickSight dataset SQL
   equals a file of infra/dashboards, and every dataset declares exactly the query's columns.
 
@@ -71,6 +78,99 @@ def iam_findings(template):
     return out
 
 
+def ref_name(v):
+    """The logical id a !Ref or !GetAtt names, or None."""
+    if isinstance(v, dict):
+        if "Ref" in v:
+            return v["Ref"]
+        if "Fn::GetAtt" in v:
+            att = v["Fn::GetAtt"]
+            return att[0] if isinstance(att, list) else str(att).split(".")[0]
+    return None
+
+
+def if_branches(v):
+    """Both branches of an !If (or the value itself)."""
+    if isinstance(v, dict) and "Fn::If" in v:
+        return [b for b in v["Fn::If"][1:] if not (isinstance(b, dict) and b.get("Ref") == "AWS::NoValue")]
+    return [v]
+
+
+def alarm_findings(template):
+    out = []
+    res = template.get("Resources", {})
+    topics = set()
+    for name, r in res.items():
+        if r.get("Type") == "AWS::CloudWatch::Alarm":
+            for action in as_list((r.get("Properties") or {}).get("AlarmActions", [])):
+                if ref_name(action):
+                    topics.add(ref_name(action))
+    if not topics:
+        out.append("no alarm publishes to a topic")
+    for t in sorted(topics):
+        props = res.get(t, {}).get("Properties") or {}
+        key = props.get("KmsMasterKeyId")
+        if key is None:
+            continue
+        if isinstance(key, str):
+            out.append(f"{t}: encrypted with {key!r}; CloudWatch alarms cannot use an AWS-managed key")
+            continue
+        key_res = res.get(ref_name(key) or "", {})
+        if key_res.get("Type") != "AWS::KMS::Key":
+            out.append(f"{t}: KmsMasterKeyId is not a key of this template")
+            continue
+        ok = False
+        for st in key_res["Properties"]["KeyPolicy"]["Statement"]:
+            services = as_list((st.get("Principal") or {}).get("Service", []))
+            actions = set(as_list(st.get("Action", [])))
+            if (st.get("Effect") == "Allow" and "cloudwatch.amazonaws.com" in services
+                    and "kms:Decrypt" in actions
+                    and any(a.startswith("kms:GenerateDataKey") for a in actions)):
+                ok = True
+        if not ok:
+            out.append(f"{t}: the policy of its key does not let cloudwatch.amazonaws.com use it")
+    return out
+
+
+def esm_findings(template):
+    out = []
+    res = template.get("Resources", {})
+    for name, r in res.items():
+        if r.get("Type") != "AWS::Serverless::Function":
+            continue
+        for ev_name, ev in ((r.get("Properties") or {}).get("Events") or {}).items():
+            if ev.get("Type") != "MSK":
+                continue
+            for config in if_branches(ev["Properties"].get("DestinationConfig")):
+                if not config:
+                    continue
+                dest = config.get("OnFailure", {}).get("Destination")
+                target = res.get(ref_name(dest) or "", {}).get("Type")
+                if target != "AWS::S3::Bucket":
+                    out.append(f"{name}.{ev_name}: on-failure destination {target} keeps no records; use an S3 bucket")
+    return out
+
+
+def ingest_scope_findings(template):
+    out = []
+    fn = template["Resources"]["IngestFunction"]
+    for pol in as_list(fn["Properties"].get("Policies", [])):
+        for st in pol.get("Statement", []):
+            for st in if_branches(st):
+                actions = as_list(st.get("Action", []))
+                if any(a.startswith("dynamodb:") for a in actions):
+                    keys = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+                    if sorted(keys or []) != ["pending#*", "source#*"]:
+                        out.append(f"IngestFunction {st.get('Sid')}: DynamoDB access not limited to source#/pending# keys")
+                if "s3:PutObject" in actions:
+                    for r in as_list(st.get("Resource", [])):
+                        text = r.get("Fn::Sub", "") if isinstance(r, dict) else str(r)
+                        text = text[0] if isinstance(text, list) else text
+                        if text.endswith("/warehouse/*"):
+                            out.append(f"IngestFunction {st.get('Sid')}: may write anywhere in the warehouse")
+    return out
+
+
 def sql_body(text):
     """The SQL without header comment lines, whitespace normalised."""
     lines = [l for l in text.splitlines() if not l.strip().startswith("--")]
@@ -129,11 +229,20 @@ def main():
     if matches:
         print("template.yaml does not parse:", matches)
         return 1
-    findings = iam_findings(template) + dashboard_findings(template)
+    findings = (
+        iam_findings(template)
+        + alarm_findings(template)
+        + esm_findings(template)
+        + ingest_scope_findings(template)
+        + dashboard_findings(template)
+    )
     for f in findings:
         print("FAIL", f)
     if not findings:
-        print("template.yaml: IAM statements name their resources; dashboards match infra/dashboards")
+        print(
+            "template.yaml: IAM statements name their resources; alarms can publish; failed batches "
+            "go to S3; ingest is scoped; dashboards match infra/dashboards"
+        )
     return 1 if findings else 0
 
 

@@ -7,6 +7,7 @@
 //! is finished by the next one.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -38,19 +39,27 @@ async fn main() -> Result<(), Error> {
         tables,
         options,
     });
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let stage = stage.clone();
-        async move { handle(&stage).await }
+        async move { handle(&stage, event.context.deadline).await }
     }))
     .await
 }
 
-async fn handle(stage: &Stage) -> Result<ScheduledReport, Error> {
+/// Time kept back from the invocation's deadline for the report and metrics.
+const MARGIN: Duration = Duration::from_secs(20);
+
+async fn handle(stage: &Stage, deadline_ms: u64) -> Result<ScheduledReport, Error> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms)).saturating_sub(MARGIN);
     // Boxed: the stage's future is deep, and the runtime nests it further.
-    match Box::pin(scheduled::run(
+    match Box::pin(scheduled::run_until(
         &stage.backend,
         &stage.tables,
         &stage.options,
+        Instant::now() + left,
     ))
     .await
     {
