@@ -398,7 +398,8 @@ impl Ingestor {
 }
 
 /// Groups an event's records by topic-partition. Each record's own topic and partition count;
-/// the map key (`topic-partition`) names the topic when a record lacks one.
+/// the map key (`topic-partition`) names the topic when a record lacks one. An event with a
+/// negative or oversized partition, or a negative offset, is not an MSK event and is refused.
 pub fn group_by_partition(event: &EsmEvent) -> Result<BTreeMap<SourcePartition, Vec<&EsmRecord>>> {
     let mut groups: BTreeMap<SourcePartition, Vec<&EsmRecord>> = BTreeMap::new();
     for (key, records) in &event.records {
@@ -410,13 +411,27 @@ pub fn group_by_partition(event: &EsmEvent) -> Result<BTreeMap<SourcePartition, 
                     .map_or(key.as_str(), |(t, _)| t)
                     .to_string(),
             };
-            let partition = i32::try_from(r.partition).map_err(|_| Error::Event {
-                origin: key.clone(),
-                message: format!(
-                    "partition {} of offset {} is not a Kafka partition number",
-                    r.partition, r.offset
-                ),
-            })?;
+            let partition = i32::try_from(r.partition)
+                .ok()
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| Error::Event {
+                    origin: key.clone(),
+                    message: format!(
+                        "partition {} of offset {} is not a Kafka partition number",
+                        r.partition, r.offset
+                    ),
+                })?;
+            // A negative offset is no Kafka offset: below every checkpoint, such a record
+            // would be dropped as already seen.
+            if r.offset < 0 {
+                return Err(Error::Event {
+                    origin: key.clone(),
+                    message: format!(
+                        "offset {} of partition {partition} is not a Kafka offset",
+                        r.offset
+                    ),
+                });
+            }
             groups
                 .entry(SourcePartition::new(topic, partition))
                 .or_default()
@@ -440,4 +455,27 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(partition: i64, offset: i64) -> EsmEvent {
+        serde_json::from_str(&format!(
+            r#"{{"records":{{"orders-0":[{{"topic":"orders","partition":{partition},"offset":{offset},"timestamp":1}}]}}}}"#
+        ))
+        .expect("event")
+    }
+
+    #[test]
+    fn records_without_kafka_coordinates_are_refused_not_dropped() {
+        // Found by fuzzing: offset -1 lay below every checkpoint and was counted as already seen.
+        let err = group_by_partition(&event(0, -1)).expect_err("negative offset");
+        assert!(err.to_string().contains("not a Kafka offset"), "{err}");
+        assert!(group_by_partition(&event(-3, 5)).is_err());
+        assert!(group_by_partition(&event(1 << 40, 5)).is_err());
+        let groups = group_by_partition(&event(2, 0)).expect("valid");
+        assert_eq!(groups.keys().next(), Some(&SourcePartition::new("orders", 2)));
+    }
 }

@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use crate::storage::object_error;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
@@ -488,5 +489,53 @@ impl StorageFactory for S3StorageFactory {
                 "S3 storage factory has no SDK client",
             )),
         }
+    }
+}
+
+#[async_trait]
+impl crate::storage::ObjectStore for S3Storage {
+    async fn write(&self, location: &str, bytes: Bytes) -> crate::Result<()> {
+        let out = Storage::new_output(self, location)
+            .map_err(|e| object_error("write", location, e))?;
+        out.write(bytes)
+            .await
+            .map_err(|e| object_error("write", location, e))
+    }
+
+    async fn read(&self, location: &str) -> crate::Result<Bytes> {
+        Storage::read(self, location)
+            .await
+            .map_err(|e| object_error("read", location, e))
+    }
+
+    async fn delete(&self, location: &str) -> crate::Result<()> {
+        Storage::delete(self, location)
+            .await
+            .map_err(|e| object_error("delete", location, e))
+    }
+
+    async fn list(&self, prefix: &str) -> crate::Result<Vec<crate::storage::ObjectInfo>> {
+        Ok(S3Storage::list(self, prefix)
+            .await
+            .map_err(|e| object_error("list", prefix, e))?
+            .into_iter()
+            .map(|(location, size, modified_ms)| crate::storage::ObjectInfo {
+                location,
+                size,
+                modified_ms,
+            })
+            .collect())
+    }
+
+    async fn stat(&self, location: &str) -> crate::Result<Option<crate::storage::ObjectInfo>> {
+        Ok(self
+            .head(location)
+            .await
+            .map_err(|e| object_error("stat", location, e))?
+            .map(|(size, modified_ms)| crate::storage::ObjectInfo {
+                location: location.to_string(),
+                size,
+                modified_ms,
+            }))
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod analyst_scenarios;
+pub mod chaos;
 pub mod compaction_scenarios;
 pub mod faults;
 pub mod reliability_scenarios;

@@ -1,0 +1,141 @@
+//! The properties the fuzz targets check, shared by the coverage-guided fuzzers (`fuzz/`,
+//! `cargo fuzz run …`) and the property tests of the test suite (`tests/fuzz_properties.rs`).
+//!
+//! Every input must end as rows or dead letters (or, for an input that is not an MSK event at
+//! all, as an error the handler reports); nothing may panic.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use streamtable::config::{Backend, BackendConfig};
+use streamtable::esm::{EsmEvent, EsmRecord};
+use streamtable::ingest::Ingestor;
+use streamtable::spec::PipelineSpec;
+
+/// The example pipeline: orders, payments, readings.
+pub const PIPELINE: &str = include_str!("../infra/pipeline.toml");
+
+struct Fixture {
+    runtime: tokio::runtime::Runtime,
+    ingestor: Ingestor,
+    _home: tempfile::TempDir,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let home = tempfile::tempdir().expect("home");
+        let spec = PipelineSpec::parse(PIPELINE, Path::new("pipeline.toml")).expect("spec");
+        let ingestor = runtime.block_on(async {
+            let backend = Backend::connect(&BackendConfig::Embedded {
+                home: home.path().to_path_buf(),
+            })
+            .await
+            .expect("backend");
+            Ingestor::new(&spec, &backend).expect("ingestor")
+        });
+        Fixture {
+            runtime,
+            ingestor,
+            _home: home,
+        }
+    })
+}
+
+/// Decodes and encodes every record of an event as ingest does (no I/O): each distinct
+/// (topic, partition, offset) becomes exactly one row of its table or of `dead_letters`.
+pub fn ingest_event(event: &EsmEvent) {
+    let f = fixture();
+    let Ok((records, files)) = f.runtime.block_on(f.ingestor.encode_event(event)) else {
+        // Only an event with a record that has no Kafka coordinates is refused whole.
+        assert!(
+            event
+                .records
+                .values()
+                .flatten()
+                .any(|r| i32::try_from(r.partition).is_err() || r.partition < 0 || r.offset < 0),
+            "a well-formed event was refused"
+        );
+        return;
+    };
+    let distinct: BTreeSet<(String, i64, i64)> = event
+        .records
+        .iter()
+        .flat_map(|(key, rs)| {
+            rs.iter().map(move |r| {
+                let topic = r
+                    .topic
+                    .clone()
+                    .unwrap_or_else(|| key.rsplit_once('-').map_or(key.as_str(), |(t, _)| t).into());
+                (topic, r.partition, r.offset)
+            })
+        })
+        .collect();
+    assert_eq!(records, distinct.len() as u64, "every distinct record is processed once");
+    let rows: u64 = files.iter().map(|f| f.data_file.record_count()).sum();
+    assert_eq!(rows, records, "every record is a row or a dead letter");
+}
+
+/// Arbitrary bytes as an MSK event: parsed or refused, and if parsed, fully accounted for.
+pub fn esm_event(bytes: &[u8]) {
+    if let Ok(event) = serde_json::from_slice::<EsmEvent>(bytes) {
+        ingest_event(&event);
+    }
+}
+
+/// Arbitrary bytes as one record: the first byte picks the topic and whether there is a key
+/// (taken from the next bytes), the next eight the Kafka timestamp, the rest is the value.
+pub fn record_value(bytes: &[u8]) {
+    let Some((&selector, rest)) = bytes.split_first() else {
+        return;
+    };
+    let topics = ["orders", "payments", "readings", "unknown"];
+    let topic = topics[usize::from(selector) % topics.len()];
+    let (timestamp, rest) = match rest.split_first_chunk::<8>() {
+        Some((t, rest)) => (i64::from_le_bytes(*t), rest),
+        None => (1_795_946_400_000, rest),
+    };
+    let (key, value) = if selector & 0x80 != 0 && rest.len() >= 4 {
+        (Some(STANDARD.encode(&rest[..4])), &rest[4..])
+    } else {
+        (None, rest)
+    };
+    let record = EsmRecord {
+        topic: Some(topic.to_string()),
+        partition: 0,
+        offset: 7,
+        timestamp,
+        key,
+        value: (selector & 0x40 == 0).then(|| STANDARD.encode(value)),
+        ..Default::default()
+    };
+    let event = EsmEvent {
+        records: [(format!("{topic}-0"), vec![record])].into_iter().collect(),
+        ..Default::default()
+    };
+    ingest_event(&event);
+}
+
+/// Arbitrary text as a pipeline spec: refused with a message, or valid and then usable (every
+/// table gets a layout and a decoder).
+pub fn pipeline_spec(text: &str) {
+    match PipelineSpec::parse(text, Path::new("fuzz.toml")) {
+        Ok(spec) => {
+            for t in &spec.tables {
+                streamtable::schema::TableLayout::for_table(t)
+                    .unwrap_or_else(|e| panic!("a valid spec's table {} has no layout: {e}", t.name));
+                let _ = streamtable::decode::RecordDecoder::new(t);
+            }
+        }
+        Err(e) => assert!(e.to_string().starts_with("fuzz.toml"), "{e}"),
+    }
+}
