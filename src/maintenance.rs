@@ -192,7 +192,7 @@ impl References {
     /// Reads the checkpoints of the partitions named by ingest files among `locations`.
     async fn read_checkpoints(&mut self, backend: &Backend, locations: &[&str]) -> Result<()> {
         for loc in locations {
-            if let Some((source, _)) = ingest_file_offsets(loc)
+            if let IngestName::Of(source, _) = ingest_name(loc)
                 && !self.next_offsets.contains_key(&source)
             {
                 let cp = backend.state.checkpoint(&source).await?;
@@ -203,48 +203,77 @@ impl References {
     }
 
     /// Whether ingest references the object, or may still: a pending batch names it, or it is
-    /// an ingest file of offsets a retry could still deliver (at or past the checkpoint).
+    /// an ingest file of offsets a retry could still deliver (at or past the checkpoint, or of
+    /// a partition it cannot tell).
     fn may_be_needed(&self, location: &str) -> bool {
         if self.pending_files.contains(location) || self.pending_lists.contains(location) {
             return true;
         }
-        match ingest_file_offsets(location) {
-            Some((source, last)) => self
+        match ingest_name(location) {
+            IngestName::Of(source, last) => self
                 .next_offsets
                 .get(&source)
                 .is_none_or(|next| *next <= last),
-            None => false,
+            IngestName::OfUnknownPartition => true,
+            IngestName::Other => false,
         }
     }
 }
 
-/// The topic-partition and last offset an ingest file or spilled list is named after
-/// (`{topic}-{partition}-{first}-{last}-{seq}-{hash}.parquet`,
-/// `_pending/{topic}/{partition}/{first}-{last}-{hash}.json`).
-fn ingest_file_offsets(location: &str) -> Option<(SourcePartition, i64)> {
-    let name = location.rsplit('/').next()?;
-    if let Some(stem) = name.strip_suffix(".parquet") {
-        let mut parts = stem.rsplitn(6, '-');
-        let (hash, seq, last, first, partition, topic) = (
-            parts.next()?,
-            parts.next()?,
-            parts.next()?,
-            parts.next()?,
-            parts.next()?,
-            parts.next()?,
-        );
-        let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
-        if hash.len() != 16 || !digits(seq, 3) || !digits(first, 20) || !digits(last, 20) {
+/// What an object's name says about the ingest batch that wrote it.
+#[derive(Debug, PartialEq, Eq)]
+enum IngestName {
+    /// An ingest file or spilled list of this topic-partition, up to this offset.
+    Of(SourcePartition, i64),
+    /// An ingest file whose topic was shortened in its name.
+    OfUnknownPartition,
+    /// Not named by ingest (compaction outputs, metadata).
+    Other,
+}
+
+/// Reads `{topic}-{partition}-{first}-{last}-{seq}-{hash}.parquet` and
+/// `_pending/{topic}/{partition}/{first}-{last}-{hash}.json`.
+fn ingest_name(location: &str) -> IngestName {
+    let parsed = || -> Option<(&str, &str, &str)> {
+        let name = location.rsplit('/').next()?;
+        if let Some(stem) = name.strip_suffix(".parquet") {
+            let mut parts = stem.rsplitn(6, '-');
+            let (hash, seq, last, first, partition, topic) = (
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+                parts.next()?,
+            );
+            let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+            if hash.len() != 16 || !digits(seq, 3) || !digits(first, 20) || !digits(last, 20) {
+                return None;
+            }
+            return Some((topic, partition, last));
+        }
+        let stem = name.strip_suffix(".json")?;
+        let mut dirs = location.rsplit('/').skip(1);
+        let partition = dirs.next()?;
+        let topic = dirs.next()?;
+        if dirs.next()? != "_pending" {
             return None;
         }
-        return Some((SourcePartition::new(topic, partition.parse().ok()?), last.parse().ok()?));
+        Some((topic, partition, stem.split('-').nth(1)?))
+    };
+    let Some((topic, partition, last)) = parsed() else {
+        return IngestName::Other;
+    };
+    match (
+        crate::partition::topic_from_name(topic),
+        partition.parse::<i32>(),
+        last.parse::<i64>(),
+    ) {
+        (Some(topic), Ok(partition), Ok(last)) => {
+            IngestName::Of(SourcePartition::new(topic, partition), last)
+        }
+        _ => IngestName::OfUnknownPartition,
     }
-    let stem = name.strip_suffix(".json")?;
-    let mut dirs = location.rsplit('/').skip(1);
-    let partition: i32 = dirs.next()?.parse().ok()?;
-    let topic = dirs.next()?;
-    let last = stem.split('-').nth(1)?.parse().ok()?;
-    Some((SourcePartition::new(topic, partition), last))
 }
 
 async fn merge_manifests(
@@ -411,4 +440,24 @@ pub async fn live_files(table: &Table) -> Result<Vec<String>> {
         .live()
         .map(|e| e.entry.file_path().to_string())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingest_names_tell_their_partition_or_keep_the_file() {
+        let f = "/w/ns.db/orders/data/d=1/orders.v2-3-00000000000000000010-00000000000000000019-000-0123456789abcdef.parquet";
+        assert_eq!(ingest_name(f), IngestName::Of(SourcePartition::new("orders.v2", 3), 19));
+        let spilled = "/w/_pending/a%2Fb/0/00000000000000000001-00000000000000000002-0123456789abcdef.json";
+        assert_eq!(ingest_name(spilled), IngestName::Of(SourcePartition::new("a/b", 0), 2));
+        let long = format!(
+            "/w/ns.db/t/data/{}-0-00000000000000000000-00000000000000000002-000-0123456789abcdef.parquet",
+            crate::partition::topic_in_name(&"t".repeat(249))
+        );
+        assert_eq!(ingest_name(&long), IngestName::OfUnknownPartition);
+        assert_eq!(ingest_name("/w/ns.db/t/data/compact-1-00000.parquet"), IngestName::Other);
+        assert_eq!(ingest_name("/w/ns.db/t/metadata/00001-x.metadata.json"), IngestName::Other);
+    }
 }

@@ -53,6 +53,36 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// A topic as it appears in object names (ingest's files, spilled file lists): escaped like a
+/// partition value, and cut and hashed past [`MAX_VALUE_CHARS`] (topics may be 249 characters,
+/// file names only 255 bytes).
+pub fn topic_in_name(topic: &str) -> String {
+    shorten(escape(topic), topic)
+}
+
+/// The topic an object name carries, when it was not shortened (`None` if it was).
+pub fn topic_from_name(name: &str) -> Option<String> {
+    if name.len() == MAX_VALUE_CHARS && name.as_bytes().get(MAX_VALUE_CHARS - 17) == Some(&b'-') {
+        return None;
+    }
+    let bytes = name.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = name.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
 fn shorten(escaped: String, whole: &str) -> String {
     if escaped.len() <= MAX_VALUE_CHARS {
         return escaped;
@@ -188,6 +218,18 @@ mod tests {
             Some(PrimitiveLiteral::String("é\u{0}".into())),
         );
         assert_eq!(p, "c_part=%C3%A9%00");
+    }
+
+    #[test]
+    fn topics_in_object_names_are_escaped_short_and_readable_back() {
+        assert_eq!(topic_in_name("orders"), "orders");
+        assert_eq!(topic_in_name("../x/y"), "..%2Fx%2Fy");
+        assert_eq!(topic_from_name("..%2Fx%2Fy").as_deref(), Some("../x/y"));
+        assert_eq!(topic_from_name("orders.v2-eu").as_deref(), Some("orders.v2-eu"));
+        let long = "t".repeat(249);
+        let name = topic_in_name(&long);
+        assert_eq!(name.len(), MAX_VALUE_CHARS);
+        assert_eq!(topic_from_name(&name), None, "a shortened topic is not guessed");
     }
 
     #[test]

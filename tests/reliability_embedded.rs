@@ -44,3 +44,13 @@ async fn partition_values_are_escaped_and_grouped_by_value() {
 async fn a_batch_given_up_on_is_replayed_exactly_once() {
     r::a_batch_given_up_on_is_replayed_exactly_once(&common::embedded().await).await;
 }
+
+#[tokio::test]
+async fn wide_rows_make_row_groups_bounded_by_bytes() {
+    r::wide_rows_make_row_groups_bounded_by_bytes(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn commit_intents_stay_within_their_size() {
+    r::commit_intents_stay_within_their_size(&mut common::embedded().await).await;
+}

@@ -40,3 +40,8 @@ async fn partition_values_are_escaped_and_grouped_by_value() {
 async fn a_batch_given_up_on_is_replayed_exactly_once() {
     r::a_batch_given_up_on_is_replayed_exactly_once(&common::moto().await).await;
 }
+
+#[tokio::test]
+async fn commit_intents_stay_within_their_size() {
+    r::commit_intents_stay_within_their_size(&mut common::moto().await).await;
+}

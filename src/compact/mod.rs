@@ -47,6 +47,8 @@ pub struct CompactOptions {
     /// Input row groups at least this large (compressed bytes) are copied into the output as
     /// they are; smaller ones are decoded and re-encoded into full-size row groups.
     pub stitch_min_row_group_bytes: u64,
+    /// Decoded bytes at which a re-encoded output row group is closed (whatever its rows).
+    pub max_row_group_bytes: usize,
 }
 
 impl Default for CompactOptions {
@@ -60,6 +62,7 @@ impl Default for CompactOptions {
             orphan_grace_ms: 24 * 3600 * 1000,
             max_manifests: 100,
             stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
+            max_row_group_bytes: rewrite::ROW_GROUP_BYTES,
         }
     }
 }
@@ -252,6 +255,7 @@ async fn compact_job(
         job,
         def.target_file_size_bytes,
         options.stitch_min_row_group_bytes,
+        options.max_row_group_bytes,
         &prefix,
     )
     .await?;

@@ -51,8 +51,9 @@ pub const STITCH_MIN_ROW_GROUP_BYTES: u64 = 1024 * 1024;
 const READ_BATCH_ROWS: usize = 8 * 1024;
 /// Decoded bytes per batch read from a row group, estimated from the row group's statistics.
 const READ_BATCH_BYTES: i64 = 16 * 1024 * 1024;
-/// Decoded bytes buffered before they are encoded as an output row group: rows of up to 1 MiB
-/// (dead letters keep whole record values) must not make a row group of 256k rows unbounded.
+/// Default: decoded bytes buffered before they are encoded as an output row group. Rows of up to
+/// 1 MiB (dead letters keep whole record values) must not make a row group of 256k rows
+/// unbounded.
 pub const ROW_GROUP_BYTES: usize = 128 * 1024 * 1024;
 
 /// Writer settings for compacted files: ZSTD level 1 (the level ingest uses, so stitched and
@@ -79,6 +80,7 @@ pub async fn rewrite(
     job: &super::Job,
     target_bytes: u64,
     stitch_min_bytes: u64,
+    row_group_bytes: usize,
     prefix: &str,
 ) -> Result<Rewritten> {
     let (partition, partition_path, inputs) = (&job.partition, job.path.as_str(), &job.inputs[..]);
@@ -113,6 +115,7 @@ pub async fn rewrite(
         partition: partition.clone(),
         spec_id: metadata.default_partition_spec_id(),
         stitch_min_bytes: i64::try_from(stitch_min_bytes).unwrap_or(i64::MAX),
+        row_group_bytes: row_group_bytes.max(1),
     };
 
     let mut result = Rewritten::default();
@@ -159,6 +162,8 @@ struct Output {
     partition: Struct,
     spec_id: i32,
     stitch_min_bytes: i64,
+    /// Decoded bytes buffered before an output row group is encoded.
+    row_group_bytes: usize,
 }
 
 /// A byte sink shared with the Parquet writer, drained to the object store between row groups.
@@ -388,7 +393,7 @@ impl Output {
                         pending_rows += batch.num_rows();
                         pending_bytes += batch.get_array_memory_size();
                         pending.push(batch);
-                        if pending_rows >= ROW_GROUP_ROWS || pending_bytes >= ROW_GROUP_BYTES {
+                        if pending_rows >= ROW_GROUP_ROWS || pending_bytes >= self.row_group_bytes {
                             self.encode(&factory, &mut writer, &mut pending)?;
                             (pending_rows, pending_bytes) = (0, 0);
                         }

@@ -323,7 +323,8 @@ impl Ingestor {
             records::decode_records(table, records, source, self.max_record_bytes, &mut dead)?;
         let stem = format!(
             "{}-{}-{first:020}-{last:020}",
-            source.topic, source.partition
+            crate::partition::topic_in_name(&source.topic),
+            source.partition
         );
         let mut files = Vec::new();
         if let (Some(rows), Some(t)) = (&decoded.rows, table) {
@@ -386,7 +387,7 @@ impl Ingestor {
             let location = format!(
                 "{}/_pending/{}/{}/{first:020}-{last:020}-{hash:016x}.json",
                 self.warehouse.root(),
-                source.topic,
+                crate::partition::topic_in_name(&source.topic),
                 source.partition
             );
             self.warehouse.write(&location, json.into()).await?;
@@ -475,7 +476,8 @@ mod tests {
         assert!(err.to_string().contains("not a Kafka offset"), "{err}");
         assert!(group_by_partition(&event(-3, 5)).is_err());
         assert!(group_by_partition(&event(1 << 40, 5)).is_err());
-        let groups = group_by_partition(&event(2, 0)).expect("valid");
+        let valid = event(2, 0);
+        let groups = group_by_partition(&valid).expect("valid");
         assert_eq!(groups.keys().next(), Some(&SourcePartition::new("orders", 2)));
     }
 }

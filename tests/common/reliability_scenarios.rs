@@ -454,6 +454,23 @@ columns = [
     };
     compact_all(&h.backend, &tables, &eager).await.expect("compaction");
 
+    // A topic no table is fed from, with a path in its name: its dead letter stays inside.
+    let mut stray = records("orders", 0, [0]).remove(0);
+    stray.topic = "../../../escaped".into();
+    h.ingestor().handle(&event(&[stray])).await.expect("stray topic");
+
+    let root = h.backend.warehouse.root().to_string();
+    for o in h.backend.warehouse.list(&format!("{root}/")).await.expect("list") {
+        let rest = o.location.strip_prefix(&root).expect("inside the warehouse");
+        assert!(!rest.split('/').any(|p| p == ".."), "{}", o.location);
+    }
+    let dead_dir = h.backend.warehouse.table_location(&h.backend.namespace, "dead_letters");
+    assert!(
+        h.backend.warehouse.list(&format!("{dead_dir}/data/")).await.expect("list")
+            .iter()
+            .any(|o| o.location.contains("..%2F..%2F..%2Fescaped-0-")),
+        "the stray record's dead letter, named with its topic escaped"
+    );
     let location = h.backend.warehouse.table_location(&h.backend.namespace, "events");
     for o in h.backend.warehouse.list(&format!("{location}/")).await.expect("list") {
         let rest = o.location.strip_prefix(&location).expect("inside the table");
@@ -558,4 +575,86 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
         .expect_err("locked");
     assert!(err.is_retryable() && err.to_string().contains("another replay"), "{err}");
     h.backend.state.unlock(lock, "someone").await.expect("unlock");
+}
+
+/// Wide rows (dead letters keep whole record values, up to 1 MiB each) close a re-encoded row
+/// group by its bytes, not only by its rows, so a rewrite's memory stays bounded.
+pub async fn wide_rows_make_row_groups_bounded_by_bytes(h: &Harness) {
+    let tables = h.tables();
+    let mut expected = Vec::new();
+    for i in 0..6i64 {
+        let mut recs = records("orders", 0, i * 4..(i + 1) * 4);
+        for r in &mut recs {
+            // Not JSON, 100 KB: a dead letter carrying its value.
+            let filler: String = (0..100_000).map(|j| (b'a' + ((j * 7 + r.offset) % 26) as u8) as char).collect();
+            r.value = Some(filler.into_bytes());
+            expected.push(json!(["orders", 0, r.offset]));
+        }
+        h.ingestor().handle(&event(&recs)).await.expect("ingest");
+    }
+    commit_pending(&h.backend, &tables).await.expect("commit");
+    let options = CompactOptions {
+        max_row_group_bytes: 512 * 1024,
+        ..opts()
+    };
+    let done = compact_all(&h.backend, &tables, &options).await.expect("compact");
+    let dl = done.iter().find(|c| c.table == "dead_letters").expect("dead letters compacted");
+    assert_eq!((dl.input_files, dl.output_files), (6, 1));
+    let (table, _) = h
+        .backend
+        .catalog
+        .load(&tables.ident("dead_letters"))
+        .await
+        .expect("load")
+        .expect("table");
+    let files = streamtable::compact::files::load_current(&table).await.expect("files");
+    let live: Vec<_> = files.live().collect();
+    assert_eq!(live.len(), 1);
+    let bytes = h
+        .backend
+        .warehouse
+        .read(live[0].entry.data_file().file_path())
+        .await
+        .expect("read");
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes)
+        .expect("footer");
+    assert!(
+        meta.num_row_groups() >= 3,
+        "24 rows of 100 KB in row groups of at most 512 KB: {} row groups",
+        meta.num_row_groups()
+    );
+    check_table(h, "dead_letters", &expected);
+}
+
+/// A commit intent names at most `max_intent_bytes` of batch keys (long topic names made one
+/// outgrow a DynamoDB item); the rest is committed in further rounds.
+pub async fn commit_intents_stay_within_their_size(h: &mut Harness) {
+    let long = "t".repeat(249);
+    h.spec
+        .tables
+        .iter_mut()
+        .find(|t| t.name == "orders")
+        .expect("orders")
+        .topic = long.clone();
+    let tables = h.tables();
+    for p in 0..20 {
+        let mut recs = records("orders", p, 0..3);
+        for r in &mut recs {
+            r.topic = long.clone();
+        }
+        h.ingestor().handle(&event(&recs)).await.expect("ingest");
+    }
+    let options = streamtable::commit::CommitOptions {
+        max_intent_bytes: 2_000,
+        ..Default::default()
+    };
+    let report = streamtable::commit::commit_pending_with(&h.backend, &tables, &options, None)
+        .await
+        .expect("commit");
+    assert_eq!(report.batches, 20);
+    assert!(report.rounds >= 4, "{} rounds", report.rounds);
+    let mut expected: Vec<Value> = (0..20).flat_map(|p| (0..3).map(move |o| json!([p, o]))).collect();
+    expected.sort_by_key(|v| (v[0].as_i64(), v[1].as_i64()));
+    check_table(h, "orders", &expected);
 }
