@@ -48,9 +48,11 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let ingestor = Ingestor::new(&spec, &backend)?;
+    #[cfg(feature = "aws")]
     let mut s3 = None;
     for location in &args.batches {
         let bytes = match location.strip_prefix("s3://") {
+            #[cfg(feature = "aws")]
             Some(rest) => {
                 let (bucket, key) = rest.split_once('/').ok_or_else(|| {
                     Error::Config(format!("{location}: write s3://bucket/key"))
@@ -86,6 +88,12 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
                     })?
                     .into_bytes()
                     .to_vec()
+            }
+            #[cfg(not(feature = "aws"))]
+            Some(_) => {
+                return Err(Error::Config(format!(
+                    "{location}: this build has no AWS support; copy the object to a file"
+                )));
             }
             None => std::fs::read(location).map_err(|e| Error::io("read failed batch", location, e))?,
         };

@@ -18,12 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::catalog::TableCatalog;
-use crate::catalog::glue::GluePointers;
 use crate::catalog::sqlite::SqlitePointers;
 use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 use crate::spec::PipelineSpec;
-use crate::state::{DynamoStateStore, SqliteStateStore};
+use crate::state::SqliteStateStore;
 use crate::storage::{DEFAULT_NAMESPACE, Warehouse};
 
 /// The pipeline spec shipped in `infra/pipeline.toml`, compiled in as the default.
@@ -125,8 +124,8 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// Connects to the configured backend; `aws` may be given an SDK configuration loaded
-    /// once by the caller (see [`crate::aws::load_config`]).
+    /// Connects to the configured backend, building its clients once (the AWS SDK reads its
+    /// standard configuration from the environment).
     pub async fn connect(config: &BackendConfig) -> Result<Backend> {
         match config {
             BackendConfig::Embedded { home } => {
@@ -145,33 +144,49 @@ impl Backend {
                     namespace: DEFAULT_NAMESPACE.to_string(),
                 })
             }
-            BackendConfig::Aws {
-                bucket,
-                prefix,
-                state_table,
-                glue_database,
-            } => {
-                let sdk = crate::aws::load_config().await;
-                let s3_config = aws_sdk_s3::config::Builder::from(&sdk)
-                    .force_path_style(true)
-                    .build();
-                let s3 = aws_sdk_s3::Client::from_conf(s3_config);
-                let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-                let glue = aws_sdk_glue::Client::new(&sdk);
-                let warehouse = Warehouse::s3(s3, bucket, prefix);
-                let catalog = TableCatalog::new(
-                    Arc::new(GluePointers::new(glue)),
-                    warehouse.file_io().clone(),
-                    warehouse.root(),
-                );
-                Ok(Backend {
-                    warehouse,
-                    state: Arc::new(DynamoStateStore::new(dynamo, state_table)),
-                    catalog,
-                    namespace: glue_database.clone(),
-                })
-            }
+            BackendConfig::Aws { .. } => Self::connect_aws(config).await,
         }
+    }
+
+    #[cfg(feature = "aws")]
+    async fn connect_aws(config: &BackendConfig) -> Result<Backend> {
+        use crate::catalog::glue::GluePointers;
+        use crate::state::DynamoStateStore;
+        let BackendConfig::Aws {
+            bucket,
+            prefix,
+            state_table,
+            glue_database,
+        } = config
+        else {
+            return Err(Error::Internal("connect_aws called for another backend".into()));
+        };
+        let sdk = crate::aws::load_config().await;
+        let s3_config = aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build();
+        let s3 = aws_sdk_s3::Client::from_conf(s3_config);
+        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+        let glue = aws_sdk_glue::Client::new(&sdk);
+        let warehouse = Warehouse::s3(s3, bucket, prefix);
+        let catalog = TableCatalog::new(
+            Arc::new(GluePointers::new(glue)),
+            warehouse.file_io().clone(),
+            warehouse.root(),
+        );
+        Ok(Backend {
+            warehouse,
+            state: Arc::new(DynamoStateStore::new(dynamo, state_table)),
+            catalog,
+            namespace: glue_database.clone(),
+        })
+    }
+
+    #[cfg(not(feature = "aws"))]
+    async fn connect_aws(_: &BackendConfig) -> Result<Backend> {
+        Err(Error::Config(
+            "STREAMTABLE_BACKEND=aws, but this build has no AWS backend: build with the aws feature".into(),
+        ))
     }
 }
 

@@ -20,6 +20,7 @@ pub use error::{Error, Result};
 #[cfg(feature = "query")]
 pub mod analyst;
 pub mod athena;
+#[cfg(feature = "aws")]
 pub mod aws;
 pub mod bench;
 pub mod catalog;

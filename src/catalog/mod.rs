@@ -9,6 +9,7 @@
 //! offers [`TableCatalog::commit_metadata`] for commits the library cannot build (compaction's
 //! `replace`).
 
+#[cfg(feature = "aws")]
 pub mod glue;
 pub mod sqlite;
 

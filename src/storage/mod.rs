@@ -5,6 +5,7 @@
 //! writes, and listing (for orphan clean-up).
 
 pub mod local;
+#[cfg(feature = "aws")]
 pub mod s3;
 
 use std::path::Path;
@@ -14,6 +15,7 @@ use bytes::Bytes;
 use iceberg::io::{FileIO, FileIOBuilder, LocalFsStorageFactory};
 
 use crate::error::{Error, Result};
+#[cfg(feature = "aws")]
 use s3::{S3Storage, S3StorageFactory};
 
 /// The Iceberg namespace (Glue database) of every table.
@@ -74,6 +76,7 @@ impl Warehouse {
     }
 
     /// A warehouse at `s3://bucket/prefix` on an SDK client built once by the caller.
+    #[cfg(feature = "aws")]
     pub fn s3(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Warehouse {
         let prefix = prefix.trim_matches('/');
         let root = if prefix.is_empty() {
@@ -143,6 +146,7 @@ impl Warehouse {
     }
 }
 
+#[cfg_attr(not(feature = "aws"), allow(dead_code))]
 pub(crate) fn object_error(op: &'static str, location: &str, e: iceberg::Error) -> Error {
     Error::ObjectStore {
         op,
