@@ -72,15 +72,18 @@ pub fn ingest_event(event: &EsmEvent) {
         .iter()
         .flat_map(|(key, rs)| {
             rs.iter().map(move |r| {
-                let topic = r
-                    .topic
-                    .clone()
-                    .unwrap_or_else(|| key.rsplit_once('-').map_or(key.as_str(), |(t, _)| t).into());
+                let topic = r.topic.clone().unwrap_or_else(|| {
+                    key.rsplit_once('-').map_or(key.as_str(), |(t, _)| t).into()
+                });
                 (topic, r.partition, r.offset)
             })
         })
         .collect();
-    assert_eq!(records, distinct.len() as u64, "every distinct record is processed once");
+    assert_eq!(
+        records,
+        distinct.len() as u64,
+        "every distinct record is processed once"
+    );
     let rows: u64 = files.iter().map(|f| f.data_file.record_count()).sum();
     assert_eq!(rows, records, "every record is a row or a dead letter");
 }
@@ -131,8 +134,9 @@ pub fn pipeline_spec(text: &str) {
     match PipelineSpec::parse(text, Path::new("fuzz.toml")) {
         Ok(spec) => {
             for t in &spec.tables {
-                streamtable::schema::TableLayout::for_table(t)
-                    .unwrap_or_else(|e| panic!("a valid spec's table {} has no layout: {e}", t.name));
+                streamtable::schema::TableLayout::for_table(t).unwrap_or_else(|e| {
+                    panic!("a valid spec's table {} has no layout: {e}", t.name)
+                });
                 let _ = streamtable::decode::RecordDecoder::new(t);
             }
         }

@@ -191,8 +191,13 @@ pub trait StateStore: Send + Sync {
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage>;
 
     /// Takes the named lock for `holder` until `expires_at_ms`, if it is free or expired.
-    async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, expires_at_ms: i64)
-    -> Result<bool>;
+    async fn try_lock(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool>;
 
     /// Releases the named lock if `holder` still holds it.
     async fn unlock(&self, name: &str, holder: &str) -> Result<()>;

@@ -54,14 +54,16 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
         let bytes = match location.strip_prefix("s3://") {
             #[cfg(feature = "aws")]
             Some(rest) => {
-                let (bucket, key) = rest.split_once('/').ok_or_else(|| {
-                    Error::Config(format!("{location}: write s3://bucket/key"))
-                })?;
+                let (bucket, key) = rest
+                    .split_once('/')
+                    .ok_or_else(|| Error::Config(format!("{location}: write s3://bucket/key")))?;
                 if s3.is_none() {
                     let sdk = crate::aws::load_config().await;
                     s3 = Some(aws_sdk_s3::Client::new(&sdk));
                 }
-                let client = s3.as_ref().ok_or_else(|| Error::Internal("no S3 client".into()))?;
+                let client = s3
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal("no S3 client".into()))?;
                 let out = client
                     .get_object()
                     .bucket(bucket)
@@ -95,7 +97,9 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
                     "{location}: this build has no AWS support; copy the object to a file"
                 )));
             }
-            None => std::fs::read(location).map_err(|e| Error::io("read failed batch", location, e))?,
+            None => {
+                std::fs::read(location).map_err(|e| Error::io("read failed batch", location, e))?
+            }
         };
         let event = crate::replay::parse_failed_batch(&bytes, location)?;
         for p in crate::replay::replay(&ingestor, &backend, &spec, &event).await? {

@@ -159,7 +159,9 @@ impl Backend {
             glue_database,
         } = config
         else {
-            return Err(Error::Internal("connect_aws called for another backend".into()));
+            return Err(Error::Internal(
+                "connect_aws called for another backend".into(),
+            ));
         };
         let sdk = crate::aws::load_config().await;
         let s3_config = aws_sdk_s3::config::Builder::from(&sdk)

@@ -22,11 +22,11 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
 
+use crate::checkpoint::SourcePartition;
+use crate::clock;
 use crate::commit::resolve_files;
 use crate::compact::replace::{ReplaceOutcome, commit_replace};
 use crate::compact::{CompactOptions, files};
-use crate::checkpoint::SourcePartition;
-use crate::clock;
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::scheduled::Failure;
@@ -449,15 +449,28 @@ mod tests {
     #[test]
     fn ingest_names_tell_their_partition_or_keep_the_file() {
         let f = "/w/ns.db/orders/data/d=1/orders.v2-3-00000000000000000010-00000000000000000019-000-0123456789abcdef.parquet";
-        assert_eq!(ingest_name(f), IngestName::Of(SourcePartition::new("orders.v2", 3), 19));
-        let spilled = "/w/_pending/a%2Fb/0/00000000000000000001-00000000000000000002-0123456789abcdef.json";
-        assert_eq!(ingest_name(spilled), IngestName::Of(SourcePartition::new("a/b", 0), 2));
+        assert_eq!(
+            ingest_name(f),
+            IngestName::Of(SourcePartition::new("orders.v2", 3), 19)
+        );
+        let spilled =
+            "/w/_pending/a%2Fb/0/00000000000000000001-00000000000000000002-0123456789abcdef.json";
+        assert_eq!(
+            ingest_name(spilled),
+            IngestName::Of(SourcePartition::new("a/b", 0), 2)
+        );
         let long = format!(
             "/w/ns.db/t/data/{}-0-00000000000000000000-00000000000000000002-000-0123456789abcdef.parquet",
             crate::partition::topic_in_name(&"t".repeat(249))
         );
         assert_eq!(ingest_name(&long), IngestName::OfUnknownPartition);
-        assert_eq!(ingest_name("/w/ns.db/t/data/compact-1-00000.parquet"), IngestName::Other);
-        assert_eq!(ingest_name("/w/ns.db/t/metadata/00001-x.metadata.json"), IngestName::Other);
+        assert_eq!(
+            ingest_name("/w/ns.db/t/data/compact-1-00000.parquet"),
+            IngestName::Other
+        );
+        assert_eq!(
+            ingest_name("/w/ns.db/t/metadata/00001-x.metadata.json"),
+            IngestName::Other
+        );
     }
 }

@@ -32,7 +32,11 @@ pub fn partition_path(spec: &PartitionSpec, partition_type: &StructType, data: &
             let value = data.fields().get(i).and_then(Option::as_ref);
             let ty = types.get(i).map(|f| f.field_type.as_ref());
             let human = human_string(field.transform, ty, value);
-            format!("{}={}", escape(&field.name), shorten(escape(&human), &human))
+            format!(
+                "{}={}",
+                escape(&field.name),
+                shorten(escape(&human), &human)
+            )
         })
         .collect::<Vec<_>>()
         .join("/")
@@ -103,10 +107,16 @@ fn human_string(transform: Transform, ty: Option<&Type>, value: Option<&Literal>
     };
     let text = match (transform, prim, lit) {
         (Transform::Void, _, _) => Some("null".into()),
-        (Transform::Year, _, PrimitiveLiteral::Int(y)) => Some(format!("{:04}", 1970 + i64::from(*y))),
+        (Transform::Year, _, PrimitiveLiteral::Int(y)) => {
+            Some(format!("{:04}", 1970 + i64::from(*y)))
+        }
         (Transform::Month, _, PrimitiveLiteral::Int(m)) => {
             let m = i64::from(*m);
-            Some(format!("{:04}-{:02}", 1970 + m.div_euclid(12), m.rem_euclid(12) + 1))
+            Some(format!(
+                "{:04}-{:02}",
+                1970 + m.div_euclid(12),
+                m.rem_euclid(12) + 1
+            ))
         }
         (Transform::Hour, _, PrimitiveLiteral::Int(h)) => hours(i64::from(*h)),
         (_, PrimitiveType::Date, PrimitiveLiteral::Int(d)) => date(i64::from(*d)),
@@ -225,11 +235,18 @@ mod tests {
         assert_eq!(topic_in_name("orders"), "orders");
         assert_eq!(topic_in_name("../x/y"), "..%2Fx%2Fy");
         assert_eq!(topic_from_name("..%2Fx%2Fy").as_deref(), Some("../x/y"));
-        assert_eq!(topic_from_name("orders.v2-eu").as_deref(), Some("orders.v2-eu"));
+        assert_eq!(
+            topic_from_name("orders.v2-eu").as_deref(),
+            Some("orders.v2-eu")
+        );
         let long = "t".repeat(249);
         let name = topic_in_name(&long);
         assert_eq!(name.len(), MAX_VALUE_CHARS);
-        assert_eq!(topic_from_name(&name), None, "a shortened topic is not guessed");
+        assert_eq!(
+            topic_from_name(&name),
+            None,
+            "a shortened topic is not guessed"
+        );
     }
 
     #[test]
@@ -255,46 +272,84 @@ mod tests {
     #[test]
     fn dates_and_times_render_as_iceberg_does_and_never_panic() {
         assert_eq!(
-            path(Transform::Day, PrimitiveType::Timestamp, Some(PrimitiveLiteral::Int(20_786))),
+            path(
+                Transform::Day,
+                PrimitiveType::Timestamp,
+                Some(PrimitiveLiteral::Int(20_786))
+            ),
             "c_part=2026-11-29"
         );
         assert_eq!(
-            path(Transform::Hour, PrimitiveType::Timestamp, Some(PrimitiveLiteral::Int(498_874))),
+            path(
+                Transform::Hour,
+                PrimitiveType::Timestamp,
+                Some(PrimitiveLiteral::Int(498_874))
+            ),
             "c_part=2026-11-29-10"
         );
         assert_eq!(
-            path(Transform::Month, PrimitiveType::Date, Some(PrimitiveLiteral::Int(682))),
+            path(
+                Transform::Month,
+                PrimitiveType::Date,
+                Some(PrimitiveLiteral::Int(682))
+            ),
             "c_part=2026-11"
         );
         assert_eq!(
-            path(Transform::Year, PrimitiveType::Date, Some(PrimitiveLiteral::Int(56))),
+            path(
+                Transform::Year,
+                PrimitiveType::Date,
+                Some(PrimitiveLiteral::Int(56))
+            ),
             "c_part=2026"
         );
         // Out of any calendar: the raw number, no panic.
         assert_eq!(
-            path(Transform::Day, PrimitiveType::Timestamp, Some(PrimitiveLiteral::Int(i32::MAX))),
+            path(
+                Transform::Day,
+                PrimitiveType::Timestamp,
+                Some(PrimitiveLiteral::Int(i32::MAX))
+            ),
             format!("c_part={}", i32::MAX)
         );
         assert_eq!(
-            path(Transform::Day, PrimitiveType::Date, Some(PrimitiveLiteral::Int(i32::MIN))),
+            path(
+                Transform::Day,
+                PrimitiveType::Date,
+                Some(PrimitiveLiteral::Int(i32::MIN))
+            ),
             format!("c_part={}", i32::MIN)
         );
         assert_eq!(
-            path(Transform::Identity, PrimitiveType::Timestamp, Some(PrimitiveLiteral::Long(i64::MAX))),
+            path(
+                Transform::Identity,
+                PrimitiveType::Timestamp,
+                Some(PrimitiveLiteral::Long(i64::MAX))
+            ),
             format!("c_part={}", i64::MAX)
         );
-        assert_eq!(path(Transform::Identity, PrimitiveType::String, None), "c_part=null");
+        assert_eq!(
+            path(Transform::Identity, PrimitiveType::String, None),
+            "c_part=null"
+        );
         assert_eq!(
             path(
                 Transform::Identity,
-                PrimitiveType::Decimal { precision: 9, scale: 2 },
+                PrimitiveType::Decimal {
+                    precision: 9,
+                    scale: 2
+                },
                 Some(PrimitiveLiteral::Int128(-5))
             ),
             "c_part=-0.05"
         );
         // A literal of another type than the column's (a foreign table): a name, no panic.
         assert_eq!(
-            path(Transform::Identity, PrimitiveType::Date, Some(PrimitiveLiteral::String("x".into()))),
+            path(
+                Transform::Identity,
+                PrimitiveType::Date,
+                Some(PrimitiveLiteral::String("x".into()))
+            ),
             "c_part=x"
         );
     }

@@ -56,8 +56,8 @@ pub fn parse_failed_batch(bytes: &[u8], origin: &str) -> Result<EsmEvent> {
         origin: origin.to_string(),
         message,
     };
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| bad(format!("not JSON: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
     let event = match value.get("payload") {
         Some(serde_json::Value::String(inner)) => serde_json::from_str(inner)
             .map_err(|e| bad(format!("payload is not an MSK event: {e}")))?,
@@ -74,8 +74,11 @@ pub fn parse_failed_batch(bytes: &[u8], origin: &str) -> Result<EsmEvent> {
                  from Kafka and replay them as an event file: {info}"
             )));
         }
-        _ => serde_json::from_value(value)
-            .map_err(|e| bad(format!("neither an on-failure record nor an MSK event: {e}")))?,
+        _ => serde_json::from_value(value).map_err(|e| {
+            bad(format!(
+                "neither an on-failure record nor an MSK event: {e}"
+            ))
+        })?,
     };
     Ok(event)
 }
@@ -104,9 +107,10 @@ pub async fn replay(
                 retryable: true,
             });
         }
-        let result =
-            replay_partition(ingestor, backend, spec, &tables, &source, &records, &lock, &holder)
-                .await;
+        let result = replay_partition(
+            ingestor, backend, spec, &tables, &source, &records, &lock, &holder,
+        )
+        .await;
         backend.state.unlock(&lock, &holder).await?;
         out.push(result?);
     }
@@ -240,8 +244,11 @@ fn may_hold(table: &iceberg::table::Table, f: &DataFile, partition: i32, lo: i64
         let upper = bound(f.upper_bounds(), name).unwrap_or(i64::MAX);
         lower <= b && upper >= a
     };
-    within("kafka_partition", i64::from(partition), i64::from(partition))
-        && within("kafka_offset", lo, hi)
+    within(
+        "kafka_partition",
+        i64::from(partition),
+        i64::from(partition),
+    ) && within("kafka_offset", lo, hi)
 }
 
 /// Adds the offsets of `source` in `lo..=hi` found in one data file.
@@ -266,8 +273,15 @@ async fn read_offsets(
         .reader()
         .await
         .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
-    let file = ArrowFileReader::new(FileMetadata { size: f.file_size_in_bytes() }, reader);
-    let builder = ParquetRecordBatchStreamBuilder::new(file).await.map_err(pq)?;
+    let file = ArrowFileReader::new(
+        FileMetadata {
+            size: f.file_size_in_bytes(),
+        },
+        reader,
+    );
+    let builder = ParquetRecordBatchStreamBuilder::new(file)
+        .await
+        .map_err(pq)?;
     let mut wanted = vec!["kafka_partition", "kafka_offset"];
     if dead_letters {
         wanted.push("topic");
@@ -324,8 +338,8 @@ mod tests {
             "responseContext": null,
             "KafkaBatchInfo": {"recordsInfo": {"orders-0": {"firstRecordOffset": "5"}}},
         });
-        let err = parse_failed_batch(record.to_string().as_bytes(), "s3://b/k")
-            .expect_err("no payload");
+        let err =
+            parse_failed_batch(record.to_string().as_bytes(), "s3://b/k").expect_err("no payload");
         assert!(err.to_string().contains("firstRecordOffset"), "{err}");
         assert!(parse_failed_batch(b"[1]", "x").is_err());
     }

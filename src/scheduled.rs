@@ -133,7 +133,13 @@ pub async fn run(
     tables: &TableSet,
     options: &CompactOptions,
 ) -> Result<ScheduledReport> {
-    run_until(backend, tables, options, Instant::now() + DEFAULT_RUN_BUDGET).await
+    run_until(
+        backend,
+        tables,
+        options,
+        Instant::now() + DEFAULT_RUN_BUDGET,
+    )
+    .await
 }
 
 /// Runs the stage once; the last step ends by `deadline`. Tables missing from the catalog are
@@ -170,7 +176,8 @@ pub async fn run_until(
         Ok(commit) => report.commit = commit,
         Err(e) => report.failures.push(Failure::new("commit", None, None, &e)),
     }
-    let (compaction, failures) = compact_all_until(backend, tables, options, at(COMPACT_SHARE)).await;
+    let (compaction, failures) =
+        compact_all_until(backend, tables, options, at(COMPACT_SHARE)).await;
     report.compaction = compaction;
     report.failures.extend(failures);
     // Expiry must not remove a snapshot a resumable intent still looks for: only after a

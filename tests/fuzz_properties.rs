@@ -19,7 +19,8 @@ fn leaf() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(|n| json!(n)),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         prop_oneof![
             Just("1e400"),
             Just("-0"),
@@ -32,7 +33,13 @@ fn leaf() -> impl Strategy<Value = Value> {
             Just("1.5e2"),
         ]
         .prop_map(|n| serde_json::from_str::<Value>(n).unwrap_or(Value::Null)),
-        (-300_000i64..300_000, 1u32..13, 1u32..29, 0u32..24, "[+-]?[0-9]{2}:[0-9]{2}|Z")
+        (
+            -300_000i64..300_000,
+            1u32..13,
+            1u32..29,
+            0u32..24,
+            "[+-]?[0-9]{2}:[0-9]{2}|Z"
+        )
             .prop_map(|(y, m, d, h, z)| json!(format!("{y:04}-{m:02}-{d:02}T{h:02}:00:00{z}"))),
         (-300_000i64..300_000, 1u32..13, 1u32..29)
             .prop_map(|(y, m, d)| json!(format!("{y:04}-{m:02}-{d:02}"))),
@@ -45,11 +52,27 @@ fn leaf() -> impl Strategy<Value = Value> {
 /// objects where paths expect leaves and the reverse; sometimes not JSON at all.
 fn value_bytes() -> impl Strategy<Value = Vec<u8>> {
     let names = prop::sample::select(vec![
-        "order_id", "customer_id", "amount", "currency", "country", "status", "created_at",
-        "payment_id", "method", "attempted_at", "sensor_id", "site", "temperature", "humidity",
-        "reported_at", "other",
+        "order_id",
+        "customer_id",
+        "amount",
+        "currency",
+        "country",
+        "status",
+        "created_at",
+        "payment_id",
+        "method",
+        "attempted_at",
+        "sensor_id",
+        "site",
+        "temperature",
+        "humidity",
+        "reported_at",
+        "other",
     ]);
-    let field = (names, prop_oneof![4 => leaf(), 1 => prop::collection::vec(leaf(), 0..3).prop_map(Value::Array), 1 => Just(json!({"nested": {"x": 1}}))]);
+    let field = (
+        names,
+        prop_oneof![4 => leaf(), 1 => prop::collection::vec(leaf(), 0..3).prop_map(Value::Array), 1 => Just(json!({"nested": {"x": 1}}))],
+    );
     prop_oneof![
         8 => prop::collection::vec(field, 0..10).prop_map(|fs| {
             let obj: serde_json::Map<String, Value> =
@@ -89,11 +112,13 @@ fn event() -> impl Strategy<Value = Vec<u8>> {
         let mut by_key = serde_json::Map::new();
         for r in records {
             let key = format!("{}-{}", r["topic"].as_str().unwrap_or(""), r["partition"]);
-            by_key
+            if let Some(a) = by_key
                 .entry(key)
                 .or_insert_with(|| json!([]))
                 .as_array_mut()
-                .map(|a| a.push(r));
+            {
+                a.push(r);
+            }
         }
         serde_json::to_vec(&json!({"eventSource": "aws:kafka", "records": by_key}))
             .unwrap_or_default()
@@ -111,17 +136,34 @@ fn spec_text() -> impl Strategy<Value = String> {
             move |(at, cut, with)| {
                 let mut s = base.clone();
                 let at = (0..=at).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
-                let end = (at + cut..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len());
+                let end = (at + cut..=s.len())
+                    .find(|i| s.is_char_boundary(*i))
+                    .unwrap_or(s.len());
                 s.replace_range(at..end, &with);
                 s
             }
         }),
         (
-            prop::sample::select(vec!["decimal(18,2)", "timestamp", "string", "double", "day(created_at)"]),
             prop::sample::select(vec![
-                "decimal(0,0)", "decimal(39,2)", "decimal(2,3)", "date", "hour(created_at)",
-                "bucket(0, order_id)", "truncate(4, amount)", "identity(temperature)", "int",
-                "day(nope)", "", "\u{0}",
+                "decimal(18,2)",
+                "timestamp",
+                "string",
+                "double",
+                "day(created_at)"
+            ]),
+            prop::sample::select(vec![
+                "decimal(0,0)",
+                "decimal(39,2)",
+                "decimal(2,3)",
+                "date",
+                "hour(created_at)",
+                "bucket(0, order_id)",
+                "truncate(4, amount)",
+                "identity(temperature)",
+                "int",
+                "day(nope)",
+                "",
+                "\u{0}",
             ]),
         )
             .prop_map(move |(from, to)| base.replacen(from, to, 1)),
@@ -176,7 +218,10 @@ fn fuzz_findings_stay_fixed() {
             n += 1;
         }
     }
-    assert!(n > 0, "fuzz/regressions holds the fuzzers' findings and seeds");
+    assert!(
+        n > 0,
+        "fuzz/regressions holds the fuzzers' findings and seeds"
+    );
 }
 
 /// The poison pill that once panicked ingest, through the fuzz target.

@@ -23,7 +23,6 @@ pub mod select;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
@@ -230,7 +229,10 @@ async fn commit_intent(
         };
         for (table, files) in resolved {
             let entry = by_table.entry(table).or_default();
-            let offset = entry.offsets.entry(b.source.to_string()).or_insert(b.last_offset);
+            let offset = entry
+                .offsets
+                .entry(b.source.to_string())
+                .or_insert(b.last_offset);
             *offset = (*offset).max(b.last_offset);
             entry.files.extend(files.files);
             entry.data_files.extend(files.data_files);
@@ -287,7 +289,7 @@ async fn commit_table(
     let tx = Transaction::new(&table);
     let append = tx
         .fast_append()
-        .add_data_files(files.data_files.iter().cloned().collect::<Vec<DataFile>>())
+        .add_data_files(files.data_files.to_vec())
         .set_snapshot_properties(props);
     let tx = append
         .apply(tx)

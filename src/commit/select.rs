@@ -204,9 +204,8 @@ impl<'a> Selector<'a> {
                 Ok(Err(why)) => return Err(Blocked::Refused((Some(f.table.clone()), why))),
                 Err(e) => return Err(Blocked::Transient(e)),
             };
-            let data_file = check_file(&table, &f).map_err(|why| {
-                Blocked::Refused((Some(f.table.clone()), why))
-            })?;
+            let data_file = check_file(&table, &f)
+                .map_err(|why| Blocked::Refused((Some(f.table.clone()), why)))?;
             let entry = out.entry(f.table.clone()).or_default();
             entry.data_files.push(data_file);
             entry.files.push(f);

@@ -198,7 +198,9 @@ pub async fn compact_all_until(
         }
         // A rewrite cannot be interrupted: cap it to what the time left can rewrite at a
         // conservative rate, so that it ends by the deadline.
-        let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
         let time_cap = (left * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
         if !job.fit_budget(budget.min(time_cap), options.min_input_files) {
             tracing::info!(table = %name, partition = %job.path, "compaction byte budget of this run used up for this partition");
@@ -320,7 +322,10 @@ fn plan<'a>(
         if *spec_id != spec.spec_id() || f.file_size_in_bytes() >= small_below {
             continue;
         }
-        by_value.entry(f.partition().clone()).or_default().push(e.clone());
+        by_value
+            .entry(f.partition().clone())
+            .or_default()
+            .push(e.clone());
     }
     let mut groups: Vec<(String, (Struct, Vec<ManifestEntryRef>))> = by_value
         .into_iter()

@@ -119,7 +119,13 @@ pub fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
     table
         .metadata()
         .snapshots()
-        .find(|s| s.summary().additional_properties.get(key).map(String::as_str) == Some(value))
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get(key)
+                .map(String::as_str)
+                == Some(value)
+        })
         .map(|s| s.snapshot_id())
 }
 

@@ -478,6 +478,9 @@ mod tests {
         assert!(group_by_partition(&event(1 << 40, 5)).is_err());
         let valid = event(2, 0);
         let groups = group_by_partition(&valid).expect("valid");
-        assert_eq!(groups.keys().next(), Some(&SourcePartition::new("orders", 2)));
+        assert_eq!(
+            groups.keys().next(),
+            Some(&SourcePartition::new("orders", 2))
+        );
     }
 }

@@ -110,7 +110,10 @@ impl DynamoStateStore {
     }
 
     /// The conditional put of a pending batch's item.
-    fn pending_put(&self, batch: &PendingBatch) -> Result<aws_sdk_dynamodb::types::builders::PutBuilder> {
+    fn pending_put(
+        &self,
+        batch: &PendingBatch,
+    ) -> Result<aws_sdk_dynamodb::types::builders::PutBuilder> {
         let files = serde_json::to_string(&batch.files)
             .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
         let mut put = Put::builder()
@@ -141,7 +144,10 @@ impl DynamoStateStore {
                     first_offset: -1,
                     created_at_ms: 0,
                 },
-                format!("DynamoDB table {}: pending item {what} has no topic or partition", self.table),
+                format!(
+                    "DynamoDB table {}: pending item {what} has no topic or partition",
+                    self.table
+                ),
             ));
             return;
         };
@@ -260,7 +266,8 @@ impl DynamoStateStore {
                 .await
                 .map_err(|e| state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e)))?;
             for item in page.items() {
-                let (Some(topic), Some(partition)) = (get_s(item, "topic"), get_n(item, "partition"))
+                let (Some(topic), Some(partition)) =
+                    (get_s(item, "topic"), get_n(item, "partition"))
                 else {
                     continue;
                 };
@@ -277,7 +284,9 @@ impl DynamoStateStore {
                     .condition_expression("attribute_not_exists(pk)")
                     .build()
                     .map_err(build)?;
-                if let Err(e) = self.client.transact_write_items()
+                if let Err(e) = self
+                    .client
+                    .transact_write_items()
                     .transact_items(TransactWriteItem::builder().put(put).build())
                     .send()
                     .await
@@ -287,7 +296,11 @@ impl DynamoStateStore {
                         Some(TransactWriteItemsError::TransactionCanceledException(_))
                     );
                     if !canceled {
-                        return Err(state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e)));
+                        return Err(state_error(
+                            "upgrade layout",
+                            &self.table,
+                            SdkFault::from_sdk(&e),
+                        ));
                     }
                 }
                 let mut old_key = HashMap::new();
@@ -302,7 +315,9 @@ impl DynamoStateStore {
                     .set_key(Some(old_key))
                     .send()
                     .await
-                    .map_err(|e| state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e)))?;
+                    .map_err(|e| {
+                        state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e))
+                    })?;
                 moved.insert((key.source.clone(), key.first_offset), key.created_at_ms);
             }
             match page.last_evaluated_key() {
@@ -313,11 +328,11 @@ impl DynamoStateStore {
         if let Some(mut intent) = self.commit_intent().await? {
             let mut changed = false;
             for b in &mut intent.batches {
-                if b.created_at_ms == 0 {
-                    if let Some(at) = moved.get(&(b.source.clone(), b.first_offset)) {
-                        b.created_at_ms = *at;
-                        changed = true;
-                    }
+                if b.created_at_ms == 0
+                    && let Some(at) = moved.get(&(b.source.clone(), b.first_offset))
+                {
+                    b.created_at_ms = *at;
+                    changed = true;
                 }
             }
             if changed {
@@ -446,7 +461,10 @@ impl StateStore for DynamoStateStore {
             self.read_item(item, &mut page);
         }
         if more {
-            page.next = items.last().and_then(|i| get_s(i, "sk")).map(str::to_string);
+            page.next = items
+                .last()
+                .and_then(|i| get_s(i, "sk"))
+                .map(str::to_string);
         }
         Ok(page)
     }
@@ -474,8 +492,15 @@ impl StateStore for DynamoStateStore {
                     .request_items(&self.table, wanted)
                     .send()
                     .await
-                    .map_err(|e| state_error("read pending", &self.table, SdkFault::from_sdk(&e)))?;
-                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                    .map_err(|e| {
+                        state_error("read pending", &self.table, SdkFault::from_sdk(&e))
+                    })?;
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
                     self.read_item(item, &mut page);
                 }
                 todo = out
@@ -487,7 +512,11 @@ impl StateStore for DynamoStateStore {
             if !todo.is_empty() {
                 return Err(Error::State {
                     op: "read pending",
-                    message: format!("DynamoDB table {}: {} reads stayed unprocessed", self.table, todo.len()),
+                    message: format!(
+                        "DynamoDB table {}: {} reads stayed unprocessed",
+                        self.table,
+                        todo.len()
+                    ),
                     retryable: true,
                 });
             }
@@ -521,7 +550,9 @@ impl StateStore for DynamoStateStore {
                     .item("since_ms", n(now_ms))
                     .send()
                     .await
-                    .map_err(|e| state_error("write layout", &self.table, SdkFault::from_sdk(&e)))?;
+                    .map_err(|e| {
+                        state_error("write layout", &self.table, SdkFault::from_sdk(&e))
+                    })?;
                 now_ms
             }
         };
@@ -624,7 +655,11 @@ impl StateStore for DynamoStateStore {
                 {
                     return Ok(false);
                 }
-                Err(state_error("record replayed batch", &self.table, SdkFault::from_sdk(&e)))
+                Err(state_error(
+                    "record replayed batch",
+                    &self.table,
+                    SdkFault::from_sdk(&e),
+                ))
             }
         }
     }
@@ -725,7 +760,10 @@ impl StateStore for DynamoStateStore {
                 let f = SdkFault::from_sdk(&e);
                 // The SDK's repeat of a delete that succeeded: the intent is gone either way.
                 if f.code.as_deref() == Some("ConditionalCheckFailedException")
-                    && self.commit_intent().await?.is_none_or(|i| i.id != intent.id)
+                    && self
+                        .commit_intent()
+                        .await?
+                        .is_none_or(|i| i.id != intent.id)
                 {
                     Ok(())
                 } else {

@@ -167,8 +167,10 @@ fn read_page(
                     first_offset,
                     created_at_ms,
                 };
-                page.unreadable
-                    .push((key, format!("{}: file list is corrupt: {e}", path.display())));
+                page.unreadable.push((
+                    key,
+                    format!("{}: file list is corrupt: {e}", path.display()),
+                ));
             }
         }
     }

@@ -92,7 +92,11 @@ impl Warehouse {
     }
 
     /// A warehouse on explicit parts (tests wrap them to inject faults).
-    pub fn with_parts(root: impl Into<String>, file_io: FileIO, store: Arc<dyn ObjectStore>) -> Self {
+    pub fn with_parts(
+        root: impl Into<String>,
+        file_io: FileIO,
+        store: Arc<dyn ObjectStore>,
+    ) -> Self {
         Warehouse {
             root: root.into(),
             file_io,
@@ -155,4 +159,3 @@ pub(crate) fn object_error(op: &'static str, location: &str, e: iceberg::Error) 
         message: e.to_string(),
     }
 }
-

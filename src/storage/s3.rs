@@ -8,8 +8,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use crate::storage::object_error;
+use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
@@ -119,12 +119,22 @@ impl S3Storage {
     /// Size and last-modified time (epoch milliseconds) of an object; `None` if it is absent.
     pub async fn head(&self, location: &str) -> iceberg::Result<Option<(u64, i64)>> {
         let (bucket, key) = split_location(location)?;
-        match self.client()?.head_object().bucket(bucket).key(key).send().await {
+        match self
+            .client()?
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(h) => {
                 let modified = h
                     .last_modified()
                     .map_or(0, |t| t.secs() * 1000 + t.subsec_nanos() as i64 / 1_000_000);
-                Ok(Some((h.content_length().unwrap_or(0).max(0) as u64, modified)))
+                Ok(Some((
+                    h.content_length().unwrap_or(0).max(0) as u64,
+                    modified,
+                )))
             }
             Err(e) => {
                 let f = SdkFault::from_sdk(&e);
@@ -495,8 +505,8 @@ impl StorageFactory for S3StorageFactory {
 #[async_trait]
 impl crate::storage::ObjectStore for S3Storage {
     async fn write(&self, location: &str, bytes: Bytes) -> crate::Result<()> {
-        let out = Storage::new_output(self, location)
-            .map_err(|e| object_error("write", location, e))?;
+        let out =
+            Storage::new_output(self, location).map_err(|e| object_error("write", location, e))?;
         out.write(bytes)
             .await
             .map_err(|e| object_error("write", location, e))

@@ -142,7 +142,11 @@ impl StateStore for ChaosState {
         )
     }
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
-        chaotic!(self.chaos, "read pending", self.inner.pending_page(after, limit))
+        chaotic!(
+            self.chaos,
+            "read pending",
+            self.inner.pending_page(after, limit)
+        )
     }
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
         chaotic!(self.chaos, "read batches", self.inner.batches(keys))
@@ -151,19 +155,44 @@ impl StateStore for ChaosState {
         chaotic!(self.chaos, "read intent", self.inner.commit_intent())
     }
     async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
-        chaotic!(self.chaos, "write intent", mutating, self.inner.begin_commit(intent))
+        chaotic!(
+            self.chaos,
+            "write intent",
+            mutating,
+            self.inner.begin_commit(intent)
+        )
     }
     async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
-        chaotic!(self.chaos, "finish commit", mutating, self.inner.finish_commit(intent))
+        chaotic!(
+            self.chaos,
+            "finish commit",
+            mutating,
+            self.inner.finish_commit(intent)
+        )
     }
     async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, until: i64) -> Result<bool> {
-        chaotic!(self.chaos, "take lock", mutating, self.inner.try_lock(name, holder, now_ms, until))
+        chaotic!(
+            self.chaos,
+            "take lock",
+            mutating,
+            self.inner.try_lock(name, holder, now_ms, until)
+        )
     }
     async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
-        chaotic!(self.chaos, "release lock", mutating, self.inner.unlock(name, holder))
+        chaotic!(
+            self.chaos,
+            "release lock",
+            mutating,
+            self.inner.unlock(name, holder)
+        )
     }
     async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
-        chaotic!(self.chaos, "add pending", mutating, self.inner.add_pending(batch, lock, holder))
+        chaotic!(
+            self.chaos,
+            "add pending",
+            mutating,
+            self.inner.add_pending(batch, lock, holder)
+        )
     }
     async fn upgrade(&self, now_ms: i64) -> Result<u64> {
         chaotic!(self.chaos, "upgrade", mutating, self.inner.upgrade(now_ms))
@@ -196,7 +225,12 @@ impl std::ops::Deref for ChaosHandle {
 #[async_trait]
 impl PointerStore for ChaosPointers {
     async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
-        chaotic!(self.chaos, "ensure namespace", mutating, self.inner.ensure_namespace(namespace))
+        chaotic!(
+            self.chaos,
+            "ensure namespace",
+            mutating,
+            self.inner.ensure_namespace(namespace)
+        )
     }
     async fn list_namespaces(&self) -> Result<Vec<String>> {
         chaotic!(self.chaos, "list namespaces", self.inner.list_namespaces())
@@ -233,11 +267,17 @@ impl PointerStore for ChaosPointers {
             self.chaos,
             "swap pointer",
             mutating,
-            self.inner.swap(namespace, table, expected, new_location, metadata)
+            self.inner
+                .swap(namespace, table, expected, new_location, metadata)
         )
     }
     async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
-        chaotic!(self.chaos, "drop table", mutating, self.inner.drop_table(namespace, table))
+        chaotic!(
+            self.chaos,
+            "drop table",
+            mutating,
+            self.inner.drop_table(namespace, table)
+        )
     }
 }
 
@@ -251,13 +291,23 @@ pub struct ChaosStore {
 #[async_trait]
 impl ObjectStore for ChaosStore {
     async fn write(&self, location: &str, bytes: Bytes) -> Result<()> {
-        chaotic!(self.chaos, "write object", mutating, self.inner.write(location, bytes.clone()))
+        chaotic!(
+            self.chaos,
+            "write object",
+            mutating,
+            self.inner.write(location, bytes.clone())
+        )
     }
     async fn read(&self, location: &str) -> Result<Bytes> {
         chaotic!(self.chaos, "read object", self.inner.read(location))
     }
     async fn delete(&self, location: &str) -> Result<()> {
-        chaotic!(self.chaos, "delete object", mutating, self.inner.delete(location))
+        chaotic!(
+            self.chaos,
+            "delete object",
+            mutating,
+            self.inner.delete(location)
+        )
     }
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         chaotic!(self.chaos, "list objects", self.inner.list(prefix))
@@ -280,7 +330,10 @@ impl ChaosStorage {
     fn parts(&self) -> iceberg::Result<(&Arc<dyn Storage>, &Chaos)> {
         match (&self.inner, &self.chaos) {
             (Some(i), Some(c)) => Ok((i, c)),
-            _ => Err(iceberg::Error::new(iceberg::ErrorKind::Unexpected, "chaos storage without parts")),
+            _ => Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "chaos storage without parts",
+            )),
         }
     }
 
@@ -387,7 +440,10 @@ impl StorageFactory for ChaosStorageFactory {
 }
 
 /// `backend` with every adapter under `chaos`.
-pub fn backend(backend: &streamtable::config::Backend, chaos: &Arc<Chaos>) -> streamtable::config::Backend {
+pub fn backend(
+    backend: &streamtable::config::Backend,
+    chaos: &Arc<Chaos>,
+) -> streamtable::config::Backend {
     let handle = Arc::new(ChaosHandle(chaos.clone()));
     let file_io = iceberg::io::FileIOBuilder::new(Arc::new(ChaosStorageFactory {
         inner: Some(Arc::new(iceberg::io::LocalFsStorageFactory)),

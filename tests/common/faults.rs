@@ -174,7 +174,10 @@ impl FaultyPointers {
     }
 
     /// A backend like `backend` whose catalog goes through these pointers.
-    pub fn backend(self: &Arc<Self>, backend: &streamtable::config::Backend) -> streamtable::config::Backend {
+    pub fn backend(
+        self: &Arc<Self>,
+        backend: &streamtable::config::Backend,
+    ) -> streamtable::config::Backend {
         streamtable::config::Backend {
             catalog: streamtable::catalog::TableCatalog::new(
                 self.clone(),
@@ -236,7 +239,9 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
         if self.lose_answers.lock().expect("faults").contains(&n) {
             return Err(Error::State {
                 op: "swap table pointer",
-                message: format!("injected: swap {n} of {table} applied ({applied}), its answer lost"),
+                message: format!(
+                    "injected: swap {n} of {table} applied ({applied}), its answer lost"
+                ),
                 retryable: true,
             });
         }

@@ -2,13 +2,11 @@
 //! Each is run on every backend and checked through the outside readers.
 
 use serde_json::{Value, json};
-use streamtable::checkpoint::{
-    Advance, Checkpoint, PendingBatch, PendingFile, SourcePartition,
-};
+use streamtable::checkpoint::{Advance, Checkpoint, PendingBatch, PendingFile, SourcePartition};
 use streamtable::commit::commit_pending;
-use streamtable::spec::PipelineSpec;
 use streamtable::compact::{CompactOptions, compact_all};
 use streamtable::scheduled;
+use streamtable::spec::PipelineSpec;
 
 use super::faults::FaultyPointers;
 use super::table_scenarios::{check_table, operations, opts};
@@ -50,7 +48,11 @@ pub async fn values_readers_cannot_hold_are_dead_letters(h: &Harness) {
             d.message
         );
     }
-    assert!(dead[4].message.contains("Kafka timestamp"), "{}", dead[4].message);
+    assert!(
+        dead[4].message.contains("Kafka timestamp"),
+        "{}",
+        dead[4].message
+    );
 
     scheduled::run(&h.backend, &h.tables(), &opts())
         .await
@@ -69,11 +71,21 @@ pub async fn values_readers_cannot_hold_are_dead_letters(h: &Harness) {
             .position(|c| c == name)
             .unwrap_or_else(|| panic!("column {name}"))
     };
-    let (offset, key, key_bytes) = (col("kafka_offset"), col("kafka_key"), col("kafka_key_bytes"));
+    let (offset, key, key_bytes) = (
+        col("kafka_offset"),
+        col("kafka_key"),
+        col("kafka_key_bytes"),
+    );
     let binary = rows.iter().find(|r| r[offset] == "6").expect("offset 6");
-    assert_eq!((binary[key].as_str(), binary[key_bytes].as_str()), ("NULL", "00fffe01"));
+    assert_eq!(
+        (binary[key].as_str(), binary[key_bytes].as_str()),
+        ("NULL", "00fffe01")
+    );
     let text = rows.iter().find(|r| r[offset] == "7").expect("offset 7");
-    assert_eq!((text[key].as_str(), text[key_bytes].as_str()), ("key-7", "NULL"));
+    assert_eq!(
+        (text[key].as_str(), text[key_bytes].as_str()),
+        ("key-7", "NULL")
+    );
 }
 
 /// How a scenario makes the next catalog swap (or creation) succeed with its answer lost.
@@ -115,7 +127,10 @@ pub fn arm_glue(database: &str, action: &str, count: u32) {
     stream.write_all(request.as_bytes()).expect("arm fault");
     let mut answer = String::new();
     stream.read_to_string(&mut answer).expect("moto answers");
-    assert!(answer.contains("armed"), "moto did not arm the fault: {answer}");
+    assert!(
+        answer.contains("armed"),
+        "moto did not arm the fault: {answer}"
+    );
 }
 
 /// A commit and a compaction whose catalog swap happened but whose answer was lost: both are
@@ -195,7 +210,11 @@ pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
             let mut next = 0i64;
             while !stop.load(Ordering::SeqCst) {
                 ingestor
-                    .handle(&event(&records("orders", (next % 4) as i32, next..next + 5)))
+                    .handle(&event(&records(
+                        "orders",
+                        (next % 4) as i32,
+                        next..next + 5,
+                    )))
                     .await
                     .expect("ingest");
                 next += 5;
@@ -223,8 +242,15 @@ pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
         "batches kept arriving: {:?}",
         run.commit
     );
-    assert!(run.commit.backlog.oldest_age_ms.is_some(), "{:?}", run.commit);
-    assert!(!run.compaction.is_empty(), "the run went on to compaction: {run:?}");
+    assert!(
+        run.commit.backlog.oldest_age_ms.is_some(),
+        "{:?}",
+        run.commit
+    );
+    assert!(
+        !run.compaction.is_empty(),
+        "the run went on to compaction: {run:?}"
+    );
     assert!(run.failures.is_empty(), "{:?}", run.failures);
 
     // Everything lands exactly once in the runs that follow.
@@ -352,15 +378,25 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
     let real = h.pending_files().await.remove(0);
     let mut forged_json: Value = serde_json::from_str(&real.data_file).expect("json");
     forged_json["file_path"] = json!("/etc/passwd");
-    forge_batch(h, "orders", 7, vec![PendingFile {
-        data_file: forged_json.to_string(),
-        ..real.clone()
-    }])
+    forge_batch(
+        h,
+        "orders",
+        7,
+        vec![PendingFile {
+            data_file: forged_json.to_string(),
+            ..real.clone()
+        }],
+    )
     .await;
-    forge_batch(h, "orders", 8, vec![PendingFile {
-        data_file: "{not json".into(),
-        ..real.clone()
-    }])
+    forge_batch(
+        h,
+        "orders",
+        8,
+        vec![PendingFile {
+            data_file: "{not json".into(),
+            ..real.clone()
+        }],
+    )
     .await;
     h.ingestor()
         .handle(&event(&records("payments", 0, 0..10)))
@@ -370,17 +406,40 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
     let run = scheduled::run(&h.backend, &tables, &opts())
         .await
         .expect("run");
-    let blocked: Vec<&str> = run.commit.blocked.iter().map(|b| b.batch.as_str()).collect();
-    assert_eq!(blocked, ["orders-7@0", "orders-8@0"], "{:?}", run.commit.blocked);
-    assert!(run.commit.blocked[0].reason.contains("outside the table's data directory"));
+    let blocked: Vec<&str> = run
+        .commit
+        .blocked
+        .iter()
+        .map(|b| b.batch.as_str())
+        .collect();
+    assert_eq!(
+        blocked,
+        ["orders-7@0", "orders-8@0"],
+        "{:?}",
+        run.commit.blocked
+    );
+    assert!(
+        run.commit.blocked[0]
+            .reason
+            .contains("outside the table's data directory")
+    );
     assert!(run.commit.blocked[1].reason.contains("cannot be read"));
     check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..10));
     check_table(h, "payments", &super::table_scenarios::json_keys(0, 0..10));
-    assert_eq!(h.backend.state.pending().await.expect("pending").len(), 2, "blocked batches stay");
+    assert_eq!(
+        h.backend.state.pending().await.expect("pending").len(),
+        2,
+        "blocked batches stay"
+    );
 
     // partition_by changed in the spec: the table is refused (its batches wait), the others go on.
     let day_spec = h.spec.clone();
-    let orders = h.spec.tables.iter_mut().find(|t| t.name == "orders").expect("orders");
+    let orders = h
+        .spec
+        .tables
+        .iter_mut()
+        .find(|t| t.name == "orders")
+        .expect("orders");
     orders.partition_by[0].transform = iceberg::spec::Transform::Hour;
     h.ingestor()
         .handle(&event(&records("orders", 0, 10..20)))
@@ -413,7 +472,11 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
         .iter()
         .find(|b| b.batch == "orders-0@10")
         .expect("hour-partitioned batch blocked");
-    assert!(hour_files.reason.contains("hour(created_at)"), "{}", hour_files.reason);
+    assert!(
+        hour_files.reason.contains("hour(created_at)"),
+        "{}",
+        hour_files.reason
+    );
     check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..10));
 }
 
@@ -433,7 +496,13 @@ columns = [
     h.spec = PipelineSpec::parse(spec, std::path::Path::new("events.toml")).expect("spec");
     let tables = h.tables();
     let long = "x".repeat(3000);
-    let kinds: [Option<&str>; 5] = [Some("../../escape"), None, Some("null"), Some(&long), Some("a/b c")];
+    let kinds: [Option<&str>; 5] = [
+        Some("../../escape"),
+        None,
+        Some("null"),
+        Some(&long),
+        Some("a/b c"),
+    ];
     let mut offset = 0i64;
     for round in 0..3 {
         let mut recs = Vec::new();
@@ -446,37 +515,76 @@ columns = [
             offset += 1;
         }
         h.ingestor().handle(&event(&recs)).await.expect("ingest");
-        commit_pending(&h.backend, &tables).await.unwrap_or_else(|e| panic!("commit {round}: {e}"));
+        commit_pending(&h.backend, &tables)
+            .await
+            .unwrap_or_else(|e| panic!("commit {round}: {e}"));
     }
     let eager = CompactOptions {
         min_input_files: 2,
         ..opts()
     };
-    compact_all(&h.backend, &tables, &eager).await.expect("compaction");
+    compact_all(&h.backend, &tables, &eager)
+        .await
+        .expect("compaction");
 
     // A topic no table is fed from, with a path in its name: its dead letter stays inside.
     let mut stray = records("orders", 0, [0]).remove(0);
     stray.topic = "../../../escaped".into();
-    h.ingestor().handle(&event(&[stray])).await.expect("stray topic");
+    h.ingestor()
+        .handle(&event(&[stray]))
+        .await
+        .expect("stray topic");
 
     let root = h.backend.warehouse.root().to_string();
-    for o in h.backend.warehouse.list(&format!("{root}/")).await.expect("list") {
-        let rest = o.location.strip_prefix(&root).expect("inside the warehouse");
+    for o in h
+        .backend
+        .warehouse
+        .list(&format!("{root}/"))
+        .await
+        .expect("list")
+    {
+        let rest = o
+            .location
+            .strip_prefix(&root)
+            .expect("inside the warehouse");
         assert!(!rest.split('/').any(|p| p == ".."), "{}", o.location);
     }
-    let dead_dir = h.backend.warehouse.table_location(&h.backend.namespace, "dead_letters");
+    let dead_dir = h
+        .backend
+        .warehouse
+        .table_location(&h.backend.namespace, "dead_letters");
     assert!(
-        h.backend.warehouse.list(&format!("{dead_dir}/data/")).await.expect("list")
+        h.backend
+            .warehouse
+            .list(&format!("{dead_dir}/data/"))
+            .await
+            .expect("list")
             .iter()
             .any(|o| o.location.contains("..%2F..%2F..%2Fescaped-0-")),
         "the stray record's dead letter, named with its topic escaped"
     );
-    let location = h.backend.warehouse.table_location(&h.backend.namespace, "events");
-    for o in h.backend.warehouse.list(&format!("{location}/")).await.expect("list") {
-        let rest = o.location.strip_prefix(&location).expect("inside the table");
+    let location = h
+        .backend
+        .warehouse
+        .table_location(&h.backend.namespace, "events");
+    for o in h
+        .backend
+        .warehouse
+        .list(&format!("{location}/"))
+        .await
+        .expect("list")
+    {
+        let rest = o
+            .location
+            .strip_prefix(&location)
+            .expect("inside the table");
         assert!(!rest.split('/').any(|p| p == ".."), "{}", o.location);
         let name_len = rest.split('/').map(str::len).max().unwrap_or(0);
-        assert!(name_len < 255, "{} has a component of {name_len} bytes", o.location);
+        assert!(
+            name_len < 255,
+            "{} has a component of {name_len} bytes",
+            o.location
+        );
     }
     // Every live file holds rows of its own partition only.
     let (table, _) = h
@@ -486,15 +594,24 @@ columns = [
         .await
         .expect("load")
         .expect("table");
-    let files = streamtable::compact::files::load_current(&table).await.expect("files");
+    let files = streamtable::compact::files::load_current(&table)
+        .await
+        .expect("files");
     let mut seen = 0;
     for f in files.live() {
         let df = f.entry.data_file();
         let want: Option<String> = df.partition().fields()[0].as_ref().map(|l| match l {
-            iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::String(s)) => s.clone(),
+            iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::String(s)) => {
+                s.clone()
+            }
             other => panic!("{other:?}"),
         });
-        let bytes = h.backend.warehouse.read(df.file_path()).await.expect("read");
+        let bytes = h
+            .backend
+            .warehouse
+            .read(df.file_path())
+            .await
+            .expect("read");
         for b in super::read_parquet(bytes) {
             use arrow_array::Array;
             use arrow_array::cast::AsArray;
@@ -519,13 +636,20 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
     let tables = h.tables();
     let mut b = records("orders", 0, 20..40);
     b[3].value = Some(b"not json".to_vec());
-    let (a, b, c) = (event(&records("orders", 0, 0..20)), event(&b), event(&records("orders", 0, 40..60)));
+    let (a, b, c) = (
+        event(&records("orders", 0, 0..20)),
+        event(&b),
+        event(&records("orders", 0, 40..60)),
+    );
     h.ingestor().handle(&a).await.expect("a");
     let failing = h.ingestor_with_state(FaultyState::new(
         h.backend.state.clone(),
         vec![Fault::CrashBeforeAdvance],
     ));
-    failing.handle(&b).await.expect_err("b fails, and the ESM gives up on it");
+    failing
+        .handle(&b)
+        .await
+        .expect_err("b fails, and the ESM gives up on it");
     // What the S3 on-failure destination keeps: the invocation record, the event as a string.
     let record = json!({
         "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 11},
@@ -536,10 +660,16 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
     })
     .to_string();
     h.ingestor().handle(&c).await.expect("c");
-    scheduled::run(&h.backend, &tables, &opts()).await.expect("run");
+    scheduled::run(&h.backend, &tables, &opts())
+        .await
+        .expect("run");
 
     let plain = h.ingestor().handle(&b).await.expect("plain ingest");
-    assert_eq!((plain.accepted, plain.already_seen), (0, 20), "plain ingest drops it");
+    assert_eq!(
+        (plain.accepted, plain.already_seen),
+        (0, 20),
+        "plain ingest drops it"
+    );
 
     let event = streamtable::replay::parse_failed_batch(record.as_bytes(), "s3://failed/b")
         .expect("failure record");
@@ -548,7 +678,11 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
         .expect("replay");
     assert_eq!(first.len(), 1);
     assert_eq!(
-        (first[0].accepted, first[0].dead_lettered, first[0].already_landed),
+        (
+            first[0].accepted,
+            first[0].dead_lettered,
+            first[0].already_landed
+        ),
         (19, 1, 0)
     );
     // Again, before and after the commit; and a batch that had landed anyway.
@@ -556,25 +690,50 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
         let again = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, ev)
             .await
             .expect("replay again");
-        assert_eq!((again[0].accepted, again[0].dead_lettered, again[0].already_landed), (0, 0, 20));
+        assert_eq!(
+            (
+                again[0].accepted,
+                again[0].dead_lettered,
+                again[0].already_landed
+            ),
+            (0, 0, 20)
+        );
     }
-    scheduled::run(&h.backend, &tables, &opts()).await.expect("run");
+    scheduled::run(&h.backend, &tables, &opts())
+        .await
+        .expect("run");
     let again = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event)
         .await
         .expect("replay after commit");
     assert_eq!((again[0].accepted, again[0].already_landed), (0, 20));
-    let expected: Vec<Value> = (0..60).filter(|o| *o != 23).map(|o| json!([0, o])).collect();
+    let expected: Vec<Value> = (0..60)
+        .filter(|o| *o != 23)
+        .map(|o| json!([0, o]))
+        .collect();
     check_table(h, "orders", &expected);
     check_table(h, "dead_letters", &[json!(["orders", 0, 23])]);
 
     // Two replays of one partition at once: the second waits for the first.
     let lock = "replay#orders-0";
-    assert!(h.backend.state.try_lock(lock, "someone", 0, i64::MAX).await.expect("lock"));
+    assert!(
+        h.backend
+            .state
+            .try_lock(lock, "someone", 0, i64::MAX)
+            .await
+            .expect("lock")
+    );
     let err = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event)
         .await
         .expect_err("locked");
-    assert!(err.is_retryable() && err.to_string().contains("another replay"), "{err}");
-    h.backend.state.unlock(lock, "someone").await.expect("unlock");
+    assert!(
+        err.is_retryable() && err.to_string().contains("another replay"),
+        "{err}"
+    );
+    h.backend
+        .state
+        .unlock(lock, "someone")
+        .await
+        .expect("unlock");
 }
 
 /// Wide rows (dead letters keep whole record values, up to 1 MiB each) close a re-encoded row
@@ -586,7 +745,9 @@ pub async fn wide_rows_make_row_groups_bounded_by_bytes(h: &Harness) {
         let mut recs = records("orders", 0, i * 4..(i + 1) * 4);
         for r in &mut recs {
             // Not JSON, 100 KB: a dead letter carrying its value.
-            let filler: String = (0..100_000).map(|j| (b'a' + ((j * 7 + r.offset) % 26) as u8) as char).collect();
+            let filler: String = (0..100_000)
+                .map(|j| (b'a' + ((j * 7 + r.offset) % 26) as u8) as char)
+                .collect();
             r.value = Some(filler.into_bytes());
             expected.push(json!(["orders", 0, r.offset]));
         }
@@ -597,8 +758,13 @@ pub async fn wide_rows_make_row_groups_bounded_by_bytes(h: &Harness) {
         max_row_group_bytes: 512 * 1024,
         ..opts()
     };
-    let done = compact_all(&h.backend, &tables, &options).await.expect("compact");
-    let dl = done.iter().find(|c| c.table == "dead_letters").expect("dead letters compacted");
+    let done = compact_all(&h.backend, &tables, &options)
+        .await
+        .expect("compact");
+    let dl = done
+        .iter()
+        .find(|c| c.table == "dead_letters")
+        .expect("dead letters compacted");
     assert_eq!((dl.input_files, dl.output_files), (6, 1));
     let (table, _) = h
         .backend
@@ -607,7 +773,9 @@ pub async fn wide_rows_make_row_groups_bounded_by_bytes(h: &Harness) {
         .await
         .expect("load")
         .expect("table");
-    let files = streamtable::compact::files::load_current(&table).await.expect("files");
+    let files = streamtable::compact::files::load_current(&table)
+        .await
+        .expect("files");
     let live: Vec<_> = files.live().collect();
     assert_eq!(live.len(), 1);
     let bytes = h
@@ -654,7 +822,9 @@ pub async fn commit_intents_stay_within_their_size(h: &mut Harness) {
         .expect("commit");
     assert_eq!(report.batches, 20);
     assert!(report.rounds >= 4, "{} rounds", report.rounds);
-    let mut expected: Vec<Value> = (0..20).flat_map(|p| (0..3).map(move |o| json!([p, o]))).collect();
+    let mut expected: Vec<Value> = (0..20)
+        .flat_map(|p| (0..3).map(move |o| json!([p, o])))
+        .collect();
     expected.sort_by_key(|v| (v[0].as_i64(), v[1].as_i64()));
     check_table(h, "orders", &expected);
 }

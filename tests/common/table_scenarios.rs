@@ -196,9 +196,12 @@ pub async fn commit_crash_between_tables_is_resumed(h: &Harness) {
     // Tables commit in name order: dead_letters (swap 0), orders (swap 1), payments, readings.
     // The process dies at swap 1: every swap from then on fails (an error alone would be an
     // unknown outcome, checked and retried).
-    let faulty =
-        FaultyPointers::new(h.backend.catalog.pointers().clone(), (1..100).collect(), vec![])
-            .backend(&h.backend);
+    let faulty = FaultyPointers::new(
+        h.backend.catalog.pointers().clone(),
+        (1..100).collect(),
+        vec![],
+    )
+    .backend(&h.backend);
     commit_pending(&faulty, &tables)
         .await
         .expect_err("injected crash");
@@ -265,7 +268,11 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
     let waiting: Vec<String> = h
         .backend
         .warehouse
-        .list(&h.backend.warehouse.table_location(&h.backend.namespace, "orders"))
+        .list(
+            &h.backend
+                .warehouse
+                .table_location(&h.backend.namespace, "orders"),
+        )
         .await
         .expect("list")
         .into_iter()
@@ -322,7 +329,10 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
     assert!(after.len() < before.len());
 
     for w in &waiting {
-        assert!(after.contains(w), "{w} may still be registered by a retry: kept");
+        assert!(
+            after.contains(w),
+            "{w} may still be registered by a retry: kept"
+        );
     }
 
     // The table still reads completely, and the pending batch's files are still there.
