@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
-use crate::cli::now_ms;
+use crate::clock::now_ms;
 use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, TimeTravel};

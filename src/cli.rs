@@ -212,7 +212,7 @@ pub fn synthetic_records(
 /// `streamtable generate`.
 pub fn generate(args: &GenerateArgs) -> Result<()> {
     let mut factory = EventFactory::new(args.seed);
-    let start_ms = now_ms() - 3_600_000;
+    let start_ms = crate::clock::now_ms() - 3_600_000;
     let mut offsets = vec![args.start_offset; args.partitions.max(1) as usize];
     let records = synthetic_records(
         &mut factory,
@@ -231,10 +231,4 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
             Ok(())
         }
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

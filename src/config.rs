@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::catalog::TableCatalog;
 use crate::catalog::sqlite::SqlitePointers;
 use crate::checkpoint::StateStore;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::spec::PipelineSpec;
 use crate::state::SqliteStateStore;
@@ -121,6 +122,8 @@ pub struct Backend {
     pub catalog: TableCatalog,
     /// Iceberg namespace (Glue database) of the tables.
     pub namespace: String,
+    /// The clock everything time-dependent asks.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Backend {
@@ -142,6 +145,7 @@ impl Backend {
                     state: Arc::new(state),
                     catalog,
                     namespace: DEFAULT_NAMESPACE.to_string(),
+                    clock: crate::clock::system(),
                 })
             }
             BackendConfig::Aws { .. } => Self::connect_aws(config).await,
@@ -181,6 +185,7 @@ impl Backend {
             state: Arc::new(DynamoStateStore::new(dynamo, state_table)),
             catalog,
             namespace: glue_database.clone(),
+            clock: crate::clock::system(),
         })
     }
 

@@ -11,7 +11,8 @@ use std::time::Instant;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::checkpoint::SourcePartition;
-use crate::cli::{now_ms, synthetic_records};
+use crate::cli::synthetic_records;
+use crate::clock::now_ms;
 use crate::compact::CompactOptions;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};

@@ -23,7 +23,6 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
 
 use crate::checkpoint::SourcePartition;
-use crate::clock;
 use crate::commit::resolve_files;
 use crate::compact::replace::{ReplaceOutcome, commit_replace};
 use crate::compact::{CompactOptions, files};
@@ -91,7 +90,7 @@ pub async fn maintain_all_until(
             }
             merge_manifests(backend, &ident, options, &mut report).await?;
             if expire {
-                expire_snapshots(backend, &ident, options, clock::now_ms(), &mut report).await?;
+                expire_snapshots(backend, &ident, options, backend.clock.now_ms(), &mut report).await?;
             }
             remove_orphans(backend, &ident, options, &mut report).await?;
             Ok::<_, Error>(true)
@@ -133,7 +132,7 @@ async fn old_objects(
     prefix: &str,
     options: &CompactOptions,
 ) -> Result<Vec<ObjectInfo>> {
-    let now = clock::now_ms();
+    let now = backend.clock.now_ms();
     Ok(backend
         .warehouse
         .list(prefix)
@@ -151,7 +150,7 @@ async fn delete_if_still_old(
     options: &CompactOptions,
 ) -> Result<bool> {
     match backend.warehouse.stat(location).await? {
-        Some(o) if clock::now_ms() - o.modified_ms > options.orphan_grace_ms => {
+        Some(o) if backend.clock.now_ms() - o.modified_ms > options.orphan_grace_ms => {
             backend.warehouse.delete(location).await?;
             Ok(true)
         }

@@ -95,7 +95,7 @@ pub async fn replay(
     for (source, records) in group_by_partition(event)? {
         let lock = format!("replay#{source}");
         let holder = uuid::Uuid::new_v4().to_string();
-        let now = crate::clock::now_ms();
+        let now = backend.clock.now_ms();
         if !backend
             .state
             .try_lock(&lock, &holder, now, now + LOCK_TTL_MS)

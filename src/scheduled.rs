@@ -155,7 +155,7 @@ pub async fn run_until(
     let budget = deadline.saturating_duration_since(started);
     let at = |share: f64| started + budget.mul_f64(share);
     let mut report = ScheduledReport {
-        state_items_upgraded: backend.state.upgrade(crate::clock::now_ms()).await?,
+        state_items_upgraded: backend.state.upgrade(backend.clock.now_ms()).await?,
         ..Default::default()
     };
     for name in tables.tables.keys() {

@@ -8,7 +8,8 @@ use std::time::Instant;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::{cpu_seconds, peak_rss_kb, tempdir};
-use crate::cli::{now_ms, synthetic_records};
+use crate::cli::synthetic_records;
+use crate::clock::now_ms;
 use crate::compact::{CompactOptions, compact_all};
 use crate::config::{Backend, BackendConfig, Config};
 use crate::decode::{Cell, RecordMeta, RowBuilder};

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{median, peak_rss_kb, tempdir};
-use crate::cli::{now_ms, read_event, synthetic_records};
+use crate::cli::{read_event, synthetic_records};
+use crate::clock::now_ms;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, esm_event};

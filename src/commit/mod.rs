@@ -138,7 +138,7 @@ pub async fn commit_pending_with(
     deadline: Option<Instant>,
 ) -> Result<CommitReport> {
     let started = Instant::now();
-    let now = crate::clock::now_ms();
+    let now = backend.clock.now_ms();
     let mut report = CommitReport::default();
     let mut selector = Selector::new(backend, tables, options);
     let mut oldest_left = None;
@@ -160,7 +160,7 @@ pub async fn commit_pending_with(
                 }
                 let intent = CommitIntent {
                     id: uuid::Uuid::new_v4().to_string(),
-                    created_at_ms: crate::clock::now_ms(),
+                    created_at_ms: backend.clock.now_ms(),
                     batches: round.batches.iter().map(PendingBatch::key).collect(),
                 };
                 if !backend.state.begin_commit(&intent).await? {
@@ -182,7 +182,7 @@ pub async fn commit_pending_with(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    report.backlog.oldest_age_ms = oldest.map(|at| (crate::clock::now_ms() - at).max(0));
+    report.backlog.oldest_age_ms = oldest.map(|at| (backend.clock.now_ms() - at).max(0));
     report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
     if !report.blocked.is_empty() {
         tracing::error!(blocked = report.blocked.len(), first = %report.blocked[0],

@@ -21,6 +21,7 @@ use parquet::file::properties::WriterProperties;
 use serde::Serialize;
 
 use crate::checkpoint::{Advance, PendingBatch, PendingFile, SourcePartition, StateStore, plan};
+use crate::clock::Clock;
 use crate::config::Backend;
 use crate::decode::{DeadLetterBuilder, RecordDecoder};
 use crate::error::{Error, Result};
@@ -108,17 +109,25 @@ pub struct Ingestor {
     warehouse: Warehouse,
     state: Arc<dyn StateStore>,
     props: WriterProperties,
+    clock: Arc<dyn Clock>,
 }
 
 impl Ingestor {
     /// An ingestor for `spec` on `backend`.
     pub fn new(spec: &PipelineSpec, backend: &Backend) -> Result<Ingestor> {
-        Self::with_parts(
+        Ok(Self::with_parts(
             spec,
             backend.warehouse.clone(),
             backend.state.clone(),
             &backend.namespace,
-        )
+        )?
+        .with_clock(backend.clock.clone()))
+    }
+
+    /// The same ingestor on another clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Ingestor {
+        self.clock = clock;
+        self
     }
 
     /// An ingestor on explicit parts (tests wrap the state store).
@@ -148,6 +157,7 @@ impl Ingestor {
             warehouse,
             state,
             props: writer::micro_file_properties(),
+            clock: crate::clock::system(),
         })
     }
 
@@ -318,7 +328,7 @@ impl Ingestor {
         last: i64,
     ) -> Result<(Vec<EncodedFile>, records::Decoded)> {
         let table = self.topics.get(&source.topic);
-        let mut dead = DeadLetterBuilder::new(self.dead_letters.clone(), now_ms() * 1000);
+        let mut dead = DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
         let decoded =
             records::decode_records(table, records, source, self.max_record_bytes, &mut dead)?;
         let stem = format!(
@@ -376,7 +386,7 @@ impl Ingestor {
             source: source.clone(),
             first_offset: first,
             last_offset: last,
-            created_at_ms: now_ms(),
+            created_at_ms: self.clock.now_ms(),
             files: pending,
             files_location: None,
         };
@@ -444,18 +454,7 @@ pub fn group_by_partition(event: &EsmEvent) -> Result<BTreeMap<SourcePartition, 
 
 /// Randomised exponential backoff: 10 ms × 2^attempt, jittered to between half and all of it.
 fn backoff(attempt: u32) -> std::time::Duration {
-    let ceiling = 10u64 << attempt.min(6);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos() as u64);
-    let jitter = crate::generate::Rng::new(nanos ^ u64::from(attempt)).below(ceiling / 2 + 1);
-    std::time::Duration::from_millis(ceiling / 2 + jitter)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::clock::jitter(10u64 << attempt.min(6))
 }
 
 #[cfg(test)]

@@ -474,5 +474,6 @@ pub fn backend(
         }),
         catalog,
         namespace: backend.namespace.clone(),
+        clock: backend.clock.clone(),
     }
 }

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use super::{ReferenceArgs, Row, check_count, exe, f1, json_of, num, parse, read, times};
 use crate::bench::{cpu_seconds, median};
-use crate::cli::{now_ms, synthetic_records};
+use crate::cli::synthetic_records;
+use crate::clock::now_ms;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, esm_event};
