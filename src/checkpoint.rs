@@ -1,27 +1,30 @@
-//! Checkpoints: the exactly-once state machine of ingest, and the store it lives in.
+//! Checkpoints: the exactly-once state machine of ingest, and the pending batches it records.
 //!
 //! Per topic-partition the state store holds a [`Checkpoint`]: the next offset to accept and a
 //! version. Ingest reads it, drops every record below it ([`plan`]), writes the rest as files,
-//! then makes ONE conditional update ([`StateStore::advance`]) that moves the checkpoint forward
+//! then makes ONE conditional update ([`CheckpointStore::advance`]) that moves the checkpoint forward
 //! and records the new files as a [`PendingBatch`], on the condition that the version is still
 //! the one it read. A duplicate or zombie invocation loses that race and writes nothing; a
 //! checkpoint never moves backwards; a file is recorded at most once.
 
 use std::fmt;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+#[cfg(doc)]
+use crate::state::CheckpointStore;
 
 /// A Kafka topic-partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SourcePartition {
+    /// The Kafka topic.
     pub topic: String,
+    /// The partition number.
     pub partition: i32,
 }
 
 impl SourcePartition {
+    /// The topic-partition `topic`-`partition`.
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
         SourcePartition {
             topic: topic.into(),
@@ -60,7 +63,9 @@ pub struct PendingFile {
     pub table: String,
     /// The Iceberg `DataFile`, serialized (`serialize_data_file_to_json`, format v2).
     pub data_file: String,
+    /// Rows in the file.
     pub rows: u64,
+    /// Size of the file in bytes.
     pub bytes: u64,
     /// The partitioning the file was written for ([`crate::schema::TableLayout::partitioning`]);
     /// absent in files recorded before 0.2.
@@ -71,6 +76,7 @@ pub struct PendingFile {
 /// The files of one ingested batch of one topic-partition, awaiting commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingBatch {
+    /// The topic-partition the batch came from.
     pub source: SourcePartition,
     /// Lowest offset of the batch's records (accepted or rejected).
     pub first_offset: i64,
@@ -101,7 +107,9 @@ impl PendingBatch {
 /// recorded (the commit stage takes batches oldest first).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BatchKey {
+    /// The topic-partition.
     pub source: SourcePartition,
+    /// The batch's lowest offset.
     pub first_offset: i64,
     /// Absent in intents written by releases before 0.2 (then 0).
     #[serde(default)]
@@ -134,16 +142,6 @@ pub struct PendingPage {
     pub next: Option<String>,
 }
 
-/// A commit about to happen: which pending batches it covers. Written before any table is
-/// committed, removed (with the batches) after every table is; a crashed commit is resumed from
-/// it. Each table's snapshot carries `{id}/{table}` as its commit id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommitIntent {
-    pub id: String,
-    pub created_at_ms: i64,
-    pub batches: Vec<BatchKey>,
-}
-
 /// What a conditional advance did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advance {
@@ -151,75 +149,6 @@ pub enum Advance {
     Advanced(Checkpoint),
     /// The checkpoint was no longer at the expected version: someone else advanced it.
     Conflict,
-}
-
-/// Where checkpoints and pending batches live (DynamoDB, or SQLite on the embedded backend).
-#[async_trait]
-pub trait StateStore: Send + Sync {
-    /// The checkpoint of a partition ([`Checkpoint::INITIAL`] if none).
-    async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint>;
-
-    /// Moves the checkpoint from `from` to `to_next_offset` and records `batch`, atomically,
-    /// if and only if the checkpoint is still at `from.version`.
-    async fn advance(
-        &self,
-        source: &SourcePartition,
-        from: Checkpoint,
-        to_next_offset: i64,
-        batch: &PendingBatch,
-    ) -> Result<Advance>;
-
-    /// Pending batches in [`BatchKey::sort_key`] order (oldest first), after `after`, at most
-    /// `limit` (readable or not).
-    async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage>;
-
-    /// Every readable pending batch, oldest first (pages through [`StateStore::pending_page`]).
-    async fn pending(&self) -> Result<Vec<PendingBatch>> {
-        let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.pending_page(after.as_deref(), 1000).await?;
-            out.extend(page.batches);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return Ok(out),
-            }
-        }
-    }
-
-    /// The given batches, those still pending, oldest first.
-    async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage>;
-
-    /// Takes the named lock for `holder` until `expires_at_ms`, if it is free or expired.
-    async fn try_lock(
-        &self,
-        name: &str,
-        holder: &str,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<bool>;
-
-    /// Releases the named lock if `holder` still holds it.
-    async fn unlock(&self, name: &str, holder: &str) -> Result<()>;
-
-    /// Records `batch` as pending without moving the checkpoint (records replayed from below
-    /// it), if and only if `holder` still holds lock `lock`. `Ok(false)` when it does not.
-    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool>;
-
-    /// Brings state written by an earlier release to this release's layout. Idempotent; the
-    /// scheduled stage calls it at the start of every run. Returns the items moved.
-    async fn upgrade(&self, _now_ms: i64) -> Result<u64> {
-        Ok(0)
-    }
-
-    /// The commit intent left by a commit that has not finished, if any.
-    async fn commit_intent(&self) -> Result<Option<CommitIntent>>;
-
-    /// Records `intent` unless one exists already (`Ok(false)`): one commit at a time.
-    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool>;
-
-    /// Removes the intent's pending batches, then the intent itself.
-    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()>;
 }
 
 /// Which of a partition's records to process, given its checkpoint.

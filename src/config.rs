@@ -19,11 +19,11 @@ use std::sync::Arc;
 
 use crate::catalog::TableCatalog;
 use crate::catalog::sqlite::SqlitePointers;
-use crate::checkpoint::StateStore;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::spec::PipelineSpec;
 use crate::state::SqliteStateStore;
+use crate::state::StateStore;
 use crate::storage::{DEFAULT_NAMESPACE, Warehouse};
 
 /// The pipeline spec shipped in `infra/pipeline.toml`, compiled in as the default.
@@ -37,12 +37,19 @@ pub const DEFAULT_HOME: &str = ".streamtable";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendConfig {
     /// Everything in one local directory: no AWS account needed.
-    Embedded { home: PathBuf },
+    Embedded {
+        /// The directory: `state.db`, `catalog.db` and `warehouse/`.
+        home: PathBuf,
+    },
     /// S3 + DynamoDB + Glue.
     Aws {
+        /// The warehouse bucket.
         bucket: String,
+        /// The warehouse's key prefix.
         prefix: String,
+        /// The DynamoDB table of checkpoints, pending batches and intents.
         state_table: String,
+        /// The Glue database (Iceberg namespace).
         glue_database: String,
     },
 }
@@ -52,6 +59,7 @@ pub enum BackendConfig {
 pub struct Config {
     /// Pipeline spec file; `None` means the built-in copy.
     pub pipeline: Option<PathBuf>,
+    /// Where state, catalog and data live.
     pub backend: BackendConfig,
 }
 
@@ -116,7 +124,9 @@ impl Config {
 /// The connected backend: warehouse storage, state store and catalog. Built once per process.
 #[derive(Clone)]
 pub struct Backend {
+    /// Table data and metadata.
     pub warehouse: Warehouse,
+    /// Checkpoints, pending batches, commit intents, locks.
     pub state: Arc<dyn StateStore>,
     /// The Iceberg catalog (SQLite `catalog.db`, or Glue).
     pub catalog: TableCatalog,

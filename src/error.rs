@@ -24,8 +24,11 @@ pub enum Error {
     /// An I/O error on a local file.
     #[error("{op} {path}: {source}")]
     Io {
+        /// What was being done.
         op: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -33,17 +36,24 @@ pub enum Error {
     /// An object store (S3 or the local warehouse) operation failed.
     #[error("object store: {op} {location}: {message}")]
     ObjectStore {
+        /// What was being done.
         op: &'static str,
+        /// The object.
         location: String,
+        /// The store's error.
         message: String,
+        /// Whether trying again later can succeed.
         retryable: bool,
     },
 
     /// The state store (DynamoDB or SQLite) failed.
     #[error("state store: {op}: {message}")]
     State {
+        /// What was being done.
         op: &'static str,
+        /// The store's error, naming the table or file.
         message: String,
+        /// Whether trying again later can succeed.
         retryable: bool,
     },
 
@@ -52,13 +62,20 @@ pub enum Error {
         "checkpoint of {source_partition} kept changing under this invocation ({attempts} attempts)"
     )]
     CheckpointContention {
+        /// The topic-partition.
         source_partition: String,
+        /// Conditional writes tried.
         attempts: u32,
     },
 
     /// Other writers kept changing the table while a commit was being made.
     #[error("commit to {table} kept losing to other writers ({attempts} attempts)")]
-    CommitContention { table: String, attempts: u32 },
+    CommitContention {
+        /// The table.
+        table: String,
+        /// Commits tried.
+        attempts: u32,
+    },
 
     /// A catalog swap whose outcome could not be learned (its answer was lost and the pointer
     /// could not confirm it). Nothing it wrote was deleted; the next attempt finds out.
@@ -66,15 +83,20 @@ pub enum Error {
         "commit to {table}: outcome unknown ({message}); {metadata_location} is kept until orphan clean-up proves it unused"
     )]
     CommitStateUnknown {
+        /// The table.
         table: String,
+        /// The metadata file the swap would have pointed the table at.
         metadata_location: String,
+        /// The swap's error.
         message: String,
     },
 
     /// An error from the Iceberg library (metadata, writers, file IO).
     #[error("iceberg: {context}: {source}")]
     Iceberg {
+        /// What was being done.
         context: String,
+        /// The library's error.
         #[source]
         source: Box<iceberg::Error>,
     },
@@ -89,7 +111,12 @@ pub enum Error {
 
     /// The input event itself is not an MSK event-source-mapping batch.
     #[error("event {origin}: {message}")]
-    Event { origin: String, message: String },
+    Event {
+        /// Where the event came from (a file, an S3 object, the invocation).
+        origin: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 impl Error {

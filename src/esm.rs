@@ -26,12 +26,16 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct EsmEvent {
     #[serde(default)]
+    /// `aws:kafka` (or `SelfManagedKafka`).
     pub event_source: Option<String>,
     #[serde(default)]
+    /// The cluster's ARN.
     pub event_source_arn: Option<String>,
     #[serde(default)]
+    /// The brokers the mapping read from.
     pub bootstrap_servers: Option<String>,
     #[serde(default)]
+    /// Records under `topic-partition` keys.
     pub records: BTreeMap<String, Vec<EsmRecord>>,
 }
 
@@ -40,17 +44,23 @@ pub struct EsmEvent {
 #[serde(rename_all = "camelCase")]
 pub struct EsmRecord {
     #[serde(default)]
+    /// The topic (the map key names it when absent).
     pub topic: Option<String>,
+    /// The partition number.
     pub partition: i64,
+    /// The record's offset in its partition.
     pub offset: i64,
     /// Epoch milliseconds (the record's CREATE_TIME or LOG_APPEND_TIME).
     #[serde(default)]
     pub timestamp: i64,
     #[serde(default)]
+    /// `CREATE_TIME` or `LOG_APPEND_TIME`.
     pub timestamp_type: Option<String>,
     #[serde(default)]
+    /// The key, base64; absent for a record without one.
     pub key: Option<String>,
     #[serde(default)]
+    /// The value, base64; absent for a tombstone.
     pub value: Option<String>,
 }
 

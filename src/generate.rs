@@ -11,10 +11,15 @@ use base64::engine::general_purpose::STANDARD;
 /// One Kafka record as the ESM delivers it, before base64.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRecord {
+    /// The topic.
     pub topic: String,
+    /// The partition.
     pub partition: i32,
+    /// The offset.
     pub offset: i64,
+    /// The Kafka timestamp, epoch milliseconds.
     pub timestamp_ms: i64,
+    /// The key's bytes.
     pub key: Option<Vec<u8>>,
     /// The value bytes; `None` is a tombstone.
     pub value: Option<Vec<u8>>,
@@ -110,10 +115,12 @@ fn push_b64(out: &mut String, bytes: Option<&[u8]>, raw: Option<&str>) {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed`.
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
@@ -128,6 +135,7 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 
+    /// One of `items`, at random.
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
@@ -158,6 +166,7 @@ pub struct EventFactory {
 }
 
 impl EventFactory {
+    /// A factory whose events follow from `seed`.
     pub fn new(seed: u64) -> EventFactory {
         EventFactory {
             rng: Rng::new(seed),

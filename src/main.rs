@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use streamtable::Error;
+use streamtable::cli::{self, analyst, bench, demo};
 use streamtable::config::Config;
-use streamtable::{Error, analyst, bench, cli, demo};
 
 #[derive(Parser)]
 #[command(
@@ -37,8 +38,9 @@ enum Command {
         events: Vec<PathBuf>,
     },
     /// Commit pending files as Iceberg snapshots, compact small files, expire old snapshots and
-    /// remove orphans (what the scheduled compaction Lambda runs).
-    Compact(cli::CompactArgs),
+    /// remove orphans, once (what the scheduled Lambda runs on every tick).
+    #[command(alias = "compact")]
+    Scheduled(cli::ScheduledArgs),
     /// Feed batches the event source mapping gave up on (its S3 on-failure destination's
     /// records, or event files) back through ingest, exactly once.
     Replay(cli::ReplayArgs),
@@ -87,7 +89,7 @@ async fn main() -> ExitCode {
         let config = config(&args)?;
         match &args.command {
             Command::Ingest { events } => cli::ingest(&config, events).await,
-            Command::Compact(c) => cli::compact(&config, c).await,
+            Command::Scheduled(c) => cli::scheduled(&config, c).await,
             Command::Replay(r) => cli::replay(&config, r).await,
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,

@@ -38,6 +38,7 @@ pub const LOCK_TTL_MS: i64 = 15 * 60 * 1000;
 /// What a replay did to one topic-partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PartitionReplay {
+    /// The topic-partition.
     pub source: String,
     /// Records of the partition in the replayed batch.
     pub records: u64,

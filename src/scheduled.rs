@@ -14,8 +14,8 @@ use serde::Serialize;
 use crate::commit::{CommitOptions, CommitReport, commit_pending_with};
 use crate::compact::{CompactOptions, PartitionCompaction, compact_all_until};
 use crate::config::Backend;
-use crate::error::Result;
-use crate::maintenance::{TableMaintenance, maintain_all_until};
+use crate::error::{Error, Result};
+use crate::maintenance::{MaintenanceOptions, TableMaintenance, maintain_all_until};
 use crate::tables::TableSet;
 
 /// Share of a run's time after which no new commit round starts.
@@ -24,6 +24,69 @@ pub const COMMIT_SHARE: f64 = 0.4;
 pub const COMPACT_SHARE: f64 = 0.8;
 /// A run's time when no deadline is given (the CLI).
 pub const DEFAULT_RUN_BUDGET: Duration = Duration::from_secs(600);
+
+/// Knobs of the scheduled stage, read the same way by the Lambda and `streamtable scheduled`.
+#[derive(Debug, Clone, Default)]
+pub struct ScheduledOptions {
+    /// The commit step.
+    pub commit: CommitOptions,
+    /// Compaction.
+    pub compaction: CompactOptions,
+    /// Expiry, orphan clean-up, manifest merge.
+    pub maintenance: MaintenanceOptions,
+}
+
+impl ScheduledOptions {
+    /// The defaults, overridden by the environment: `STREAMTABLE_COMMIT_MAX_ROUNDS`,
+    /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
+    /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS` (at least 1),
+    /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`ScheduledOptions::from_env`] through `var` (for tests).
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let num = |k: &str, min: u64| -> Result<Option<u64>> {
+            match var(k) {
+                None => Ok(None),
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if n >= min => Ok(Some(n)),
+                    _ => Err(Error::Config(format!(
+                        "{k}={v:?} is not a whole number of at least {min}"
+                    ))),
+                },
+            }
+        };
+        let mut o = ScheduledOptions::default();
+        if let Some(n) = num("STREAMTABLE_COMMIT_MAX_ROUNDS", 1)? {
+            o.commit.max_rounds = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(n) = num("STREAMTABLE_COMPACT_MIN_FILES", 2)? {
+            o.compaction.min_input_files = n as usize;
+        }
+        if let Some(n) = num("STREAMTABLE_COMPACT_MAX_REWRITE_MB", 1)? {
+            o.compaction.max_rewrite_bytes_per_run = n.saturating_mul(1024 * 1024);
+        }
+        if let Some(n) = num("STREAMTABLE_SNAPSHOT_KEEP_LAST", 1)? {
+            o.maintenance.keep_last_snapshots = n as usize;
+        }
+        if let Some(n) = num("STREAMTABLE_SNAPSHOT_RETENTION_HOURS", 1)? {
+            o.maintenance.snapshot_retention_ms = hours_ms(n);
+        }
+        if let Some(n) = num("STREAMTABLE_ORPHAN_GRACE_HOURS", 1)? {
+            o.maintenance.orphan_grace_ms = hours_ms(n);
+        }
+        if let Some(n) = num("STREAMTABLE_MAX_MANIFESTS", 2)? {
+            o.maintenance.max_manifests = n as usize;
+        }
+        Ok(o)
+    }
+}
+
+fn hours_ms(hours: u64) -> i64 {
+    i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX)
+}
 
 /// A step of the run that failed for one table or partition (the others went on).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,6 +97,7 @@ pub struct Failure {
     pub table: Option<String>,
     /// The partition, for a compaction job.
     pub partition: Option<String>,
+    /// What went wrong.
     pub error: String,
     /// Whether the next run can be expected to succeed without a fix.
     pub retryable: bool,
@@ -61,13 +125,17 @@ impl Failure {
 /// What one scheduled run did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ScheduledReport {
+    /// The commit step.
     pub commit: CommitReport,
+    /// The partitions compacted.
     pub compaction: Vec<PartitionCompaction>,
+    /// Maintenance, per table.
     pub maintenance: Vec<TableMaintenance>,
     /// Steps that failed; the rest of the run was done.
     pub failures: Vec<Failure>,
     /// Pending items of an earlier release's layout moved to this one's.
     pub state_items_upgraded: u64,
+    /// Time the run took.
     pub duration_ms: f64,
 }
 
@@ -131,7 +199,7 @@ impl ScheduledReport {
 pub async fn run(
     backend: &Backend,
     tables: &TableSet,
-    options: &CompactOptions,
+    options: &ScheduledOptions,
 ) -> Result<ScheduledReport> {
     run_until(
         backend,
@@ -148,7 +216,7 @@ pub async fn run(
 pub async fn run_until(
     backend: &Backend,
     tables: &TableSet,
-    options: &CompactOptions,
+    options: &ScheduledOptions,
     deadline: Instant,
 ) -> Result<ScheduledReport> {
     let started = Instant::now();
@@ -165,28 +233,51 @@ pub async fn run_until(
                 .push(Failure::new("commit", Some(name), None, &e));
         }
     }
-    match commit_pending_with(
-        backend,
-        tables,
-        &CommitOptions::default(),
-        Some(at(COMMIT_SHARE)),
-    )
-    .await
-    {
+    match commit_pending_with(backend, tables, &options.commit, Some(at(COMMIT_SHARE))).await {
         Ok(commit) => report.commit = commit,
         Err(e) => report.failures.push(Failure::new("commit", None, None, &e)),
     }
     let (compaction, failures) =
-        compact_all_until(backend, tables, options, at(COMPACT_SHARE)).await;
+        compact_all_until(backend, tables, &options.compaction, at(COMPACT_SHARE)).await;
     report.compaction = compaction;
     report.failures.extend(failures);
     // Expiry must not remove a snapshot a resumable intent still looks for: only after a
     // commit step that left no intent behind.
     let intent_left = backend.state.commit_intent().await?.is_some();
-    let (maintenance, failures) =
-        maintain_all_until(backend, tables, options, deadline, !intent_left).await;
+    let (maintenance, failures) = maintain_all_until(
+        backend,
+        tables,
+        &options.maintenance,
+        deadline,
+        !intent_left,
+    )
+    .await;
     report.maintenance = maintenance;
     report.failures.extend(failures);
     report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_from_the_environment_refuse_a_retention_of_zero_hours() {
+        let err = ScheduledOptions::from_lookup(|k| {
+            (k == "STREAMTABLE_SNAPSHOT_RETENTION_HOURS").then(|| "0".to_string())
+        })
+        .expect_err("0 hours would expire snapshots readers are still reading");
+        assert!(err.to_string().contains("at least 1"), "{err}");
+        let o = ScheduledOptions::from_lookup(|k| match k {
+            "STREAMTABLE_SNAPSHOT_RETENTION_HOURS" => Some("2".into()),
+            "STREAMTABLE_COMPACT_MIN_FILES" => Some("3".into()),
+            "STREAMTABLE_COMMIT_MAX_ROUNDS" => Some("4".into()),
+            _ => None,
+        })
+        .expect("valid");
+        assert_eq!(o.maintenance.snapshot_retention_ms, 7_200_000);
+        assert_eq!(o.compaction.min_input_files, 3);
+        assert_eq!(o.commit.max_rounds, 4);
+    }
 }

@@ -17,18 +17,23 @@ use crate::spec::{DEAD_LETTER_TABLE, KAFKA_COLUMNS, PipelineSpec};
 /// One table: its layout and its target file size.
 #[derive(Debug, Clone)]
 pub struct TableDef {
+    /// Schema, partition spec and Arrow schema.
     pub layout: Arc<TableLayout>,
+    /// The compaction target.
     pub target_file_size_bytes: u64,
 }
 
 /// Every table of a pipeline, the dead-letter table included, by name.
 #[derive(Debug, Clone)]
 pub struct TableSet {
+    /// The Iceberg namespace (Glue database).
     pub namespace: String,
+    /// The tables by name.
     pub tables: BTreeMap<String, TableDef>,
 }
 
 impl TableSet {
+    /// The tables of `spec` (and `dead_letters`) in `namespace`.
     pub fn new(spec: &PipelineSpec, namespace: &str) -> Result<TableSet> {
         let mut tables = BTreeMap::new();
         for t in &spec.tables {
@@ -53,6 +58,7 @@ impl TableSet {
         })
     }
 
+    /// The Iceberg identifier of `table`.
     pub fn ident(&self, table: &str) -> TableIdent {
         TableIdent::new(
             NamespaceIdent::new(self.namespace.clone()),
@@ -60,6 +66,7 @@ impl TableSet {
         )
     }
 
+    /// A table of the set, or an error naming it.
     pub fn get(&self, table: &str) -> Result<&TableDef> {
         self.tables.get(table).ok_or_else(|| {
             Error::Config(format!(

@@ -52,7 +52,7 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for d in streamtable::dashboard::load(None).expect("dashboards") {
+    for d in streamtable::cli::dashboard::load(None).expect("dashboards") {
         assert!(
             text.contains(&d.title),
             "demo answers {:?}:\n{text}",

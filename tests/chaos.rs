@@ -22,7 +22,8 @@ use futures::TryStreamExt;
 use streamtable::compact::CompactOptions;
 use streamtable::generate::{Rng, SourceRecord};
 use streamtable::ingest::Ingestor;
-use streamtable::scheduled;
+use streamtable::maintenance::MaintenanceOptions;
+use streamtable::scheduled::{self, ScheduledOptions};
 
 const PARTITIONS: i32 = 2;
 const TOTAL: i64 = 60;
@@ -41,13 +42,19 @@ fn source(partition: i32, offsets: std::ops::Range<i64>) -> Vec<SourceRecord> {
     recs
 }
 
-fn eager() -> CompactOptions {
-    CompactOptions {
-        min_input_files: 2,
-        keep_last_snapshots: 2,
-        snapshot_retention_ms: 0,
-        orphan_grace_ms: -1,
-        ..CompactOptions::default()
+fn eager() -> ScheduledOptions {
+    ScheduledOptions {
+        compaction: CompactOptions {
+            min_input_files: 2,
+            ..Default::default()
+        },
+        maintenance: MaintenanceOptions {
+            keep_last_snapshots: 2,
+            snapshot_retention_ms: 0,
+            orphan_grace_ms: -1,
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
 

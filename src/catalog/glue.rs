@@ -109,6 +109,7 @@ pub fn table_input(
 }
 
 impl GluePointers {
+    /// Pointers in Glue through a client built once by the caller.
     pub fn new(client: Client) -> Self {
         GluePointers { client }
     }

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 /// A table's current metadata location and the token that guards it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pointer {
+    /// The location of the table's current metadata file.
     pub metadata_location: String,
     /// Glue's `VersionId`; `None` on SQLite (the location itself is compared).
     pub version: Option<String>,
@@ -91,6 +92,7 @@ fn namespace_name(ns: &NamespaceIdent) -> String {
 }
 
 impl TableCatalog {
+    /// A catalog on `pointers`, reading and writing metadata through `file_io`; new tables go under `warehouse_root`.
     pub fn new(
         pointers: Arc<dyn PointerStore>,
         file_io: FileIO,
@@ -108,6 +110,7 @@ impl TableCatalog {
         &self.pointers
     }
 
+    /// The `FileIO` metadata and manifests are read and written with.
     pub fn file_io(&self) -> &FileIO {
         &self.file_io
     }

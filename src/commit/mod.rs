@@ -27,9 +27,10 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
 
-use crate::checkpoint::{CommitIntent, PendingBatch, PendingFile};
+use crate::checkpoint::{PendingBatch, PendingFile};
 use crate::config::Backend;
 use crate::error::{Error, Result};
+use crate::state::CommitIntent;
 use crate::tables::TableSet;
 pub use select::{BlockedBatch, resolve_files};
 use select::{Selector, TableFiles};
@@ -63,8 +64,11 @@ impl Default for CommitOptions {
 /// What a commit round did to one table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TableCommitReport {
+    /// The table.
     pub table: String,
+    /// Files committed.
     pub files: u64,
+    /// Rows committed.
     pub rows: u64,
     /// The snapshot that holds the files.
     pub snapshot_id: Option<i64>,
@@ -92,19 +96,23 @@ pub struct CommitReport {
     pub batches: u64,
     /// Rounds that finished an intent left by an earlier run.
     pub resumed: u64,
+    /// Per table.
     pub tables: Vec<TableCommitReport>,
     /// Batches that cannot be committed, with the reason; they stay pending.
     pub blocked: Vec<BlockedBatch>,
     /// What is left for the next run.
     pub backlog: Backlog,
+    /// Time the step took.
     pub duration_ms: f64,
 }
 
 impl CommitReport {
+    /// Files committed, over all tables.
     pub fn files(&self) -> u64 {
         self.tables.iter().map(|t| t.files).sum()
     }
 
+    /// Rows committed, over all tables.
     pub fn rows(&self) -> u64 {
         self.tables.iter().map(|t| t.rows).sum()
     }

@@ -12,7 +12,9 @@ const CONCURRENT_MANIFESTS: usize = 16;
 /// A manifest entry with the partition spec of the manifest holding it.
 #[derive(Debug, Clone)]
 pub struct FileEntry {
+    /// The partition spec the entry's manifest was written with.
     pub spec_id: i32,
+    /// The manifest entry.
     pub entry: ManifestEntryRef,
 }
 

@@ -26,7 +26,7 @@ use replace::ReplaceOutcome;
 /// left before a deadline is converted into a byte cap with.
 pub const REWRITE_BYTES_PER_SEC_FLOOR: u64 = 10 * 1024 * 1024;
 
-/// Knobs of the scheduled stage. `Default` gives the documented defaults.
+/// Knobs of compaction. `Default` gives the documented defaults.
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
     /// Rewrite a partition once it has at least this many small files.
@@ -36,14 +36,6 @@ pub struct CompactOptions {
     /// Stop starting new rewrites after this many input bytes in one run (the rest waits for
     /// the next run, so a run fits the Lambda timeout).
     pub max_rewrite_bytes_per_run: u64,
-    /// Snapshots kept whatever their age.
-    pub keep_last_snapshots: usize,
-    /// Snapshots younger than this are kept (milliseconds).
-    pub snapshot_retention_ms: i64,
-    /// Files no snapshot or pending batch references are deleted once older than this.
-    pub orphan_grace_ms: i64,
-    /// Merge the current snapshot's manifests when there are more than this many.
-    pub max_manifests: usize,
     /// Input row groups at least this large (compressed bytes) are copied into the output as
     /// they are; smaller ones are decoded and re-encoded into full-size row groups.
     pub stitch_min_row_group_bytes: u64,
@@ -57,73 +49,38 @@ impl Default for CompactOptions {
             min_input_files: 5,
             small_file_ratio: 0.75,
             max_rewrite_bytes_per_run: 8 * 1024 * 1024 * 1024,
-            keep_last_snapshots: 10,
-            snapshot_retention_ms: 24 * 3600 * 1000,
-            orphan_grace_ms: 24 * 3600 * 1000,
-            max_manifests: 100,
             stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
             max_row_group_bytes: rewrite::ROW_GROUP_BYTES,
         }
     }
 }
 
-impl CompactOptions {
-    /// Defaults overridden by environment variables (the compaction Lambda's configuration):
-    /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
-    /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS`,
-    /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
-    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> crate::error::Result<Self> {
-        let num = |k: &str, min: u64| -> crate::error::Result<Option<u64>> {
-            match var(k) {
-                None => Ok(None),
-                Some(v) => match v.trim().parse::<u64>() {
-                    Ok(n) if n >= min => Ok(Some(n)),
-                    _ => Err(crate::error::Error::Config(format!(
-                        "{k}={v:?} is not a whole number of at least {min}"
-                    ))),
-                },
-            }
-        };
-        let mut o = CompactOptions::default();
-        if let Some(n) = num("STREAMTABLE_COMPACT_MIN_FILES", 2)? {
-            o.min_input_files = n as usize;
-        }
-        if let Some(n) = num("STREAMTABLE_COMPACT_MAX_REWRITE_MB", 1)? {
-            o.max_rewrite_bytes_per_run = n * 1024 * 1024;
-        }
-        if let Some(n) = num("STREAMTABLE_SNAPSHOT_KEEP_LAST", 1)? {
-            o.keep_last_snapshots = n as usize;
-        }
-        if let Some(n) = num("STREAMTABLE_SNAPSHOT_RETENTION_HOURS", 1)? {
-            o.snapshot_retention_ms = n as i64 * 3_600_000;
-        }
-        if let Some(n) = num("STREAMTABLE_ORPHAN_GRACE_HOURS", 1)? {
-            o.orphan_grace_ms = n as i64 * 3_600_000;
-        }
-        if let Some(n) = num("STREAMTABLE_MAX_MANIFESTS", 2)? {
-            o.max_manifests = n as usize;
-        }
-        Ok(o)
-    }
-}
-
 /// What compaction did to one partition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PartitionCompaction {
+    /// The table.
     pub table: String,
+    /// The partition's path.
     pub partition: String,
+    /// Small files rewritten.
     pub input_files: u64,
+    /// Their bytes.
     pub input_bytes: u64,
+    /// Files written.
     pub output_files: u64,
+    /// Their bytes.
     pub output_bytes: u64,
+    /// Rows moved.
     pub rows: u64,
     /// The replace snapshot; `None` if another writer had already rewritten the inputs.
     pub snapshot_id: Option<i64>,
+    /// Time the rewrite and commit took.
     pub duration_ms: f64,
 }
 
 /// A partition's rewrite job.
 pub struct Job {
+    /// The partition tuple.
     pub partition: Struct,
     /// The partition's path (`created_at_day=2026-11-29`).
     pub path: String,
@@ -347,23 +304,4 @@ fn plan<'a>(
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_from_the_environment_refuse_a_retention_of_zero_hours() {
-        let err = CompactOptions::from_lookup(|k| {
-            (k == "STREAMTABLE_SNAPSHOT_RETENTION_HOURS").then(|| "0".to_string())
-        })
-        .expect_err("0 hours would expire snapshots readers are still reading");
-        assert!(err.to_string().contains("at least 1"), "{err}");
-        let o = CompactOptions::from_lookup(|k| {
-            (k == "STREAMTABLE_SNAPSHOT_RETENTION_HOURS").then(|| "2".to_string())
-        })
-        .expect("2 hours");
-        assert_eq!(o.snapshot_retention_ms, 7_200_000);
-    }
 }

@@ -70,6 +70,7 @@ pub fn compacted_file_properties() -> WriterProperties {
 pub struct Rewritten {
     /// Inputs replaced by the outputs.
     pub removed: Vec<String>,
+    /// The files written.
     pub outputs: Vec<DataFile>,
 }
 

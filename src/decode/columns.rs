@@ -102,7 +102,9 @@ impl ColumnBuilder {
 /// Kafka coordinates of one record, as stored in the metadata columns.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordMeta<'a> {
+    /// The Kafka partition.
     pub partition: i32,
+    /// The record's offset.
     pub offset: i64,
     /// The Kafka timestamp in microseconds, already checked to be in range.
     pub timestamp_us: i64,
@@ -202,13 +204,21 @@ impl RowBuilder {
 /// One rejected record, with everything needed to replay it.
 #[derive(Debug, Clone)]
 pub struct DeadLetter<'a> {
+    /// The topic the record came from.
     pub topic: &'a str,
+    /// Its partition.
     pub partition: i32,
+    /// Its offset.
     pub offset: i64,
+    /// Its Kafka timestamp, epoch milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// Its key's bytes.
     pub key: Option<&'a [u8]>,
+    /// Its value's bytes.
     pub value: Option<&'a [u8]>,
+    /// Why it was rejected.
     pub kind: RejectKind,
+    /// The reason, naming the column and JSON path.
     pub message: &'a str,
 }
 

@@ -94,11 +94,14 @@ impl fmt::Display for RejectKind {
 /// A rejected record's kind and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
+    /// The kind, stored in `error_kind`.
     pub kind: RejectKind,
+    /// The message, stored in `error_message`.
     pub message: String,
 }
 
 impl Rejection {
+    /// A rejection of `kind` with `message`.
     pub fn new(kind: RejectKind, message: impl Into<String>) -> Self {
         Rejection {
             kind,

@@ -11,12 +11,19 @@ use crate::spec::ColumnType;
 /// One decoded value, ready to append to a column.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell<'a> {
+    /// No value (JSON `null` or absent).
     Null,
+    /// A string.
     Str(Cow<'a, str>),
+    /// An `int`.
     Int(i32),
+    /// A `long`.
     Long(i64),
+    /// A `float`.
     Float(f32),
+    /// A `double`.
     Double(f64),
+    /// A `boolean`.
     Bool(bool),
     /// Days since 1970-01-01.
     Date(i32),
@@ -53,7 +60,9 @@ pub fn timestamp_in_range(us: i64, shown: &str) -> Result<i64, ValueError> {
 /// Why a value was refused: the dead-letter kind and a short detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueError {
+    /// The dead-letter kind.
     pub kind: RejectKind,
+    /// What is wrong with the value.
     pub detail: String,
 }
 

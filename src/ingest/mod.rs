@@ -10,7 +10,13 @@
 //! partition is re-planned from the new checkpoint; usually nothing is left to do. Files written
 //! by the loser are never referenced and are removed later by orphan clean-up.
 
+pub mod encode;
+mod options;
 mod records;
+mod summary;
+
+pub use options::IngestOptions;
+pub use summary::IngestSummary;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,79 +24,22 @@ use std::sync::Arc;
 use crate::esm::{EsmEvent, EsmRecord};
 use futures::future::join_all;
 use parquet::file::properties::WriterProperties;
-use serde::Serialize;
 
-use crate::checkpoint::{Advance, PendingBatch, PendingFile, SourcePartition, StateStore, plan};
+use crate::checkpoint::{Advance, PendingBatch, PendingFile, SourcePartition, plan};
 use crate::clock::Clock;
 use crate::config::Backend;
 use crate::decode::{DeadLetterBuilder, RecordDecoder};
 use crate::error::{Error, Result};
 use crate::schema::TableLayout;
 use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec, TableSpec};
+use crate::state::StateStore;
 use crate::storage::Warehouse;
-use crate::writer::{self, EncodedFile};
+use encode::EncodedFile;
 
-/// How often a partition is re-planned after losing the conditional write.
-const MAX_ATTEMPTS: u32 = 8;
-/// File lists larger than this are written to the warehouse instead of the state item.
+/// Default: how often a partition is re-planned after losing the conditional write.
+pub const MAX_ATTEMPTS: u32 = 8;
+/// Default: file lists larger than this are written to the warehouse instead of the state item.
 pub const MAX_INLINE_FILES_BYTES: usize = 300 * 1024;
-
-/// What one invocation did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct IngestSummary {
-    /// Records in the event.
-    pub records: u64,
-    /// Records written to their table.
-    pub accepted: u64,
-    /// Records skipped because an earlier invocation already processed them.
-    pub already_seen: u64,
-    /// Records written to the dead-letter table.
-    pub dead_lettered: u64,
-    /// Parquet files written (tables and dead letters).
-    pub files_written: u64,
-    /// Bytes of Parquet written.
-    pub bytes_written: u64,
-    /// Topic-partitions in the event.
-    pub partitions: u64,
-    /// Conditional writes lost to another invocation.
-    pub conflicts: u64,
-    /// Newest Kafka timestamp seen, epoch milliseconds.
-    pub newest_timestamp_ms: Option<i64>,
-    /// Dead letters by kind.
-    pub dead_letters_by_kind: BTreeMap<String, u64>,
-}
-
-impl IngestSummary {
-    /// Adds another summary's counts to this one.
-    pub fn add(&mut self, o: &IngestSummary) {
-        self.records += o.records;
-        self.accepted += o.accepted;
-        self.already_seen += o.already_seen;
-        self.dead_lettered += o.dead_lettered;
-        self.files_written += o.files_written;
-        self.bytes_written += o.bytes_written;
-        self.partitions += o.partitions;
-        self.conflicts += o.conflicts;
-        self.newest_timestamp_ms = self.newest_timestamp_ms.max(o.newest_timestamp_ms);
-        for (k, n) in &o.dead_letters_by_kind {
-            *self.dead_letters_by_kind.entry(k.clone()).or_default() += n;
-        }
-    }
-
-    /// One line for humans.
-    pub fn line(&self) -> String {
-        format!(
-            "records={} accepted={} already_seen={} dead_lettered={} files_written={} bytes_written={} partitions={}",
-            self.records,
-            self.accepted,
-            self.already_seen,
-            self.dead_lettered,
-            self.files_written,
-            self.bytes_written,
-            self.partitions
-        )
-    }
-}
 
 /// A table fed by a topic, with what decoding and writing it needs.
 pub(crate) struct TopicTable {
@@ -105,7 +54,7 @@ pub struct Ingestor {
     topics: HashMap<String, TopicTable>,
     dead_letters: Arc<TableLayout>,
     dead_letter_location: String,
-    max_record_bytes: usize,
+    options: IngestOptions,
     warehouse: Warehouse,
     state: Arc<dyn StateStore>,
     props: WriterProperties,
@@ -122,6 +71,18 @@ impl Ingestor {
             &backend.namespace,
         )?
         .with_clock(backend.clock.clone()))
+    }
+
+    /// The same ingestor with other options.
+    pub fn with_options(mut self, options: IngestOptions) -> Ingestor {
+        self.props = encode::micro_file_properties_at(options.zstd_level);
+        self.options = options;
+        self
+    }
+
+    /// The ingestor's options.
+    pub fn options(&self) -> &IngestOptions {
+        &self.options
     }
 
     /// The same ingestor on another clock.
@@ -153,10 +114,10 @@ impl Ingestor {
             topics,
             dead_letters: Arc::new(TableLayout::dead_letters()?),
             dead_letter_location: warehouse.table_location(namespace, DEAD_LETTER_TABLE),
-            max_record_bytes: spec.settings.max_record_bytes,
+            options: IngestOptions::for_spec(spec),
             warehouse,
             state,
-            props: writer::micro_file_properties(),
+            props: encode::micro_file_properties(),
             clock: crate::clock::system(),
         })
     }
@@ -218,7 +179,7 @@ impl Ingestor {
             newest_timestamp_ms: records.iter().map(|r| r.timestamp).max(),
             ..Default::default()
         };
-        for attempt in 0..MAX_ATTEMPTS {
+        for attempt in 0..self.options.max_attempts {
             if attempt > 0 {
                 // Two invocations that collided must not collide again in lockstep.
                 tokio::time::sleep(backoff(attempt)).await;
@@ -274,7 +235,7 @@ impl Ingestor {
         }
         Err(Error::CheckpointContention {
             source_partition: source.to_string(),
-            attempts: MAX_ATTEMPTS,
+            attempts: self.options.max_attempts,
         })
     }
 
@@ -328,9 +289,15 @@ impl Ingestor {
         last: i64,
     ) -> Result<(Vec<EncodedFile>, records::Decoded)> {
         let table = self.topics.get(&source.topic);
-        let mut dead = DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
-        let decoded =
-            records::decode_records(table, records, source, self.max_record_bytes, &mut dead)?;
+        let mut dead =
+            DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
+        let decoded = records::decode_records(
+            table,
+            records,
+            source,
+            self.options.max_record_bytes,
+            &mut dead,
+        )?;
         let stem = format!(
             "{}-{}-{first:020}-{last:020}",
             crate::partition::topic_in_name(&source.topic),
@@ -338,11 +305,11 @@ impl Ingestor {
         );
         let mut files = Vec::new();
         if let (Some(rows), Some(t)) = (&decoded.rows, table) {
-            files.extend(writer::encode(&t.layout, rows, &t.location, &stem, &self.props).await?);
+            files.extend(encode::encode(&t.layout, rows, &t.location, &stem, &self.props).await?);
         }
         if let Some(rows) = &decoded.dead_letters {
             files.extend(
-                writer::encode(
+                encode::encode(
                     &self.dead_letters,
                     rows,
                     &self.dead_letter_location,
@@ -392,7 +359,7 @@ impl Ingestor {
         };
         let json = serde_json::to_vec(&batch.files)
             .map_err(|e| Error::Internal(format!("pending files: {e}")))?;
-        if json.len() > MAX_INLINE_FILES_BYTES {
+        if json.len() > self.options.max_inline_files_bytes {
             let hash = xxhash_rust::xxh3::xxh3_64(&json);
             let location = format!(
                 "{}/_pending/{}/{}/{first:020}-{last:020}-{hash:016x}.json",
@@ -466,6 +433,24 @@ mod tests {
             r#"{{"records":{{"orders-0":[{{"topic":"orders","partition":{partition},"offset":{offset},"timestamp":1}}]}}}}"#
         ))
         .expect("event")
+    }
+
+    #[test]
+    fn options_come_from_the_spec_and_the_environment() {
+        let spec = PipelineSpec::parse(crate::config::BUILTIN_PIPELINE, std::path::Path::new("p"))
+            .expect("spec");
+        let o = IngestOptions::from_lookup(&spec, |k| match k {
+            "STREAMTABLE_INGEST_ZSTD_LEVEL" => Some("3".into()),
+            _ => None,
+        })
+        .expect("options");
+        assert_eq!((o.zstd_level, o.max_attempts), (3, MAX_ATTEMPTS));
+        assert_eq!(o.max_record_bytes, spec.settings.max_record_bytes);
+        let err = IngestOptions::from_lookup(&spec, |k| {
+            (k == "STREAMTABLE_INGEST_MAX_ATTEMPTS").then(|| "0".into())
+        })
+        .expect_err("zero attempts");
+        assert!(err.to_string().contains("from 1 to 100"), "{err}");
     }
 
     #[test]

@@ -93,20 +93,30 @@ pub struct TableSpec {
 /// One column: where its value comes from in the JSON record and what type it has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColumnSpec {
+    /// Column name (lowercase identifier).
     pub name: String,
+    /// Its type.
     pub column_type: ColumnType,
+    /// Where its value is in the JSON record.
     pub path: JsonPath,
+    /// Whether a record without a value for it is rejected.
     pub required: bool,
 }
 
 /// The column types a spec may use (all supported by Athena and Glue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnType {
+    /// UTF-8 text.
     String,
+    /// 32-bit signed integer.
     Int,
+    /// 64-bit signed integer.
     Long,
+    /// 32-bit float.
     Float,
+    /// 64-bit float.
     Double,
+    /// `true` or `false`.
     Boolean,
     /// Days since 1970-01-01; JSON `"YYYY-MM-DD"`.
     Date,
@@ -114,7 +124,9 @@ pub enum ColumnType {
     Timestamp,
     /// Exact decimal; JSON number or numeric string.
     Decimal {
+        /// Total digits, 1 to 38.
         precision: u8,
+        /// Digits after the point, at most the precision.
         scale: u8,
     },
 }
@@ -213,7 +225,9 @@ impl fmt::Display for JsonPath {
 /// A partition field: a transform of a source column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionField {
+    /// The Iceberg transform.
     pub transform: iceberg::spec::Transform,
+    /// The column it applies to.
     pub source: String,
 }
 

@@ -1,10 +1,119 @@
-//! The [`StateStore`](crate::checkpoint::StateStore) implementations: DynamoDB on AWS, SQLite on
-//! the embedded backend.
+//! State kept between invocations, behind small traits, with one adapter per backend: DynamoDB
+//! on AWS ([`DynamoStateStore`], feature `aws`), SQLite on the embedded backend
+//! ([`SqliteStateStore`]).
+//!
+//! - [`CheckpointStore`]: each topic-partition's checkpoint and the pending batches ingest
+//!   records with it (one conditional write), read back by the commit stage;
+//! - [`CommitLog`]: the commit stage's intent, so a crashed commit is finished, not repeated;
+//! - [`Locks`]: leases that keep two replays of one partition apart;
+//! - [`StateStore`]: all three, plus the upgrade of state an earlier release wrote.
 
 #[cfg(feature = "aws")]
 pub mod dynamodb;
 pub mod sqlite;
 
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
+};
+use crate::error::Result;
 #[cfg(feature = "aws")]
 pub use dynamodb::DynamoStateStore;
 pub use sqlite::SqliteStateStore;
+
+/// Checkpoints and pending batches.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync {
+    /// The checkpoint of a partition ([`Checkpoint::INITIAL`] if none).
+    async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint>;
+
+    /// Moves the checkpoint from `from` to `to_next_offset` and records `batch`, atomically,
+    /// if and only if the checkpoint is still at `from.version`.
+    async fn advance(
+        &self,
+        source: &SourcePartition,
+        from: Checkpoint,
+        to_next_offset: i64,
+        batch: &PendingBatch,
+    ) -> Result<Advance>;
+
+    /// Records `batch` as pending without moving the checkpoint (records replayed from below
+    /// it), if and only if `holder` still holds lock `lock`. `Ok(false)` when it does not.
+    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool>;
+
+    /// Pending batches in [`BatchKey::sort_key`] order (oldest first), after `after`, at most
+    /// `limit` (readable or not).
+    async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage>;
+
+    /// Every readable pending batch, oldest first (pages through
+    /// [`CheckpointStore::pending_page`]).
+    async fn pending(&self) -> Result<Vec<PendingBatch>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.pending_page(after.as_deref(), 1000).await?;
+            out.extend(page.batches);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// The given batches, those still pending, oldest first.
+    async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage>;
+}
+
+/// A commit about to happen: which pending batches it covers. Written before any table is
+/// committed, removed (with the batches) after every table is; a crashed commit is resumed from
+/// it. Each table's snapshot carries `{id}/{table}` as its commit id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitIntent {
+    /// Unique id; each table's snapshot carries `{id}/{table}`.
+    pub id: String,
+    /// When the intent was written, epoch milliseconds.
+    pub created_at_ms: i64,
+    /// The batches the commit covers.
+    pub batches: Vec<BatchKey>,
+}
+
+/// The commit stage's intent: one at a time.
+#[async_trait]
+pub trait CommitLog: Send + Sync {
+    /// The commit intent left by a commit that has not finished, if any.
+    async fn commit_intent(&self) -> Result<Option<CommitIntent>>;
+
+    /// Records `intent` unless one exists already (`Ok(false)`): one commit at a time.
+    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool>;
+
+    /// Removes the intent's pending batches, then the intent itself.
+    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()>;
+}
+
+/// Named leases.
+#[async_trait]
+pub trait Locks: Send + Sync {
+    /// Takes the named lock for `holder` until `expires_at_ms`, if it is free or expired.
+    async fn try_lock(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool>;
+
+    /// Releases the named lock if `holder` still holds it.
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()>;
+}
+
+/// All the state of a pipeline, in one store.
+#[async_trait]
+pub trait StateStore: CheckpointStore + CommitLog + Locks {
+    /// Brings state written by an earlier release to this release's layout. Idempotent; the
+    /// scheduled stage calls it at the start of every run. Returns the items moved.
+    async fn upgrade(&self, _now_ms: i64) -> Result<u64> {
+        Ok(0)
+    }
+}

@@ -11,10 +11,10 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::checkpoint::{
-    Advance, BatchKey, Checkpoint, CommitIntent, PendingBatch, PendingPage, SourcePartition,
-    StateStore,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
 };
 use crate::error::{Error, Result};
+use crate::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -178,7 +178,7 @@ fn read_page(
 }
 
 #[async_trait]
-impl StateStore for SqliteStateStore {
+impl CheckpointStore for SqliteStateStore {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         let source = source.clone();
         self.with_conn(move |conn, path| {
@@ -198,7 +198,6 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
-
     async fn advance(
         &self,
         source: &SourcePartition,
@@ -252,7 +251,6 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
-
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
         let after = after.unwrap_or_default().to_string();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -279,7 +277,6 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
-
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
         let keys = keys.to_vec();
         self.with_conn(move |conn, path| {
@@ -304,41 +301,6 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
-
-    async fn try_lock(
-        &self,
-        name: &str,
-        holder: &str,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<bool> {
-        let (name, holder) = (name.to_string(), holder.to_string());
-        self.with_conn(move |conn, path| {
-            conn.execute(
-                "INSERT INTO locks (name, holder, expires_at_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at_ms = excluded.expires_at_ms
-                 WHERE locks.expires_at_ms < ?4 OR locks.holder = excluded.holder",
-                params![name, holder, expires_at_ms, now_ms],
-            )
-            .map(|n| n == 1)
-            .map_err(|e| db_error("take lock", path, e))
-        })
-        .await
-    }
-
-    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
-        let (name, holder) = (name.to_string(), holder.to_string());
-        self.with_conn(move |conn, path| {
-            conn.execute(
-                "DELETE FROM locks WHERE name = ?1 AND holder = ?2",
-                params![name, holder],
-            )
-            .map(|_| ())
-            .map_err(|e| db_error("release lock", path, e))
-        })
-        .await
-    }
-
     async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
         let batch = batch.clone();
         let files = serde_json::to_string(&batch.files)
@@ -368,7 +330,10 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl CommitLog for SqliteStateStore {
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
         self.with_conn(|conn, path| {
             let row = conn
@@ -401,7 +366,6 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
-
     async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
         let batches = serde_json::to_string(&intent.batches)
             .map_err(|e| Error::Internal(format!("serialize commit intent: {e}")))?;
@@ -416,7 +380,6 @@ impl StateStore for SqliteStateStore {
         })
         .await
     }
-
     async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
         let intent = intent.clone();
         self.with_conn(move |conn, path| {
@@ -441,3 +404,42 @@ impl StateStore for SqliteStateStore {
         .await
     }
 }
+
+#[async_trait]
+impl Locks for SqliteStateStore {
+    async fn try_lock(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.with_conn(move |conn, path| {
+            conn.execute(
+                "INSERT INTO locks (name, holder, expires_at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at_ms = excluded.expires_at_ms
+                 WHERE locks.expires_at_ms < ?4 OR locks.holder = excluded.holder",
+                params![name, holder, expires_at_ms, now_ms],
+            )
+            .map(|n| n == 1)
+            .map_err(|e| db_error("take lock", path, e))
+        })
+        .await
+    }
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.with_conn(move |conn, path| {
+            conn.execute(
+                "DELETE FROM locks WHERE name = ?1 AND holder = ?2",
+                params![name, holder],
+            )
+            .map(|_| ())
+            .map_err(|e| db_error("release lock", path, e))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl StateStore for SqliteStateStore {}

@@ -24,7 +24,9 @@ pub const DEFAULT_NAMESPACE: &str = "streamtable";
 /// An object in the warehouse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
+    /// Its location (`s3://…` or an absolute path).
     pub location: String,
+    /// Its size in bytes.
     pub size: u64,
     /// Last modification, epoch milliseconds.
     pub modified_ms: i64,

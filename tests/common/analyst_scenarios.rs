@@ -6,7 +6,7 @@ use streamtable::commit::commit_pending;
 use streamtable::query::{QueryEngine, TimeTravel};
 use streamtable::scheduled;
 
-use super::table_scenarios::opts;
+use super::table_scenarios::sched;
 use super::{Harness, event, records};
 
 /// Every row of `table` through `streamtable query`, in the canonical form of
@@ -91,7 +91,7 @@ pub async fn query_agrees_with_pyiceberg_on_every_table(h: &Harness) {
         .handle(&event(&batch_with_bad_records()))
         .await
         .expect("ingest");
-    scheduled::run(&h.backend, &h.tables(), &opts())
+    scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("run");
     let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
@@ -184,7 +184,7 @@ pub async fn queries_are_read_only_and_errors_point_at_the_mistake(h: &Harness) 
         .handle(&event(&records("orders", 0, 0..5)))
         .await
         .expect("ingest");
-    scheduled::run(&h.backend, &h.tables(), &opts())
+    scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("run");
     let (before, _) = h
@@ -238,14 +238,14 @@ pub async fn dashboards_render_every_chart(h: &Harness) {
         .handle(&event(&batch_with_bad_records()))
         .await
         .expect("ingest");
-    scheduled::run(&h.backend, &h.tables(), &opts())
+    scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("run");
     let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
         .await
         .expect("engine");
     let mut results = Vec::new();
-    for d in streamtable::dashboard::load(None).expect("dashboards") {
+    for d in streamtable::cli::dashboard::load(None).expect("dashboards") {
         let batches = engine
             .query(&d.sql)
             .await
@@ -257,7 +257,7 @@ pub async fn dashboards_render_every_chart(h: &Harness) {
         );
         results.push((d, batches));
     }
-    let html = streamtable::dashboard::render_html(&results, "test").expect("html");
+    let html = streamtable::cli::dashboard::render_html(&results, "test").expect("html");
     let charts: usize = results.iter().map(|(d, _)| d.y.len()).sum();
     assert_eq!(html.matches("<svg").count(), charts);
     for (d, _) in &results {
@@ -281,7 +281,7 @@ pub async fn every_table_is_athena_compatible(h: &Harness) {
         .handle(&event(&batch_with_bad_records()))
         .await
         .expect("ingest");
-    scheduled::run(&h.backend, &h.tables(), &opts())
+    scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("run");
     for name in h

@@ -18,10 +18,10 @@ use iceberg::spec::TableMetadata;
 use serde::{Deserialize, Serialize};
 use streamtable::catalog::{Pointer, PointerStore};
 use streamtable::checkpoint::{
-    Advance, BatchKey, Checkpoint, CommitIntent, PendingBatch, PendingPage, SourcePartition,
-    StateStore,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
 };
 use streamtable::generate::Rng;
+use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::storage::{ObjectInfo, ObjectStore};
 use streamtable::{Error, Result};
 
@@ -123,7 +123,7 @@ pub struct ChaosState {
 }
 
 #[async_trait]
-impl StateStore for ChaosState {
+impl CheckpointStore for ChaosState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         chaotic!(self.chaos, "read checkpoint", self.inner.checkpoint(source))
     }
@@ -151,6 +151,18 @@ impl StateStore for ChaosState {
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
         chaotic!(self.chaos, "read batches", self.inner.batches(keys))
     }
+    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
+        chaotic!(
+            self.chaos,
+            "add pending",
+            mutating,
+            self.inner.add_pending(batch, lock, holder)
+        )
+    }
+}
+
+#[async_trait]
+impl CommitLog for ChaosState {
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
         chaotic!(self.chaos, "read intent", self.inner.commit_intent())
     }
@@ -170,6 +182,10 @@ impl StateStore for ChaosState {
             self.inner.finish_commit(intent)
         )
     }
+}
+
+#[async_trait]
+impl Locks for ChaosState {
     async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, until: i64) -> Result<bool> {
         chaotic!(
             self.chaos,
@@ -186,14 +202,10 @@ impl StateStore for ChaosState {
             self.inner.unlock(name, holder)
         )
     }
-    async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
-        chaotic!(
-            self.chaos,
-            "add pending",
-            mutating,
-            self.inner.add_pending(batch, lock, holder)
-        )
-    }
+}
+
+#[async_trait]
+impl StateStore for ChaosState {
     async fn upgrade(&self, now_ms: i64) -> Result<u64> {
         chaotic!(self.chaos, "upgrade", mutating, self.inner.upgrade(now_ms))
     }

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use streamtable::checkpoint::{
-    Advance, BatchKey, Checkpoint, CommitIntent, PendingBatch, PendingPage, SourcePartition,
-    StateStore,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
 };
+use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::{Error, Result};
 
 type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -49,11 +49,10 @@ fn crash_error() -> Error {
 }
 
 #[async_trait]
-impl StateStore for FaultyState {
+impl CheckpointStore for FaultyState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         self.inner.checkpoint(source).await
     }
-
     async fn advance(
         &self,
         source: &SourcePartition,
@@ -96,39 +95,25 @@ impl StateStore for FaultyState {
             }
         }
     }
-
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
         self.inner.pending_page(after, limit).await
     }
-
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
         self.inner.batches(keys).await
     }
-
-    async fn upgrade(&self, now_ms: i64) -> Result<u64> {
-        self.inner.upgrade(now_ms).await
-    }
-
-    async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, until: i64) -> Result<bool> {
-        self.inner.try_lock(name, holder, now_ms, until).await
-    }
-
-    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
-        self.inner.unlock(name, holder).await
-    }
-
     async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
         self.inner.add_pending(batch, lock, holder).await
     }
+}
 
+#[async_trait]
+impl CommitLog for FaultyState {
     async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
         self.inner.commit_intent().await
     }
-
     async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
         self.inner.begin_commit(intent).await
     }
-
     async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
         let crash = {
             let mut faults = self.faults.lock().expect("faults");
@@ -144,6 +129,23 @@ impl StateStore for FaultyState {
             return Err(crash_error());
         }
         self.inner.finish_commit(intent).await
+    }
+}
+
+#[async_trait]
+impl Locks for FaultyState {
+    async fn try_lock(&self, name: &str, holder: &str, now_ms: i64, until: i64) -> Result<bool> {
+        self.inner.try_lock(name, holder, now_ms, until).await
+    }
+    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
+        self.inner.unlock(name, holder).await
+    }
+}
+
+#[async_trait]
+impl StateStore for FaultyState {
+    async fn upgrade(&self, now_ms: i64) -> Result<u64> {
+        self.inner.upgrade(now_ms).await
     }
 }
 

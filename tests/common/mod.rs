@@ -20,12 +20,13 @@ use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use streamtable::checkpoint::{PendingFile, StateStore};
+use streamtable::checkpoint::PendingFile;
 use streamtable::config::{Backend, BackendConfig};
 use streamtable::esm::EsmEvent;
 use streamtable::generate::{EventFactory, SourceRecord, esm_event};
 use streamtable::ingest::Ingestor;
 use streamtable::spec::PipelineSpec;
+use streamtable::state::StateStore;
 
 /// A connected backend plus the example pipeline spec.
 pub struct Harness {

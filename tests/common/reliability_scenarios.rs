@@ -9,7 +9,7 @@ use streamtable::scheduled;
 use streamtable::spec::PipelineSpec;
 
 use super::faults::FaultyPointers;
-use super::table_scenarios::{check_table, operations, opts};
+use super::table_scenarios::{check_table, operations, opts, sched};
 use super::{Harness, event, records};
 
 fn order(created_at: &str) -> Vec<u8> {
@@ -54,7 +54,7 @@ pub async fn values_readers_cannot_hold_are_dead_letters(h: &Harness) {
         dead[4].message
     );
 
-    scheduled::run(&h.backend, &h.tables(), &opts())
+    scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("scheduled run");
     check_table(h, "orders", &[json!([0, 0]), json!([0, 6]), json!([0, 7])]);
@@ -229,7 +229,7 @@ pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let run = tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        scheduled::run_until(&h.backend, &tables, &opts(), deadline),
+        scheduled::run_until(&h.backend, &tables, &sched(), deadline),
     )
     .await
     .expect("the run ends while batches keep arriving")
@@ -257,7 +257,7 @@ pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
     let mut left = 1;
     let mut maintained = false;
     for _ in 0..20 {
-        let r = scheduled::run(&h.backend, &tables, &opts())
+        let r = scheduled::run(&h.backend, &tables, &sched())
             .await
             .expect("run");
         left = r.commit.backlog.batches + u64::from(r.commit.backlog.more);
@@ -403,7 +403,7 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
         .await
         .expect("ingest");
 
-    let run = scheduled::run(&h.backend, &tables, &opts())
+    let run = scheduled::run(&h.backend, &tables, &sched())
         .await
         .expect("run");
     let blocked: Vec<&str> = run
@@ -449,7 +449,7 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
         .handle(&event(&records("payments", 0, 10..20)))
         .await
         .expect("ingest");
-    let run = scheduled::run(&h.backend, &h.tables(), &opts())
+    let run = scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("run");
     let refused = run
@@ -463,7 +463,7 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
 
     // Back to day(): the files written for hour() are still not registered under day().
     h.spec = day_spec;
-    let run = scheduled::run(&h.backend, &h.tables(), &opts())
+    let run = scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("run");
     let hour_files = run
@@ -660,7 +660,7 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
     })
     .to_string();
     h.ingestor().handle(&c).await.expect("c");
-    scheduled::run(&h.backend, &tables, &opts())
+    scheduled::run(&h.backend, &tables, &sched())
         .await
         .expect("run");
 
@@ -699,7 +699,7 @@ pub async fn a_batch_given_up_on_is_replayed_exactly_once(h: &Harness) {
             (0, 0, 20)
         );
     }
-    scheduled::run(&h.backend, &tables, &opts())
+    scheduled::run(&h.backend, &tables, &sched())
         .await
         .expect("run");
     let again = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event)

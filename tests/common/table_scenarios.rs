@@ -53,6 +53,10 @@ pub fn opts() -> CompactOptions {
     CompactOptions::default()
 }
 
+pub fn sched() -> streamtable::scheduled::ScheduledOptions {
+    streamtable::scheduled::ScheduledOptions::default()
+}
+
 fn mixed_batch() -> Vec<SourceRecord> {
     let mut recs = records("orders", 0, 0..30);
     recs.extend(records("orders", 1, 0..20));
@@ -67,7 +71,7 @@ pub async fn committed_tables_read_back_through_pyiceberg_and_duckdb(h: &Harness
         .handle(&event(&mixed_batch()))
         .await
         .expect("ingest");
-    let report = scheduled::run(&h.backend, &h.tables(), &opts())
+    let report = scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("scheduled run");
     assert_eq!(report.commit.batches, 4);
@@ -92,7 +96,7 @@ pub async fn committed_tables_read_back_through_pyiceberg_and_duckdb(h: &Harness
     assert_eq!(dead["columns"][0], "topic");
 
     // A second run has nothing to do and adds no snapshot.
-    let again = scheduled::run(&h.backend, &h.tables(), &opts())
+    let again = scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("second run");
     assert_eq!(again.commit.batches, 0);
@@ -105,7 +109,7 @@ pub async fn committed_tables_read_back_through_pyiceberg_and_duckdb(h: &Harness
 
 /// Every table is created on first use, empty tables included, with the spec's layout.
 pub async fn tables_are_created_on_first_use(h: &Harness) {
-    scheduled::run(&h.backend, &h.tables(), &opts())
+    scheduled::run(&h.backend, &h.tables(), &sched())
         .await
         .expect("scheduled run");
     for t in ["orders", "payments", "readings", "dead_letters"] {
@@ -298,11 +302,11 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
         .into_iter()
         .map(|o| o.location)
         .collect();
-    let aggressive = CompactOptions {
+    let aggressive = streamtable::maintenance::MaintenanceOptions {
         keep_last_snapshots: 1,
         snapshot_retention_ms: 0,
         orphan_grace_ms: -60_000,
-        ..opts()
+        ..Default::default()
     };
     let report = maintain_all(&h.backend, &tables, &aggressive)
         .await

@@ -1,114 +1,21 @@
-//! Maintenance: expire old snapshots and delete what nothing references any more.
-//!
-//! - Expiry keeps the last N snapshots and every snapshot younger than the retention period
-//!   (Iceberg's `expire_snapshots`, metadata only), then deletes the manifest lists, manifests
-//!   and data files that only the expired snapshots referenced.
-//! - Orphan clean-up deletes files under a table's location that no snapshot, no metadata log
-//!   entry and no pending batch references, once they are older than a grace period: the files
-//!   of crashed or losing invocations, and of lost commit races. References are read after the
-//!   listing, an ingest file is only a candidate once its partition's checkpoint has passed its
-//!   last offset (no retry can register it any more), and each object's age is looked at again
-//!   right before it is deleted.
-//! - Manifest merge rewrites the current snapshot's manifests into one per partition spec when
-//!   there are too many (every commit adds one).
-//!
-//! Nothing a retained snapshot or a pending batch references is ever deleted.
+//! Orphan clean-up: deleting what nothing references, never what a retry may still register.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
 
 use iceberg::spec::SnapshotRef;
-use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use serde::Serialize;
 
+use super::{MaintenanceOptions, TableMaintenance, referenced};
 use crate::checkpoint::SourcePartition;
 use crate::commit::resolve_files;
-use crate::compact::replace::{ReplaceOutcome, commit_replace};
-use crate::compact::{CompactOptions, files};
 use crate::config::Backend;
-use crate::error::{Error, Result};
-use crate::scheduled::Failure;
+use crate::error::Result;
 use crate::storage::ObjectInfo;
-use crate::tables::TableSet;
-
-/// What maintenance did to one table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TableMaintenance {
-    pub table: String,
-    pub snapshots_expired: u64,
-    pub files_deleted: u64,
-    pub orphans_deleted: u64,
-    pub manifests_merged: u64,
-}
-
-/// Runs maintenance on every table; the first failure is returned (see
-/// [`maintain_all_until`] for the scheduled stage's isolated form).
-pub async fn maintain_all(
-    backend: &Backend,
-    tables: &TableSet,
-    options: &CompactOptions,
-) -> Result<Vec<TableMaintenance>> {
-    let far = Instant::now() + std::time::Duration::from_secs(24 * 3600);
-    let (done, failures) = maintain_all_until(backend, tables, options, far, true).await;
-    match failures.into_iter().next() {
-        Some(f) => Err(Error::Internal(format!(
-            "maintenance of {} failed: {}",
-            f.table.unwrap_or_default(),
-            f.error
-        ))),
-        None => Ok(done),
-    }
-}
-
-/// Runs maintenance on every table until `deadline` (a table is not started after it), then
-/// removes spilled pending-file lists no batch needs. Snapshots are expired only when `expire`
-/// (no commit intent is left that may still look for its snapshot). A table that fails is
-/// reported and the others go on.
-pub async fn maintain_all_until(
-    backend: &Backend,
-    tables: &TableSet,
-    options: &CompactOptions,
-    deadline: Instant,
-    expire: bool,
-) -> (Vec<TableMaintenance>, Vec<Failure>) {
-    let mut out = Vec::new();
-    let mut failures = Vec::new();
-    for name in tables.tables.keys() {
-        if Instant::now() >= deadline {
-            tracing::info!("maintenance time of this run used up; the rest waits for the next run");
-            break;
-        }
-        let ident = tables.ident(name);
-        let mut report = TableMaintenance {
-            table: name.clone(),
-            ..Default::default()
-        };
-        let done = async {
-            if backend.catalog.load(&ident).await?.is_none() {
-                return Ok(false);
-            }
-            merge_manifests(backend, &ident, options, &mut report).await?;
-            if expire {
-                expire_snapshots(backend, &ident, options, backend.clock.now_ms(), &mut report).await?;
-            }
-            remove_orphans(backend, &ident, options, &mut report).await?;
-            Ok::<_, Error>(true)
-        };
-        match done.await {
-            Ok(true) => out.push(report),
-            Ok(false) => {}
-            Err(e) => failures.push(Failure::new("maintenance", Some(name), None, &e)),
-        }
-    }
-    if let Err(e) = remove_spilled_lists(backend, options).await {
-        failures.push(Failure::new("maintenance", None, None, &e));
-    }
-    (out, failures)
-}
 
 /// Spilled file lists (`_pending/…`) of batches that were committed.
-async fn remove_spilled_lists(backend: &Backend, options: &CompactOptions) -> Result<()> {
+pub(super) async fn remove_spilled_lists(
+    backend: &Backend,
+    options: &MaintenanceOptions,
+) -> Result<()> {
     let root = format!("{}/_pending/", backend.warehouse.root());
     let candidates = old_objects(backend, &root, options).await?;
     if candidates.is_empty() {
@@ -130,7 +37,7 @@ async fn remove_spilled_lists(backend: &Backend, options: &CompactOptions) -> Re
 async fn old_objects(
     backend: &Backend,
     prefix: &str,
-    options: &CompactOptions,
+    options: &MaintenanceOptions,
 ) -> Result<Vec<ObjectInfo>> {
     let now = backend.clock.now_ms();
     Ok(backend
@@ -147,7 +54,7 @@ async fn old_objects(
 async fn delete_if_still_old(
     backend: &Backend,
     location: &str,
-    options: &CompactOptions,
+    options: &MaintenanceOptions,
 ) -> Result<bool> {
     match backend.warehouse.stat(location).await? {
         Some(o) if backend.clock.now_ms() - o.modified_ms > options.orphan_grace_ms => {
@@ -275,118 +182,10 @@ fn ingest_name(location: &str) -> IngestName {
     }
 }
 
-async fn merge_manifests(
+pub(super) async fn remove_orphans(
     backend: &Backend,
     ident: &iceberg::TableIdent,
-    options: &CompactOptions,
-    report: &mut TableMaintenance,
-) -> Result<()> {
-    let Some((table, _)) = backend.catalog.load(ident).await? else {
-        return Ok(());
-    };
-    let Some(current) = table.metadata().current_snapshot() else {
-        return Ok(());
-    };
-    let list = table
-        .manifest_list_reader(current)
-        .load()
-        .await
-        .map_err(|e| Error::iceberg(format!("manifest list of {ident}"), e))?;
-    let count = list.entries().len();
-    if count <= options.max_manifests {
-        return Ok(());
-    }
-    let props = HashMap::from([(
-        "streamtable.operation".to_string(),
-        "merge-manifests".to_string(),
-    )]);
-    if let ReplaceOutcome::Committed(_) =
-        commit_replace(&backend.catalog, ident, &HashSet::new(), &[], &props).await?
-    {
-        report.manifests_merged = count as u64;
-    }
-    Ok(())
-}
-
-/// Paths a set of snapshots references: manifest lists, manifests, and every file their
-/// manifests mention (whatever the entry status).
-async fn referenced(table: &Table, snapshots: &[SnapshotRef]) -> Result<HashSet<String>> {
-    let mut paths = HashSet::new();
-    let mut seen_manifests = HashSet::new();
-    for s in snapshots {
-        paths.insert(s.manifest_list().to_string());
-        let list = table
-            .manifest_list_reader(s)
-            .load()
-            .await
-            .map_err(|e| Error::iceberg(format!("manifest list {}", s.manifest_list()), e))?;
-        for m in list.entries() {
-            paths.insert(m.manifest_path.clone());
-            if !seen_manifests.insert(m.manifest_path.clone()) {
-                continue;
-            }
-            let manifest = m
-                .load_manifest(table.file_io())
-                .await
-                .map_err(|e| Error::iceberg(format!("manifest {}", m.manifest_path), e))?;
-            for e in manifest.entries() {
-                paths.insert(e.file_path().to_string());
-            }
-        }
-    }
-    Ok(paths)
-}
-
-async fn expire_snapshots(
-    backend: &Backend,
-    ident: &iceberg::TableIdent,
-    options: &CompactOptions,
-    now: i64,
-    report: &mut TableMaintenance,
-) -> Result<()> {
-    let Some((table, _)) = backend.catalog.load(ident).await? else {
-        return Ok(());
-    };
-    let cutoff = now - options.snapshot_retention_ms;
-    let mut snapshots: Vec<SnapshotRef> = table.metadata().snapshots().cloned().collect();
-    snapshots.sort_by_key(|s| std::cmp::Reverse(s.sequence_number()));
-    let expirable = snapshots
-        .iter()
-        .skip(options.keep_last_snapshots.max(1))
-        .filter(|s| s.timestamp_ms() < cutoff)
-        .count();
-    if expirable == 0 {
-        return Ok(());
-    }
-    let before = referenced(&table, &snapshots).await?;
-    let tx = Transaction::new(&table);
-    let action = tx
-        .expire_snapshots()
-        .expire_older_than_ms(cutoff)
-        .retain_last(options.keep_last_snapshots.max(1));
-    let tx = action
-        .apply(tx)
-        .map_err(|e| Error::iceberg(format!("expire snapshots of {ident}"), e))?;
-    let table = tx
-        .commit(&backend.catalog)
-        .await
-        .map_err(|e| Error::iceberg(format!("expire snapshots of {ident}"), e))?;
-    let retained: Vec<SnapshotRef> = table.metadata().snapshots().cloned().collect();
-    report.snapshots_expired = (snapshots.len() - retained.len()) as u64;
-    let after = referenced(&table, &retained).await?;
-    let doomed: Vec<&String> = before.difference(&after).collect();
-    for path in &doomed {
-        backend.warehouse.delete(path).await?;
-    }
-    report.files_deleted = doomed.len() as u64;
-    tracing::info!(table = %ident, expired = report.snapshots_expired, deleted = report.files_deleted, "expired snapshots");
-    Ok(())
-}
-
-async fn remove_orphans(
-    backend: &Backend,
-    ident: &iceberg::TableIdent,
-    options: &CompactOptions,
+    options: &MaintenanceOptions,
     report: &mut TableMaintenance,
 ) -> Result<()> {
     let Some((table, _)) = backend.catalog.load(ident).await? else {
@@ -430,15 +229,6 @@ async fn remove_orphans(
         tracing::info!(table = %ident, orphans = report.orphans_deleted, "removed orphan files");
     }
     Ok(())
-}
-
-/// Live data files of the current snapshot (for tools and tests).
-pub async fn live_files(table: &Table) -> Result<Vec<String>> {
-    Ok(files::load_current(table)
-        .await?
-        .live()
-        .map(|e| e.entry.file_path().to_string())
-        .collect())
 }
 
 #[cfg(test)]

@@ -11,10 +11,15 @@ use crate::error::Result;
 /// One table at its current snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TableInfo {
+    /// Table name.
     pub name: String,
+    /// Rows in the current snapshot.
     pub rows: u64,
+    /// Live data files.
     pub data_files: u64,
+    /// Bytes of the live data files.
     pub bytes: u64,
+    /// The current snapshot.
     pub snapshot_id: Option<i64>,
     /// When the current snapshot was committed, epoch milliseconds.
     pub last_snapshot_ms: Option<i64>,

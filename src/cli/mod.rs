@@ -1,4 +1,12 @@
-//! The CLI commands' bodies (the binary only parses arguments and maps errors to exit codes).
+//! The command line (`streamtable …`): the commands' bodies, the demo, the analyst's commands,
+//! dashboards and benchmarks. The binary (`src/main.rs`) only parses arguments and maps errors
+//! to exit codes. Compiled with the `cli` feature; the Lambda functions do not link it.
+
+pub mod analyst;
+pub mod bench;
+pub mod dashboard;
+pub mod demo;
+pub mod table_list;
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +33,8 @@ pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
 pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
-    let ingestor = Ingestor::new(&spec, &backend)?;
+    let ingestor = Ingestor::new(&spec, &backend)?
+        .with_options(crate::ingest::IngestOptions::from_env(&spec)?);
     for path in events {
         let event = read_event(path)?;
         let summary = ingestor.handle(&event).await?;
@@ -112,22 +121,20 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-/// Arguments of `streamtable compact`.
+/// Arguments of `streamtable scheduled`.
 #[derive(Debug, clap::Args)]
-pub struct CompactArgs {
+pub struct ScheduledArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
-/// `streamtable compact`: the scheduled stage, once.
-pub async fn compact(config: &Config, args: &CompactArgs) -> Result<()> {
+/// `streamtable scheduled`: the scheduled stage (commit, compaction, maintenance), once.
+pub async fn scheduled(config: &Config, args: &ScheduledArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
     let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
-    let options = crate::compact::CompactOptions::from_lookup(|k| {
-        std::env::var(k).ok().filter(|v| !v.is_empty())
-    })?;
+    let options = crate::scheduled::ScheduledOptions::from_env()?;
     let report = crate::scheduled::run(&backend, &tables, &options).await?;
     if args.json {
         println!(

@@ -28,26 +28,28 @@ use svg::{Series, X};
 pub const BUILTIN: [(&str, &str); 4] = [
     (
         "01_orders_per_minute_by_country",
-        include_str!("../../infra/dashboards/01_orders_per_minute_by_country.sql"),
+        include_str!("../../../infra/dashboards/01_orders_per_minute_by_country.sql"),
     ),
     (
         "02_payment_success_by_method",
-        include_str!("../../infra/dashboards/02_payment_success_by_method.sql"),
+        include_str!("../../../infra/dashboards/02_payment_success_by_method.sql"),
     ),
     (
         "03_temperature_by_site",
-        include_str!("../../infra/dashboards/03_temperature_by_site.sql"),
+        include_str!("../../../infra/dashboards/03_temperature_by_site.sql"),
     ),
     (
         "04_dead_letters_by_kind",
-        include_str!("../../infra/dashboards/04_dead_letters_by_kind.sql"),
+        include_str!("../../../infra/dashboards/04_dead_letters_by_kind.sql"),
     ),
 ];
 
 /// Line or bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChartKind {
+    /// A line per series over time.
     Line,
+    /// Bars per category.
     Bar,
 }
 
@@ -56,10 +58,15 @@ pub enum ChartKind {
 pub struct Dashboard {
     /// File stem, e.g. `02_payment_success_by_method`.
     pub name: String,
+    /// The chart's title.
     pub title: String,
+    /// Line or bar.
     pub chart: ChartKind,
+    /// The column on the x axis.
     pub x: String,
+    /// The columns on the y axis.
     pub y: Vec<String>,
+    /// The column whose values split the rows into series.
     pub series: Option<String>,
     /// The whole file (header comments included), as run.
     pub sql: String,

@@ -53,8 +53,15 @@ impl EncodedFile {
 /// Writer settings for micro-files: ZSTD level 1 with dictionaries (the fastest setting that
 /// still compresses well; compaction rewrites into large files later).
 pub fn micro_file_properties() -> WriterProperties {
+    micro_file_properties_at(1)
+}
+
+/// Writer settings for micro-files at ZSTD `level` (1 to 22; out-of-range levels become 1).
+pub fn micro_file_properties_at(level: i32) -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(level).unwrap_or_default(),
+        ))
         .build()
 }
 

@@ -27,16 +27,18 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, DeleteRequest, KeysAndAttributes, Put, TransactWriteItem,
-    Update, WriteRequest,
+    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
 };
 
 use crate::aws::SdkFault;
 use crate::checkpoint::{
-    Advance, BatchKey, Checkpoint, CommitIntent, PendingBatch, PendingPage, SourcePartition,
-    StateStore,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
 };
 use crate::error::{Error, Result};
+use crate::state::{CheckpointStore, CommitIntent};
+
+mod intents_and_locks;
+mod upgrade;
 
 /// DynamoDB state store.
 #[derive(Debug, Clone)]
@@ -243,108 +245,10 @@ impl DynamoStateStore {
             }
         }
     }
-
-    /// Moves pending items of the pre-0.2 layout (under the checkpoint's `pk`) to the sharded
-    /// layout, and rewrites a commit intent naming them. Returns the items moved.
-    async fn move_legacy_pending(&self) -> Result<u64> {
-        let build = |e: aws_sdk_dynamodb::error::BuildError| {
-            Error::Internal(format!("DynamoDB request: {e}"))
-        };
-        let mut moved: HashMap<(SourcePartition, i64), i64> = HashMap::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .filter_expression("begins_with(pk, :src) AND begins_with(sk, :p)")
-                .expression_attribute_values(":src", s("source#"))
-                .expression_attribute_values(":p", s("pending#"))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e)))?;
-            for item in page.items() {
-                let (Some(topic), Some(partition)) =
-                    (get_s(item, "topic"), get_n(item, "partition"))
-                else {
-                    continue;
-                };
-                let key = BatchKey {
-                    source: SourcePartition::new(topic, partition),
-                    first_offset: get_n(item, "first_offset").unwrap_or(0),
-                    created_at_ms: get_n(item, "created_at_ms").unwrap_or(0),
-                };
-                let mut new_item = item.clone();
-                new_item.extend(pending_item_key(&key));
-                let put = Put::builder()
-                    .table_name(&self.table)
-                    .set_item(Some(new_item))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(build)?;
-                if let Err(e) = self
-                    .client
-                    .transact_write_items()
-                    .transact_items(TransactWriteItem::builder().put(put).build())
-                    .send()
-                    .await
-                {
-                    let canceled = matches!(
-                        e.as_service_error(),
-                        Some(TransactWriteItemsError::TransactionCanceledException(_))
-                    );
-                    if !canceled {
-                        return Err(state_error(
-                            "upgrade layout",
-                            &self.table,
-                            SdkFault::from_sdk(&e),
-                        ));
-                    }
-                }
-                let mut old_key = HashMap::new();
-                for k in ["pk", "sk"] {
-                    if let Some(v) = item.get(k) {
-                        old_key.insert(k.to_string(), v.clone());
-                    }
-                }
-                self.client
-                    .delete_item()
-                    .table_name(&self.table)
-                    .set_key(Some(old_key))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e))
-                    })?;
-                moved.insert((key.source.clone(), key.first_offset), key.created_at_ms);
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
-        }
-        if let Some(mut intent) = self.commit_intent().await? {
-            let mut changed = false;
-            for b in &mut intent.batches {
-                if b.created_at_ms == 0
-                    && let Some(at) = moved.get(&(b.source.clone(), b.first_offset))
-                {
-                    b.created_at_ms = *at;
-                    changed = true;
-                }
-            }
-            if changed {
-                self.put_intent(&intent, "id = :id").await?;
-            }
-        }
-        Ok(moved.len() as u64)
-    }
 }
 
 #[async_trait]
-impl StateStore for DynamoStateStore {
+impl CheckpointStore for DynamoStateStore {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         let out = self
             .client
@@ -364,7 +268,6 @@ impl StateStore for DynamoStateStore {
             },
         })
     }
-
     async fn advance(
         &self,
         source: &SourcePartition,
@@ -440,7 +343,6 @@ impl StateStore for DynamoStateStore {
             }
         }
     }
-
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
         let limit = limit.max(1);
         let after = after.unwrap_or("");
@@ -468,7 +370,6 @@ impl StateStore for DynamoStateStore {
         }
         Ok(page)
     }
-
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
         let mut page = PendingPage::default();
         for chunk in keys.chunks(100) {
@@ -524,109 +425,6 @@ impl StateStore for DynamoStateStore {
         page.batches.sort_by_key(|b| b.key().sort_key());
         Ok(page)
     }
-
-    async fn upgrade(&self, now_ms: i64) -> Result<u64> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s("meta"))
-            .key("sk", s("layout"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| state_error("read layout", &self.table, SdkFault::from_sdk(&e)))?;
-        let since = match out.item() {
-            Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => {
-                get_n::<i64>(item, "since_ms").unwrap_or(0)
-            }
-            _ => {
-                self.client
-                    .put_item()
-                    .table_name(&self.table)
-                    .item("pk", s("meta"))
-                    .item("sk", s("layout"))
-                    .item("version", n(LAYOUT_VERSION))
-                    .item("since_ms", n(now_ms))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        state_error("write layout", &self.table, SdkFault::from_sdk(&e))
-                    })?;
-                now_ms
-            }
-        };
-        if now_ms - since > LEGACY_WINDOW_MS {
-            return Ok(0);
-        }
-        let moved = self.move_legacy_pending().await?;
-        if moved > 0 {
-            tracing::info!(moved, "moved pending batches of the previous layout");
-        }
-        Ok(moved)
-    }
-
-    async fn try_lock(
-        &self,
-        name: &str,
-        holder: &str,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<bool> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item("pk", s(format!("lock#{name}")))
-            .item("sk", s("lock"))
-            .item("holder", s(holder))
-            .item("expires_at_ms", n(expires_at_ms))
-            // DynamoDB's TTL removes forgotten locks eventually (seconds).
-            .item("expires_at", n(expires_at_ms / 1000 + 86_400))
-            .condition_expression(
-                "attribute_not_exists(pk) OR expires_at_ms < :now OR holder = :holder",
-            )
-            .expression_attribute_values(":now", n(now_ms))
-            .expression_attribute_values(":holder", s(holder))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let f = SdkFault::from_sdk(&e);
-                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
-                    Ok(false)
-                } else {
-                    Err(state_error("take lock", &self.table, f))
-                }
-            }
-        }
-    }
-
-    async fn unlock(&self, name: &str, holder: &str) -> Result<()> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s(format!("lock#{name}")))
-            .key("sk", s("lock"))
-            .condition_expression("holder = :holder")
-            .expression_attribute_values(":holder", s(holder))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let f = SdkFault::from_sdk(&e);
-                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
-                    Ok(()) // taken over after expiry, or already released
-                } else {
-                    Err(state_error("release lock", &self.table, f))
-                }
-            }
-        }
-    }
-
     async fn add_pending(&self, batch: &PendingBatch, lock: &str, holder: &str) -> Result<bool> {
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             Error::Internal(format!("DynamoDB request: {e}"))
@@ -660,115 +458,6 @@ impl StateStore for DynamoStateStore {
                     &self.table,
                     SdkFault::from_sdk(&e),
                 ))
-            }
-        }
-    }
-
-    async fn commit_intent(&self) -> Result<Option<CommitIntent>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s("commit"))
-            .key("sk", s("intent"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| state_error("read commit intent", &self.table, SdkFault::from_sdk(&e)))?;
-        let Some(item) = out.item() else {
-            return Ok(None);
-        };
-        let id = get_s(item, "id").unwrap_or_default().to_string();
-        let batches = serde_json::from_str(get_s(item, "batches").unwrap_or("[]"))
-            .map_err(|e| self.corrupt(format!("commit intent {id} is corrupt: {e}")))?;
-        Ok(Some(CommitIntent {
-            id,
-            created_at_ms: get_n(item, "created_at_ms").unwrap_or(0),
-            batches,
-        }))
-    }
-
-    async fn begin_commit(&self, intent: &CommitIntent) -> Result<bool> {
-        self.put_intent(intent, "attribute_not_exists(pk)").await
-    }
-
-    async fn finish_commit(&self, intent: &CommitIntent) -> Result<()> {
-        let build = |e: aws_sdk_dynamodb::error::BuildError| {
-            Error::Internal(format!("DynamoDB request: {e}"))
-        };
-        let mut requests = Vec::with_capacity(intent.batches.len());
-        for b in &intent.batches {
-            let delete = DeleteRequest::builder()
-                .set_key(Some(pending_item_key(b)))
-                .build()
-                .map_err(build)?;
-            requests.push(WriteRequest::builder().delete_request(delete).build());
-        }
-        for chunk in requests.chunks(25) {
-            let mut todo = chunk.to_vec();
-            for attempt in 0..8u32 {
-                if todo.is_empty() {
-                    break;
-                }
-                if attempt > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-                }
-                let out = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, todo.clone())
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        state_error(
-                            "remove pending batches",
-                            &self.table,
-                            SdkFault::from_sdk(&e),
-                        )
-                    })?;
-                todo = out
-                    .unprocessed_items()
-                    .and_then(|m| m.get(&self.table))
-                    .cloned()
-                    .unwrap_or_default();
-            }
-            if !todo.is_empty() {
-                return Err(Error::State {
-                    op: "remove pending batches",
-                    message: format!(
-                        "DynamoDB table {}: {} deletes stayed unprocessed",
-                        self.table,
-                        todo.len()
-                    ),
-                    retryable: true,
-                });
-            }
-        }
-        let removed = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s("commit"))
-            .key("sk", s("intent"))
-            .condition_expression("id = :id")
-            .expression_attribute_values(":id", s(&intent.id))
-            .send()
-            .await;
-        match removed {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let f = SdkFault::from_sdk(&e);
-                // The SDK's repeat of a delete that succeeded: the intent is gone either way.
-                if f.code.as_deref() == Some("ConditionalCheckFailedException")
-                    && self
-                        .commit_intent()
-                        .await?
-                        .is_none_or(|i| i.id != intent.id)
-                {
-                    Ok(())
-                } else {
-                    Err(state_error("remove commit intent", &self.table, f))
-                }
             }
         }
     }

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use super::{ReferenceArgs, Row, exe, f1};
-use crate::bench::{median, system};
+use crate::cli::bench::{median, system};
 use crate::config::Config;
 use crate::error::{Error, Result};
 

@@ -30,6 +30,7 @@ pub enum BenchCommand {
     #[command(hide = true)]
     IngestOnce {
         #[arg(long)]
+        /// The ESM event file to ingest.
         event: PathBuf,
         /// Print one JSON object instead of a sentence.
         #[arg(long)]
@@ -52,10 +53,13 @@ pub enum BenchCommand {
     #[command(hide = true)]
     CompactOnce {
         #[arg(long)]
+        /// Directory of the scratch embedded backend.
         home: PathBuf,
         #[arg(long)]
+        /// Megabytes of micro-files to compact.
         target_mb: u64,
         #[arg(long)]
+        /// Re-encode every row group (no byte-for-byte copies).
         reencode: bool,
         /// Print one JSON object instead of a sentence.
         #[arg(long)]

@@ -140,7 +140,7 @@ fn print_table(rows: &[Row]) {
             verdict.to_string(),
         ]
     }));
-    println!("\n{}", crate::overview::aligned(&cells));
+    println!("\n{}", crate::cli::table_list::aligned(&cells));
 }
 
 pub(super) fn f1(v: f64) -> String {

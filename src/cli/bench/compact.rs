@@ -103,7 +103,7 @@ pub(super) async fn prepare(
     let table = tables.ensure(&backend, "orders").await?;
     let layout = tables.get("orders")?.layout.clone();
     let location = table.metadata().location().to_string();
-    let props = crate::writer::micro_file_properties();
+    let props = crate::ingest::encode::micro_file_properties();
 
     let mut rng = Rng::new(11);
     let mut bytes_per_row = 30.0f64;
@@ -116,7 +116,7 @@ pub(super) async fn prepare(
         let rows = ((want / bytes_per_row) as usize).max(1000);
         let batch = orders_batch(&spec, &tables, &mut rng, rows_total, rows)?;
         let stem = format!("bench-{rows_total:012}");
-        for f in crate::writer::encode(&layout, &batch, &location, &stem, &props).await? {
+        for f in crate::ingest::encode::encode(&layout, &batch, &location, &stem, &props).await? {
             bytes_per_row = f.bytes.len() as f64 / rows as f64;
             total += f.bytes.len() as u64;
             backend

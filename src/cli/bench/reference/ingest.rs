@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use super::{ReferenceArgs, Row, check_count, exe, f1, json_of, num, parse, read, times};
-use crate::bench::{cpu_seconds, median};
+use crate::cli::bench::{cpu_seconds, median};
 use crate::cli::synthetic_records;
 use crate::clock::now_ms;
 use crate::config::{Backend, BackendConfig, Config};

@@ -6,7 +6,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::{ReferenceArgs, Row, json_of, num};
-use crate::bench::compact;
+use crate::cli::bench::compact;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

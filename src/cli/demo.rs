@@ -13,7 +13,6 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::checkpoint::SourcePartition;
 use crate::cli::synthetic_records;
 use crate::clock::now_ms;
-use crate::compact::CompactOptions;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, kafka_event};
@@ -198,7 +197,12 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     println!("2. commit, compact, maintain (the scheduled compaction Lambda)");
     let spinner = ProgressBar::new_spinner();
     spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-    let report = crate::scheduled::run(&backend, &tables, &CompactOptions::default()).await;
+    let report = crate::scheduled::run(
+        &backend,
+        &tables,
+        &crate::scheduled::ScheduledOptions::default(),
+    )
+    .await;
     spinner.finish_and_clear();
     for line in report?.lines() {
         println!("   {line}");
@@ -206,17 +210,17 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
 
     println!("3. the dashboard questions, answered by SQL over the Iceberg tables");
     let engine = QueryEngine::new(&backend, TimeTravel::Current).await?;
-    for d in crate::dashboard::load(Some(std::path::Path::new("infra/dashboards")))? {
+    for d in crate::cli::dashboard::load(Some(std::path::Path::new("infra/dashboards")))? {
         let batches = engine.query(&d.sql).await?;
         println!("\n   {}", d.title);
-        let last = d.chart == crate::dashboard::ChartKind::Line;
+        let last = d.chart == crate::cli::dashboard::ChartKind::Line;
         println!(
             "{}",
-            crate::analyst::render_limited(&batches, args.rows, last)?
+            crate::cli::analyst::render_limited(&batches, args.rows, last)?
         );
     }
-    let info = crate::overview::overview(&backend).await?;
-    println!("\n{}", crate::overview::render(&info, now_ms()));
+    let info = crate::cli::table_list::overview(&backend).await?;
+    println!("\n{}", crate::cli::table_list::render(&info, now_ms()));
     println!(
         "\ndone in {:.1} s. Next: streamtable query \"SELECT country, sum(amount) FROM orders GROUP BY 1\", \
          streamtable dashboard --out dashboard.html",

@@ -13,8 +13,11 @@ use crate::query::{QueryEngine, TimeTravel};
 /// Output format of `streamtable query`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// Aligned columns for a terminal.
     Table,
+    /// Comma-separated values with a header.
     Csv,
+    /// One JSON object per row.
     Json,
 }
 
@@ -95,7 +98,7 @@ pub async fn query(config: &Config, args: &QueryArgs) -> Result<()> {
 /// `streamtable tables`.
 pub async fn tables(config: &Config, json: bool) -> Result<()> {
     let backend = Backend::connect(&config.backend).await?;
-    let info = crate::overview::overview(&backend).await?;
+    let info = crate::cli::table_list::overview(&backend).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&info).map_err(fmt_err)?);
     } else if info.is_empty() {
@@ -103,7 +106,7 @@ pub async fn tables(config: &Config, json: bool) -> Result<()> {
             "no tables yet: run `streamtable compact` after ingesting (or `streamtable demo`)"
         );
     } else {
-        println!("{}", crate::overview::render(&info, now_ms()));
+        println!("{}", crate::cli::table_list::render(&info, now_ms()));
     }
     Ok(())
 }
@@ -124,18 +127,18 @@ pub async fn dashboard(config: &Config, args: &DashboardArgs) -> Result<()> {
     let backend = Backend::connect(&config.backend).await?;
     let engine = QueryEngine::new(&backend, TimeTravel::Current).await?;
     let mut results = Vec::new();
-    for d in crate::dashboard::load(Some(&args.dir))? {
+    for d in crate::cli::dashboard::load(Some(&args.dir))? {
         let batches = engine.query(&d.sql).await?;
         results.push((d, batches));
     }
     let subtitle = format!(
         "{} charts from {} tables in namespace {}, generated {}",
         results.iter().map(|(d, _)| d.y.len()).sum::<usize>(),
-        crate::overview::overview(&backend).await?.len(),
+        crate::cli::table_list::overview(&backend).await?.len(),
         backend.namespace,
         crate::generate::rfc3339_ms(now_ms())
     );
-    let html = crate::dashboard::render_html(&results, &subtitle)?;
+    let html = crate::cli::dashboard::render_html(&results, &subtitle)?;
     std::fs::write(&args.out, html).map_err(|e| Error::io("write dashboard", &args.out, e))?;
     println!(
         "wrote {} ({} dashboards)",

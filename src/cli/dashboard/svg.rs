@@ -18,15 +18,20 @@ const BOTTOM: f64 = 56.0;
 /// An x value: a time (epoch milliseconds), a number, or a category.
 #[derive(Debug, Clone, PartialEq)]
 pub enum X {
+    /// A time, epoch milliseconds.
     Time(i64),
+    /// A number.
     Number(f64),
+    /// A category name.
     Category(String),
 }
 
 /// One named series of points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
+    /// The series' name, for the legend.
     pub name: String,
+    /// Its points.
     pub points: Vec<(X, f64)>,
 }
 

@@ -1,4 +1,4 @@
-//! The compaction binary driven through the Lambda Runtime API with the scheduled event.
+//! The scheduled binary driven through the Lambda Runtime API with the scheduled event.
 
 #[path = "../../../tests/support/runtime_api.rs"]
 mod runtime_api;
@@ -17,7 +17,7 @@ fn a_scheduled_run_creates_the_tables_and_reports_metrics() {
     let api = RuntimeApi::start(vec![schedule.clone(), schedule]);
     let home_str = home.path().to_str().expect("path");
     let (outcomes, stdout) = run_lambda(
-        env!("CARGO_BIN_EXE_compact"),
+        env!("CARGO_BIN_EXE_scheduled"),
         &api,
         &[("STREAMTABLE_HOME", home_str)],
         2,

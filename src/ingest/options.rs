@@ -1,0 +1,66 @@
+//! Ingest's knobs.
+
+use super::{MAX_ATTEMPTS, MAX_INLINE_FILES_BYTES};
+use crate::error::{Error, Result};
+use crate::spec::PipelineSpec;
+
+/// Knobs of ingest, read the same way by the Lambda and `streamtable ingest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestOptions {
+    /// Record values larger than this (decoded) are dead-lettered as `oversize`; from the
+    /// spec's `max_record_bytes`.
+    pub max_record_bytes: usize,
+    /// Re-plans of a partition after losing its conditional checkpoint write.
+    pub max_attempts: u32,
+    /// A pending batch's file list larger than this (bytes of JSON) is written to the
+    /// warehouse, and the state item refers to it.
+    pub max_inline_files_bytes: usize,
+    /// ZSTD level of the micro-files (compaction rewrites them later).
+    pub zstd_level: i32,
+}
+
+impl IngestOptions {
+    /// The defaults for `spec`.
+    pub fn for_spec(spec: &PipelineSpec) -> IngestOptions {
+        IngestOptions {
+            max_record_bytes: spec.settings.max_record_bytes,
+            max_attempts: MAX_ATTEMPTS,
+            max_inline_files_bytes: MAX_INLINE_FILES_BYTES,
+            zstd_level: 1,
+        }
+    }
+
+    /// The defaults for `spec`, overridden by `STREAMTABLE_INGEST_MAX_ATTEMPTS` and
+    /// `STREAMTABLE_INGEST_ZSTD_LEVEL` (1 to 22).
+    pub fn from_env(spec: &PipelineSpec) -> Result<IngestOptions> {
+        Self::from_lookup(spec, |k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`IngestOptions::from_env`] through `var` (for tests).
+    pub fn from_lookup(
+        spec: &PipelineSpec,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<IngestOptions> {
+        let mut o = Self::for_spec(spec);
+        let num = |k: &str, range: std::ops::RangeInclusive<i64>| -> Result<Option<i64>> {
+            match var(k) {
+                None => Ok(None),
+                Some(v) => match v.trim().parse::<i64>() {
+                    Ok(n) if range.contains(&n) => Ok(Some(n)),
+                    _ => Err(Error::Config(format!(
+                        "{k}={v:?} is not a whole number from {} to {}",
+                        range.start(),
+                        range.end()
+                    ))),
+                },
+            }
+        };
+        if let Some(n) = num("STREAMTABLE_INGEST_MAX_ATTEMPTS", 1..=100)? {
+            o.max_attempts = n as u32;
+        }
+        if let Some(n) = num("STREAMTABLE_INGEST_ZSTD_LEVEL", 1..=22)? {
+            o.zstd_level = n as i32;
+        }
+        Ok(o)
+    }
+}

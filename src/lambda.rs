@@ -1,0 +1,156 @@
+//! The Lambda handlers: what each function does around the stage it runs, written once.
+//!
+//! A function's `main` is one call ([`ingest::run`], [`scheduled::run`]): it sets up JSON logs,
+//! reads the configuration from the environment, builds the clients once, and serves
+//! invocations. Per invocation the handler times the stage, prints one CloudWatch Embedded
+//! Metric Format line, and on failure logs the error with whether it is transient. Ingest fails
+//! an invocation only when the batch could not be landed, so the event source mapping retries
+//! it (bad records go to `dead_letters`, never into an error).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lambda_runtime::{LambdaEvent, service_fn};
+
+use crate::clock::Clock;
+use crate::config::{Backend, Config};
+use crate::telemetry;
+
+/// The ingest function: MSK batches to Parquet micro-files, exactly once.
+pub mod ingest {
+    use super::*;
+    use crate::esm::EsmEvent;
+    use crate::ingest::{IngestOptions, IngestSummary, Ingestor};
+
+    /// Serves ingest invocations until the runtime stops.
+    pub async fn run() -> Result<(), lambda_runtime::Error> {
+        telemetry::init_json_logs();
+        let config = Config::from_env()?;
+        let spec = config.load_pipeline()?;
+        let backend = Backend::connect(&config.backend).await?;
+        let options = IngestOptions::from_env(&spec)?;
+        let ingestor = Arc::new(Ingestor::new(&spec, &backend)?.with_options(options));
+        let clock = backend.clock.clone();
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
+            let (ingestor, clock) = (ingestor.clone(), clock.clone());
+            async move { handle(&ingestor, clock.as_ref(), &event.payload).await }
+        }))
+        .await
+    }
+
+    /// Lands one batch; prints its metrics line, or logs why it could not be landed.
+    pub async fn handle(
+        ingestor: &Ingestor,
+        clock: &dyn Clock,
+        event: &EsmEvent,
+    ) -> Result<IngestSummary, lambda_runtime::Error> {
+        let started = Instant::now();
+        match ingestor.handle(event).await {
+            Ok(summary) => {
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                println!(
+                    "{}",
+                    telemetry::ingest_metrics(&summary, clock.now_ms(), ms)
+                );
+                Ok(summary)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, retryable = e.is_retryable(),
+                    "batch not landed; the event source mapping will retry it");
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// The scheduled function: commit, compaction and maintenance, once per schedule tick.
+pub mod scheduled {
+    use super::*;
+    use crate::scheduled::{ScheduledOptions, ScheduledReport};
+    use crate::tables::TableSet;
+
+    /// Time kept back from the invocation's deadline for the report and the metrics.
+    pub const MARGIN: Duration = Duration::from_secs(20);
+
+    struct Stage {
+        backend: Backend,
+        tables: TableSet,
+        options: ScheduledOptions,
+    }
+
+    /// Serves scheduled invocations until the runtime stops. The event's content is not used.
+    pub async fn run() -> Result<(), lambda_runtime::Error> {
+        telemetry::init_json_logs();
+        let config = Config::from_env()?;
+        let spec = config.load_pipeline()?;
+        let backend = Backend::connect(&config.backend).await?;
+        let tables = TableSet::new(&spec, &backend.namespace)?;
+        let options = ScheduledOptions::from_env()?;
+        let stage = Arc::new(Stage {
+            backend,
+            tables,
+            options,
+        });
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+            let stage = stage.clone();
+            async move {
+                let left = time_left(event.context.deadline, stage.backend.clock.as_ref());
+                handle(&stage.backend, &stage.tables, &stage.options, left).await
+            }
+        }))
+        .await
+    }
+
+    /// The time an invocation has, less [`MARGIN`], from its deadline (epoch milliseconds).
+    pub fn time_left(deadline_ms: u64, clock: &dyn Clock) -> Duration {
+        let now = u64::try_from(clock.now_ms()).unwrap_or(0);
+        Duration::from_millis(deadline_ms.saturating_sub(now)).saturating_sub(MARGIN)
+    }
+
+    /// Runs the stage within `left`; prints its metrics line, or logs why it failed.
+    pub async fn handle(
+        backend: &Backend,
+        tables: &TableSet,
+        options: &ScheduledOptions,
+        left: Duration,
+    ) -> Result<ScheduledReport, lambda_runtime::Error> {
+        // Boxed: the stage's future is deep, and the runtime nests it further.
+        let run = Box::pin(crate::scheduled::run_until(
+            backend,
+            tables,
+            options,
+            Instant::now() + left,
+        ));
+        match run.await {
+            Ok(report) => {
+                println!(
+                    "{}",
+                    telemetry::scheduled_metrics(&report, backend.clock.now_ms())
+                );
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, retryable = e.is_retryable(),
+                    "scheduled run failed; the next run resumes it");
+                Err(e.into())
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::clock::ManualClock;
+
+        #[test]
+        fn the_run_keeps_a_margin_before_the_deadline() {
+            let clock = ManualClock::new(1_000_000);
+            assert_eq!(
+                time_left(1_900_000, clock.as_ref()),
+                Duration::from_secs(880)
+            );
+            assert_eq!(time_left(1_010_000, clock.as_ref()), Duration::ZERO);
+            assert_eq!(time_left(0, clock.as_ref()), Duration::ZERO);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The pre-0.2 layout of pending batches (under the checkpoint's `pk`), moved to the sharded
+//! one: for an hour after an upgrade, so that invocations of the old release still in flight
+//! are caught too.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+
+use super::{
+    DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n, pending_item_key, s,
+    state_error,
+};
+use crate::aws::SdkFault;
+use crate::checkpoint::{BatchKey, SourcePartition};
+use crate::error::{Error, Result};
+use crate::state::{CommitLog, StateStore};
+
+impl DynamoStateStore {
+    /// Moves pending items of the pre-0.2 layout (under the checkpoint's `pk`) to the sharded
+    /// layout, and rewrites a commit intent naming them. Returns the items moved.
+    async fn move_legacy_pending(&self) -> Result<u64> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            Error::Internal(format!("DynamoDB request: {e}"))
+        };
+        let mut moved: HashMap<(SourcePartition, i64), i64> = HashMap::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression("begins_with(pk, :src) AND begins_with(sk, :p)")
+                .expression_attribute_values(":src", s("source#"))
+                .expression_attribute_values(":p", s("pending#"))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e)))?;
+            for item in page.items() {
+                let (Some(topic), Some(partition)) =
+                    (get_s(item, "topic"), get_n(item, "partition"))
+                else {
+                    continue;
+                };
+                let key = BatchKey {
+                    source: SourcePartition::new(topic, partition),
+                    first_offset: get_n(item, "first_offset").unwrap_or(0),
+                    created_at_ms: get_n(item, "created_at_ms").unwrap_or(0),
+                };
+                let mut new_item = item.clone();
+                new_item.extend(pending_item_key(&key));
+                let put = Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(new_item))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()
+                    .map_err(build)?;
+                if let Err(e) = self
+                    .client
+                    .transact_write_items()
+                    .transact_items(TransactWriteItem::builder().put(put).build())
+                    .send()
+                    .await
+                {
+                    let canceled = matches!(
+                        e.as_service_error(),
+                        Some(TransactWriteItemsError::TransactionCanceledException(_))
+                    );
+                    if !canceled {
+                        return Err(state_error(
+                            "upgrade layout",
+                            &self.table,
+                            SdkFault::from_sdk(&e),
+                        ));
+                    }
+                }
+                let mut old_key = HashMap::new();
+                for k in ["pk", "sk"] {
+                    if let Some(v) = item.get(k) {
+                        old_key.insert(k.to_string(), v.clone());
+                    }
+                }
+                self.client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .set_key(Some(old_key))
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e))
+                    })?;
+                moved.insert((key.source.clone(), key.first_offset), key.created_at_ms);
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        if let Some(mut intent) = self.commit_intent().await? {
+            let mut changed = false;
+            for b in &mut intent.batches {
+                if b.created_at_ms == 0
+                    && let Some(at) = moved.get(&(b.source.clone(), b.first_offset))
+                {
+                    b.created_at_ms = *at;
+                    changed = true;
+                }
+            }
+            if changed {
+                self.put_intent(&intent, "id = :id").await?;
+            }
+        }
+        Ok(moved.len() as u64)
+    }
+}
+
+#[async_trait]
+impl StateStore for DynamoStateStore {
+    async fn upgrade(&self, now_ms: i64) -> Result<u64> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s("meta"))
+            .key("sk", s("layout"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| state_error("read layout", &self.table, SdkFault::from_sdk(&e)))?;
+        let since = match out.item() {
+            Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => {
+                get_n::<i64>(item, "since_ms").unwrap_or(0)
+            }
+            _ => {
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .item("pk", s("meta"))
+                    .item("sk", s("layout"))
+                    .item("version", n(LAYOUT_VERSION))
+                    .item("since_ms", n(now_ms))
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        state_error("write layout", &self.table, SdkFault::from_sdk(&e))
+                    })?;
+                now_ms
+            }
+        };
+        if now_ms - since > LEGACY_WINDOW_MS {
+            return Ok(0);
+        }
+        let moved = self.move_legacy_pending().await?;
+        if moved > 0 {
+            tracing::info!(moved, "moved pending batches of the previous layout");
+        }
+        Ok(moved)
+    }
+}
