@@ -1,4 +1,4 @@
-//! The scheduled stage (the compaction Lambda and `streamtable compact`): commit, then
+//! The scheduled stage (the scheduled Lambda and `streamtable scheduled`): commit, then
 //! compaction, then maintenance. Each step is idempotent and safe to re-run after a crash.
 //!
 //! A run is bounded: the commit step stops starting rounds after [`COMMIT_SHARE`] of the run's

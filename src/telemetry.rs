@@ -95,7 +95,7 @@ pub fn scheduled_metrics(report: &crate::scheduled::ScheduledReport, now_ms: i64
         .map(|m| m.files_deleted + m.orphans_deleted)
         .sum();
     emf_line(
-        "compact",
+        "scheduled",
         now_ms,
         &[
             ("BatchesCommitted", report.commit.batches as f64, "Count"),

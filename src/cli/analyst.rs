@@ -103,7 +103,7 @@ pub async fn tables(config: &Config, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&info).map_err(fmt_err)?);
     } else if info.is_empty() {
         println!(
-            "no tables yet: run `streamtable compact` after ingesting (or `streamtable demo`)"
+            "no tables yet: run `streamtable scheduled` after ingesting (or `streamtable demo`)"
         );
     } else {
         println!("{}", crate::cli::table_list::render(&info, now_ms()));
