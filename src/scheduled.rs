@@ -89,7 +89,7 @@ fn hours_ms(hours: u64) -> i64 {
 }
 
 /// A step of the run that failed for one table or partition (the others went on).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Failure {
     /// `commit`, `compaction` or `maintenance`.
     pub stage: String,
@@ -195,6 +195,37 @@ impl ScheduledReport {
     }
 }
 
+/// What the last scheduled run left to fix, as `streamtable tables` shows it: kept in the state
+/// store under [`STATUS_KEY`] at the end of every run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunStatus {
+    /// When the run ended, epoch milliseconds.
+    pub finished_at_ms: i64,
+    /// Failed steps (the first [`STATUS_LIMIT`]).
+    pub failures: Vec<Failure>,
+    /// Blocked batches (the first [`STATUS_LIMIT`]).
+    pub blocked: Vec<crate::commit::BlockedBatch>,
+    /// How many batches were blocked in all.
+    pub blocked_total: u64,
+    /// What was left for the next run.
+    pub backlog: crate::commit::Backlog,
+}
+
+/// Key of the [`RunStatus`] in the state store.
+pub const STATUS_KEY: &str = "scheduled";
+/// Most failures and blocked batches a [`RunStatus`] keeps.
+pub const STATUS_LIMIT: usize = 20;
+
+/// The last run's [`RunStatus`], if any run finished.
+pub async fn last_run(backend: &Backend) -> Result<Option<RunStatus>> {
+    match backend.state.status(STATUS_KEY).await? {
+        None => Ok(None),
+        Some(json) => serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("last run's status: {e}"))),
+    }
+}
+
 /// Runs the stage once, with the default time budget.
 pub async fn run(
     backend: &Backend,
@@ -255,6 +286,27 @@ pub async fn run_until(
     report.maintenance = maintenance;
     report.failures.extend(failures);
     report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    let status = RunStatus {
+        finished_at_ms: backend.clock.now_ms(),
+        failures: report.failures.iter().take(STATUS_LIMIT).cloned().collect(),
+        blocked: report
+            .commit
+            .blocked
+            .iter()
+            .take(STATUS_LIMIT)
+            .cloned()
+            .collect(),
+        blocked_total: report.commit.blocked.len() as u64,
+        backlog: report.commit.backlog.clone(),
+    };
+    match serde_json::to_string(&status) {
+        Ok(json) => {
+            if let Err(e) = backend.state.put_status(STATUS_KEY, &json).await {
+                tracing::warn!(error = %e, "could not record the run's status");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not encode the run's status"),
+    }
     Ok(report)
 }
 

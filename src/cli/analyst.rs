@@ -108,6 +108,12 @@ pub async fn tables(config: &Config, json: bool) -> Result<()> {
     } else {
         println!("{}", crate::cli::table_list::render(&info, now_ms()));
     }
+    if !json && let Some(status) = crate::scheduled::last_run(&backend).await? {
+        let problems = crate::cli::table_list::render_last_run(&status, now_ms());
+        if !problems.is_empty() {
+            println!("\n{problems}");
+        }
+    }
     Ok(())
 }
 

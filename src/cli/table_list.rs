@@ -34,6 +34,37 @@ impl TableInfo {
     }
 }
 
+/// The last scheduled run's problems and backlog, for humans; empty when there are none.
+pub fn render_last_run(status: &crate::scheduled::RunStatus, now_ms: i64) -> String {
+    let mut out = Vec::new();
+    let ago = (now_ms - status.finished_at_ms).max(0) / 1000;
+    let b = &status.backlog;
+    if b.batches > 0 || b.more {
+        out.push(format!(
+            "backlog: {}{} batches left by the last scheduled run ({ago} s ago), the oldest {} s old",
+            b.batches,
+            if b.more { "+" } else { "" },
+            b.oldest_age_ms.unwrap_or(0) / 1000
+        ));
+    }
+    if status.blocked_total > 0 {
+        out.push(format!(
+            "blocked: {} pending batches cannot be committed (last scheduled run, {ago} s ago):",
+            status.blocked_total
+        ));
+        out.extend(status.blocked.iter().map(|b| format!("  {b}")));
+    }
+    for f in &status.failures {
+        let what = match (&f.table, &f.partition) {
+            (Some(t), Some(p)) => format!("{t} {p}"),
+            (Some(t), None) => t.clone(),
+            _ => "-".into(),
+        };
+        out.push(format!("failed ({}): {what}: {}", f.stage, f.error));
+    }
+    out.join("\n")
+}
+
 /// Every table of the backend's namespace.
 pub async fn overview(backend: &Backend) -> Result<Vec<TableInfo>> {
     let ns = backend.namespace.clone();

@@ -77,7 +77,7 @@ pub struct TableCommitReport {
 }
 
 /// What is still pending when a run ends.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Backlog {
     /// Committable batches seen but left for the next run (a lower bound when `more`).
     pub batches: u64,

@@ -23,7 +23,7 @@ use crate::schema::describe_partitioning;
 use crate::tables::TableSet;
 
 /// A pending batch that cannot be committed, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BlockedBatch {
     /// The batch: `{topic}-{partition}@{first offset}`.
     pub batch: String,

@@ -6,7 +6,8 @@
 //!   records with it (one conditional write), read back by the commit stage;
 //! - [`CommitLog`]: the commit stage's intent, so a crashed commit is finished, not repeated;
 //! - [`Locks`]: leases that keep two replays of one partition apart;
-//! - [`StateStore`]: all three, plus the upgrade of state an earlier release wrote.
+//! - [`StateStore`]: all three, plus status documents and the upgrade of state an earlier
+//!   release wrote.
 
 #[cfg(feature = "aws")]
 pub mod dynamodb;
@@ -111,6 +112,13 @@ pub trait Locks: Send + Sync {
 /// All the state of a pipeline, in one store.
 #[async_trait]
 pub trait StateStore: CheckpointStore + CommitLog + Locks {
+    /// Records a small status document under `key` (the last scheduled run's outcome, which
+    /// `streamtable tables` shows), replacing the previous one.
+    async fn put_status(&self, key: &str, json: &str) -> Result<()>;
+
+    /// The status document under `key`, if any.
+    async fn status(&self, key: &str) -> Result<Option<String>>;
+
     /// Brings state written by an earlier release to this release's layout. Idempotent; the
     /// scheduled stage calls it at the start of every run. Returns the items moved.
     async fn upgrade(&self, _now_ms: i64) -> Result<u64> {

@@ -36,6 +36,10 @@ CREATE TABLE IF NOT EXISTS pending (
     sort_key      TEXT,
     PRIMARY KEY (topic, partition, first_offset)
 );
+CREATE TABLE IF NOT EXISTS status (
+    key           TEXT    PRIMARY KEY,
+    value         TEXT    NOT NULL
+);
 CREATE TABLE IF NOT EXISTS locks (
     name          TEXT    PRIMARY KEY,
     holder        TEXT    NOT NULL,
@@ -442,4 +446,32 @@ impl Locks for SqliteStateStore {
 }
 
 #[async_trait]
-impl StateStore for SqliteStateStore {}
+impl StateStore for SqliteStateStore {
+    async fn put_status(&self, key: &str, json: &str) -> Result<()> {
+        let (key, json) = (key.to_string(), json.to_string());
+        self.with_conn(move |conn, path| {
+            conn.execute(
+                "INSERT INTO status (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, json],
+            )
+            .map(|_| ())
+            .map_err(|e| db_error("write status", path, e))
+        })
+        .await
+    }
+
+    async fn status(&self, key: &str) -> Result<Option<String>> {
+        let key = key.to_string();
+        self.with_conn(move |conn, path| {
+            conn.query_row(
+                "SELECT value FROM status WHERE key = ?1",
+                params![key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| db_error("read status", path, e))
+        })
+        .await
+    }
+}

@@ -206,6 +206,18 @@ impl Locks for ChaosState {
 
 #[async_trait]
 impl StateStore for ChaosState {
+    async fn put_status(&self, key: &str, json: &str) -> Result<()> {
+        chaotic!(
+            self.chaos,
+            "write status",
+            mutating,
+            self.inner.put_status(key, json)
+        )
+    }
+    async fn status(&self, key: &str) -> Result<Option<String>> {
+        chaotic!(self.chaos, "read status", self.inner.status(key))
+    }
+
     async fn upgrade(&self, now_ms: i64) -> Result<u64> {
         chaotic!(self.chaos, "upgrade", mutating, self.inner.upgrade(now_ms))
     }

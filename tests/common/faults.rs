@@ -144,6 +144,14 @@ impl Locks for FaultyState {
 
 #[async_trait]
 impl StateStore for FaultyState {
+    async fn put_status(&self, key: &str, json: &str) -> Result<()> {
+        self.inner.put_status(key, json).await
+    }
+
+    async fn status(&self, key: &str) -> Result<Option<String>> {
+        self.inner.status(key).await
+    }
+
     async fn upgrade(&self, now_ms: i64) -> Result<u64> {
         self.inner.upgrade(now_ms).await
     }

@@ -431,6 +431,17 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
         2,
         "blocked batches stay"
     );
+    // `streamtable tables` shows them, from the last run's status.
+    let status = scheduled::last_run(&h.backend)
+        .await
+        .expect("status")
+        .expect("a run finished");
+    let shown = streamtable::cli::table_list::render_last_run(&status, status.finished_at_ms);
+    assert!(shown.contains("blocked: 2 pending batches"), "{shown}");
+    assert!(
+        shown.contains("orders-7@0") && shown.contains("outside the table's data directory"),
+        "{shown}"
+    );
 
     // partition_by changed in the spec: the table is refused (its batches wait), the others go on.
     let day_spec = h.spec.clone();
@@ -458,6 +469,15 @@ pub async fn batches_that_cannot_be_committed_do_not_block_the_others(h: &mut Ha
         .find(|f| f.table.as_deref() == Some("orders"))
         .expect("orders refused");
     assert!(refused.error.contains("partition_by"), "{}", refused.error);
+    let status = scheduled::last_run(&h.backend)
+        .await
+        .expect("status")
+        .expect("a run finished");
+    let shown = streamtable::cli::table_list::render_last_run(&status, status.finished_at_ms);
+    assert!(
+        shown.contains("failed (commit): orders: ") && shown.contains("partition_by"),
+        "{shown}"
+    );
     check_table(h, "payments", &super::table_scenarios::json_keys(0, 0..20));
     check_table(h, "orders", &super::table_scenarios::json_keys(0, 0..10));
 

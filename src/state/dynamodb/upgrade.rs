@@ -119,6 +119,35 @@ impl DynamoStateStore {
 
 #[async_trait]
 impl StateStore for DynamoStateStore {
+    async fn put_status(&self, key: &str, json: &str) -> Result<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("status"))
+            .item("sk", s(key))
+            .item("value", s(json))
+            .send()
+            .await
+            .map_err(|e| state_error("write status", &self.table, SdkFault::from_sdk(&e)))?;
+        Ok(())
+    }
+
+    async fn status(&self, key: &str) -> Result<Option<String>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s("status"))
+            .key("sk", s(key))
+            .send()
+            .await
+            .map_err(|e| state_error("read status", &self.table, SdkFault::from_sdk(&e)))?;
+        Ok(out
+            .item()
+            .and_then(|i| get_s(i, "value"))
+            .map(str::to_string))
+    }
+
     async fn upgrade(&self, now_ms: i64) -> Result<u64> {
         let out = self
             .client
