@@ -73,15 +73,31 @@ pub struct PendingFile {
     pub partitioning: Option<Vec<String>>,
 }
 
-/// The files of one ingested batch of one topic-partition, awaiting commit.
+/// The offsets one batch took from one topic-partition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SourceRange {
+    /// The topic-partition.
+    pub source: SourcePartition,
+    /// Its lowest offset in the batch (accepted or rejected).
+    pub first_offset: i64,
+    /// Its highest offset in the batch.
+    pub last_offset: i64,
+}
+
+/// The files of one ingested batch, awaiting commit. A batch covers the new records of every
+/// topic-partition of one invocation (up to [`crate::ingest::MAX_SOURCES_PER_ADVANCE`]): one
+/// file per table and partition value, whatever the number of Kafka partitions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingBatch {
-    /// The topic-partition the batch came from.
+    /// The first topic-partition of the batch (in order), which names it.
     pub source: SourcePartition,
-    /// Lowest offset of the batch's records (accepted or rejected).
+    /// Lowest offset of the first topic-partition's records (accepted or rejected).
     pub first_offset: i64,
-    /// Highest offset of the batch's records.
+    /// Highest offset of the first topic-partition's records.
     pub last_offset: i64,
+    /// The batch's other topic-partitions, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<SourceRange>,
     /// When the batch was ingested, epoch milliseconds.
     pub created_at_ms: i64,
     /// The files, inline. Empty when they were spilled to `files_location`.
@@ -93,6 +109,16 @@ pub struct PendingBatch {
 }
 
 impl PendingBatch {
+    /// Every topic-partition of the batch with its offsets, the first one first.
+    pub fn ranges(&self) -> impl Iterator<Item = SourceRange> + '_ {
+        std::iter::once(SourceRange {
+            source: self.source.clone(),
+            first_offset: self.first_offset,
+            last_offset: self.last_offset,
+        })
+        .chain(self.more.iter().cloned())
+    }
+
     /// The batch's identity in the state store.
     pub fn key(&self) -> BatchKey {
         BatchKey {
@@ -142,12 +168,34 @@ pub struct PendingPage {
     pub next: Option<String>,
 }
 
+/// One topic-partition's part in a conditional advance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceAdvance {
+    /// The topic-partition.
+    pub source: SourcePartition,
+    /// The checkpoint it must still be at.
+    pub from: Checkpoint,
+    /// Its next offset afterwards.
+    pub to_next_offset: i64,
+}
+
+impl SourceAdvance {
+    /// The checkpoint after the advance.
+    pub fn to(&self) -> Checkpoint {
+        Checkpoint {
+            next_offset: self.to_next_offset,
+            version: self.from.version + 1,
+        }
+    }
+}
+
 /// What a conditional advance did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Advance {
-    /// The checkpoint moved to this state and the batch was recorded.
-    Advanced(Checkpoint),
-    /// The checkpoint was no longer at the expected version: someone else advanced it.
+    /// Every checkpoint moved and the batch was recorded.
+    Advanced,
+    /// Some checkpoint was no longer at the expected version: another invocation advanced it.
+    /// Nothing was changed.
     Conflict,
 }
 
@@ -184,11 +232,72 @@ pub fn plan(checkpoint: Checkpoint, offsets: &[i64]) -> Plan {
     }
 }
 
+/// The compact form of a batch's other ranges kept in a state item: `{"topic":[[partition,
+/// first, last], …]}` (about 15 bytes a partition).
+pub fn encode_ranges(ranges: &[SourceRange]) -> String {
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<[i64; 3]>> = Default::default();
+    for r in ranges {
+        by_topic.entry(&r.source.topic).or_default().push([
+            i64::from(r.source.partition),
+            r.first_offset,
+            r.last_offset,
+        ]);
+    }
+    serde_json::to_string(&by_topic).unwrap_or_default()
+}
+
+/// Reads [`encode_ranges`]' form back.
+pub fn decode_ranges(text: &str) -> Result<Vec<SourceRange>, String> {
+    let by_topic: std::collections::BTreeMap<String, Vec<[i64; 3]>> =
+        serde_json::from_str(text).map_err(|e| format!("ranges: {e}"))?;
+    let mut out = Vec::new();
+    for (topic, rs) in by_topic {
+        for [p, first, last] in rs {
+            let partition = i32::try_from(p).map_err(|_| format!("ranges: partition {p}"))?;
+            out.push(SourceRange {
+                source: SourcePartition::new(topic.clone(), partition),
+                first_offset: first,
+                last_offset: last,
+            });
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn ranges_round_trip_in_their_compact_form() {
+        let rs = vec![
+            SourceRange {
+                source: SourcePartition::new("orders", 1),
+                first_offset: 10,
+                last_offset: 19,
+            },
+            SourceRange {
+                source: SourcePartition::new("orders", 2),
+                first_offset: 0,
+                last_offset: 5,
+            },
+            SourceRange {
+                source: SourcePartition::new("payments", 0),
+                first_offset: 7,
+                last_offset: 7,
+            },
+        ];
+        let text = encode_ranges(&rs);
+        assert_eq!(
+            text,
+            r#"{"orders":[[1,10,19],[2,0,5]],"payments":[[0,7,7]]}"#
+        );
+        assert_eq!(decode_ranges(&text), Ok(rs));
+        assert!(decode_ranges("{").is_err());
+    }
 
     #[test]
     fn a_new_partition_accepts_everything() {

@@ -203,8 +203,10 @@ pub async fn landed_offsets(
     let mut landed = BTreeSet::new();
     let mut pending_ranges = Vec::new();
     for b in backend.state.pending().await? {
-        if b.source == *source && b.first_offset <= hi && b.last_offset >= lo {
-            pending_ranges.push((b.first_offset, b.last_offset));
+        for r in b.ranges() {
+            if r.source == *source && r.first_offset <= hi && r.last_offset >= lo {
+                pending_ranges.push((r.first_offset, r.last_offset));
+            }
         }
     }
     let mut names = vec![DEAD_LETTER_TABLE.to_string()];

@@ -25,7 +25,7 @@ use streamtable::ingest::Ingestor;
 use streamtable::maintenance::MaintenanceOptions;
 use streamtable::scheduled::{self, ScheduledOptions};
 
-const PARTITIONS: i32 = 2;
+const PARTITIONS: i32 = 3;
 const TOTAL: i64 = 60;
 
 fn is_bad(offset: i64) -> bool {
@@ -109,26 +109,40 @@ async fn schedule(seed: u64) -> u64 {
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut committed: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
     for _ in 0..14 {
-        let p = rng.below(PARTITIONS as u64) as i32;
-        let at = committed[&p];
+        // Each delivery takes a random non-empty subset of the partitions (a wide batch).
+        let mask = 1 + rng.below((1 << PARTITIONS) - 1);
+        let parts: Vec<i32> = (0..PARTITIONS).filter(|p| mask & (1 << p) != 0).collect();
         match rng.below(10) {
-            0..=5 if at < TOTAL => {
-                let end = (at + 1 + rng.below(25) as i64).min(TOTAL);
-                let ok = ingestor
-                    .handle(&common::event(&source(p, at..end)))
-                    .await
-                    .is_ok();
+            0..=5 => {
+                let mut recs = Vec::new();
+                let mut ends = Vec::new();
+                for &p in &parts {
+                    let at = committed[&p];
+                    let end = (at + 1 + rng.below(25) as i64).min(TOTAL);
+                    if at < end {
+                        recs.extend(source(p, at..end));
+                        ends.push((p, end));
+                    }
+                }
+                if recs.is_empty() {
+                    continue;
+                }
+                let ok = ingestor.handle(&common::event(&recs)).await.is_ok();
                 // A success whose answer was lost is delivered again.
                 if ok && rng.below(5) != 0 {
-                    committed.insert(p, end);
+                    committed.extend(ends);
                 }
             }
-            6 if at > 0 => {
-                let start = rng.below(at as u64) as i64;
-                let end = (start + 1 + rng.below(20) as i64).min(at);
-                let _ = ingestor
-                    .handle(&common::event(&source(p, start..end)))
-                    .await;
+            6 => {
+                // A zombie: stale offsets on some partitions, new ones on others.
+                let mut recs = Vec::new();
+                for &p in &parts {
+                    let at = committed[&p];
+                    let start = rng.below(at as u64 + 1) as i64;
+                    let end = (start + 1 + rng.below(20) as i64).min(TOTAL);
+                    recs.extend(source(p, start..end));
+                }
+                let _ = ingestor.handle(&common::event(&recs)).await;
             }
             _ => {
                 let _ = scheduled::run(&faulty, &tables, &eager()).await;

@@ -56,3 +56,13 @@ async fn every_bad_record_kind_is_dead_lettered_once() {
 async fn values_land_exactly() {
     scenarios::values_land_exactly(&common::moto().await).await;
 }
+
+#[tokio::test]
+async fn zombie_overlapping_some_partitions_lands_only_the_rest() {
+    scenarios::zombie_overlapping_some_partitions_lands_only_the_rest(&common::moto().await).await;
+}
+
+#[tokio::test]
+async fn wider_than_one_transaction_lands_in_groups() {
+    scenarios::wider_than_one_transaction_lands_in_groups(&common::moto().await).await;
+}

@@ -237,11 +237,13 @@ async fn commit_intent(
         };
         for (table, files) in resolved {
             let entry = by_table.entry(table).or_default();
-            let offset = entry
-                .offsets
-                .entry(b.source.to_string())
-                .or_insert(b.last_offset);
-            *offset = (*offset).max(b.last_offset);
+            for r in b.ranges() {
+                let offset = entry
+                    .offsets
+                    .entry(r.source.to_string())
+                    .or_insert(r.last_offset);
+                *offset = (*offset).max(r.last_offset);
+            }
             entry.files.extend(files.files);
             entry.data_files.extend(files.data_files);
         }

@@ -1,14 +1,18 @@
 //! Ingest: one MSK event-source-mapping batch to Parquet micro-files, exactly once.
 //!
-//! Per topic-partition of the batch (see [`crate::checkpoint`] for the protocol):
-//! 1. read the checkpoint and drop records below it;
+//! For all the topic-partitions of a batch together (see [`crate::checkpoint`] for the
+//! protocol):
+//! 1. read their checkpoints and drop records below them;
 //! 2. decode the rest; rejected records become dead letters;
-//! 3. encode Parquet files for the table and for `dead_letters`, and upload them;
-//! 4. advance the checkpoint and record the files as pending, in one conditional write.
+//! 3. encode one Parquet file per table and partition value (whatever the number of Kafka
+//!    partitions: the Kafka coordinates are columns), and one for `dead_letters`; upload them;
+//! 4. advance every checkpoint and record the files as ONE pending batch, in one conditional
+//!    write.
 //!
-//! If the conditional write loses (a duplicate or zombie invocation got there first), the
-//! partition is re-planned from the new checkpoint; usually nothing is left to do. Files written
-//! by the loser are never referenced and are removed later by orphan clean-up.
+//! If the conditional write loses (a duplicate or zombie invocation advanced one of the
+//! partitions first), the batch is re-planned from the new checkpoints; usually nothing is left
+//! to do. Files written by the loser are never referenced and are removed later by orphan
+//! clean-up.
 
 pub mod encode;
 mod options;
@@ -25,10 +29,13 @@ use crate::esm::{EsmEvent, EsmRecord};
 use futures::future::join_all;
 use parquet::file::properties::WriterProperties;
 
-use crate::checkpoint::{Advance, PendingBatch, PendingFile, SourcePartition, plan};
+use crate::checkpoint::{
+    Advance, Checkpoint, PendingBatch, PendingFile, SourceAdvance, SourcePartition, SourceRange,
+    plan,
+};
 use crate::clock::Clock;
 use crate::config::Backend;
-use crate::decode::{DeadLetterBuilder, RecordDecoder};
+use crate::decode::{DeadLetterBuilder, RecordDecoder, RowBuilder};
 use crate::error::{Error, Result};
 use crate::schema::TableLayout;
 use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec, TableSpec};
@@ -36,6 +43,9 @@ use crate::state::StateStore;
 use crate::storage::Warehouse;
 use encode::EncodedFile;
 
+/// Most topic-partitions landed together: one DynamoDB transaction holds 100 items, one per
+/// checkpoint and one for the pending batch.
+pub const MAX_SOURCES_PER_ADVANCE: usize = 99;
 /// Default: how often a partition is re-planned after losing the conditional write.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// Default: file lists larger than this are written to the warehouse instead of the state item.
@@ -122,23 +132,22 @@ impl Ingestor {
         })
     }
 
-    /// Lands one ESM batch. Returns an error only when some partition could not be landed;
-    /// partitions that were landed stay landed, and a retry skips them by their checkpoints.
+    /// Lands one ESM batch: the new records of all its topic-partitions (up to
+    /// [`MAX_SOURCES_PER_ADVANCE`] at a time) as one file per table and partition value, and
+    /// their checkpoints advanced in one conditional write with one pending batch. Returns an
+    /// error only when some partitions could not be landed; those that were stay landed, and a
+    /// retry skips them by their checkpoints.
     pub async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary> {
-        let groups = group_by_partition(event)?;
-        let results = join_all(
-            groups
-                .iter()
-                .map(|(source, records)| self.ingest_partition(source, records)),
-        )
-        .await;
+        let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
+            group_by_partition(event)?.into_iter().collect();
         let mut total = IngestSummary::default();
         let mut first_error = None;
-        for r in results {
-            match r {
+        for chunk in groups.chunks(MAX_SOURCES_PER_ADVANCE) {
+            match self.ingest_group(chunk).await {
                 Ok(s) => total.add(&s),
                 Err(e) => {
-                    tracing::error!(error = %e, retryable = e.is_retryable(), "partition not landed");
+                    tracing::error!(error = %e, retryable = e.is_retryable(),
+                        partitions = chunk.len(), first = %chunk[0].0, "partitions not landed");
                     first_error.get_or_insert(e);
                 }
             }
@@ -154,45 +163,54 @@ impl Ingestor {
     pub async fn encode_event(&self, event: &EsmEvent) -> Result<(u64, Vec<EncodedFile>)> {
         let mut files = Vec::new();
         let mut records = 0;
-        for (source, group) in group_by_partition(event)? {
-            let offsets: Vec<i64> = group.iter().map(|r| r.offset).collect();
-            let plan = plan(crate::checkpoint::Checkpoint::INITIAL, &offsets);
-            let new: Vec<&EsmRecord> = plan.accept.iter().map(|&i| group[i]).collect();
-            if let (Some(first), Some(last)) = (new.first(), new.last()) {
-                let (first, last) = (first.offset, last.offset);
-                files.extend(self.encode_partition(&source, &new, first, last).await?.0);
-                records += new.len() as u64;
+        let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
+            group_by_partition(event)?.into_iter().collect();
+        for chunk in groups.chunks(MAX_SOURCES_PER_ADVANCE) {
+            let planned: Vec<Planned> = chunk
+                .iter()
+                .filter_map(|(source, group)| Planned::new(source, Checkpoint::INITIAL, group))
+                .collect();
+            if planned.is_empty() {
+                continue;
             }
+            records += planned.iter().map(|p| p.records.len() as u64).sum::<u64>();
+            files.extend(self.encode_group(&planned).await?.0);
         }
         Ok((records, files))
     }
 
-    async fn ingest_partition(
+    async fn ingest_group(
         &self,
-        source: &SourcePartition,
-        records: &[&EsmRecord],
+        group: &[(SourcePartition, Vec<&EsmRecord>)],
     ) -> Result<IngestSummary> {
-        let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
         let mut summary = IngestSummary {
-            records: records.len() as u64,
-            partitions: 1,
-            newest_timestamp_ms: records.iter().map(|r| r.timestamp).max(),
+            records: group.iter().map(|(_, r)| r.len() as u64).sum(),
+            partitions: group.len() as u64,
+            newest_timestamp_ms: group
+                .iter()
+                .flat_map(|(_, rs)| rs.iter().map(|r| r.timestamp))
+                .max(),
             ..Default::default()
         };
+        let sources: Vec<SourcePartition> = group.iter().map(|(s, _)| s.clone()).collect();
         for attempt in 0..self.options.max_attempts {
             if attempt > 0 {
                 // Two invocations that collided must not collide again in lockstep.
                 tokio::time::sleep(backoff(attempt)).await;
             }
-            let checkpoint = self.state.checkpoint(source).await?;
-            let plan = plan(checkpoint, &offsets);
-            summary.already_seen = plan.already_seen as u64;
-            if plan.accept.is_empty() {
+            let checkpoints = self.state.checkpoints(&sources).await?;
+            let mut planned = Vec::new();
+            let mut already_seen = 0u64;
+            for ((source, records), cp) in group.iter().zip(checkpoints) {
+                let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+                already_seen += plan(cp, &offsets).already_seen as u64;
+                planned.extend(Planned::new(source, cp, records));
+            }
+            summary.already_seen = already_seen;
+            if planned.is_empty() {
                 return Ok(summary);
             }
-            let new: Vec<&EsmRecord> = plan.accept.iter().map(|&i| records[i]).collect();
-            let (first, last) = (new[0].offset, new[new.len() - 1].offset);
-            let (files, decoded) = self.encode_partition(source, &new, first, last).await?;
+            let (files, counts) = self.encode_group(&planned).await?;
             join_all(
                 files
                     .iter()
@@ -201,40 +219,43 @@ impl Ingestor {
             .await
             .into_iter()
             .collect::<Result<Vec<()>>>()?;
-            let batch = self.pending_batch(source, first, last, &files).await?;
-            match self
-                .state
-                .advance(source, checkpoint, plan.next_offset, &batch)
-                .await?
-            {
-                Advance::Advanced(cp) => {
-                    summary.accepted = decoded.accepted;
-                    summary.dead_lettered = decoded.rejected;
+            let batch = self.pending_batch(&planned, &files).await?;
+            let advances: Vec<SourceAdvance> = planned
+                .iter()
+                .map(|p| SourceAdvance {
+                    source: p.source.clone(),
+                    from: p.checkpoint,
+                    to_next_offset: p.next_offset,
+                })
+                .collect();
+            match self.state.advance(&advances, &batch).await? {
+                Advance::Advanced => {
+                    summary.accepted = counts.accepted;
+                    summary.dead_lettered = counts.rejected;
                     summary.files_written = files.len() as u64;
                     summary.bytes_written = files.iter().map(|f| f.bytes.len() as u64).sum();
-                    summary.dead_letters_by_kind = decoded
+                    summary.dead_letters_by_kind = counts
                         .rejected_by_kind
                         .iter()
                         .map(|(k, n)| (k.as_str().to_string(), *n))
                         .collect();
                     tracing::info!(
-                        source = %source, first_offset = first, last_offset = last,
-                        accepted = decoded.accepted, dead_lettered = decoded.rejected,
+                        partitions = planned.len(), first = %planned[0].source,
+                        accepted = counts.accepted, dead_lettered = counts.rejected,
                         already_seen = summary.already_seen, files = files.len(),
-                        checkpoint_version = cp.version, next_offset = cp.next_offset,
-                        "partition landed"
+                        "batch landed"
                     );
                     return Ok(summary);
                 }
                 Advance::Conflict => {
                     summary.conflicts += 1;
-                    tracing::warn!(source = %source, version = checkpoint.version,
-                        "checkpoint moved under this invocation; re-planning");
+                    tracing::warn!(partitions = planned.len(), first = %planned[0].source,
+                        "a checkpoint moved under this invocation; re-planning");
                 }
             }
         }
         Err(Error::CheckpointContention {
-            source_partition: source.to_string(),
+            source_partition: sources.first().map(ToString::to_string).unwrap_or_default(),
             attempts: self.options.max_attempts,
         })
     }
@@ -249,14 +270,11 @@ impl Ingestor {
         lock: &str,
         holder: &str,
     ) -> Result<Option<IngestSummary>> {
-        let mut records = records.to_vec();
-        records.sort_by_key(|r| r.offset);
-        records.dedup_by_key(|r| r.offset);
-        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        let Some(planned) = Planned::new(source, Checkpoint::INITIAL, records) else {
             return Ok(Some(IngestSummary::default()));
         };
-        let (first, last) = (first.offset, last.offset);
-        let (files, decoded) = self.encode_partition(source, &records, first, last).await?;
+        let planned = [planned];
+        let (files, counts) = self.encode_group(&planned).await?;
         join_all(
             files
                 .iter()
@@ -265,14 +283,14 @@ impl Ingestor {
         .await
         .into_iter()
         .collect::<Result<Vec<()>>>()?;
-        let batch = self.pending_batch(source, first, last, &files).await?;
+        let batch = self.pending_batch(&planned, &files).await?;
         if !self.state.add_pending(&batch, lock, holder).await? {
             return Ok(None);
         }
         Ok(Some(IngestSummary {
-            records: records.len() as u64,
-            accepted: decoded.accepted,
-            dead_lettered: decoded.rejected,
+            records: planned[0].records.len() as u64,
+            accepted: counts.accepted,
+            dead_lettered: counts.rejected,
             files_written: files.len() as u64,
             bytes_written: files.iter().map(|f| f.bytes.len() as u64).sum(),
             partitions: 1,
@@ -280,38 +298,71 @@ impl Ingestor {
         }))
     }
 
-    /// Decodes the new records of a partition and encodes them as files (CPU only).
-    async fn encode_partition(
+    /// Decodes the planned records of every partition of a group and encodes them as one file
+    /// per table and partition value (CPU only). Files are named after the group's first
+    /// partition and its offsets.
+    async fn encode_group(
         &self,
-        source: &SourcePartition,
-        records: &[&EsmRecord],
-        first: i64,
-        last: i64,
-    ) -> Result<(Vec<EncodedFile>, records::Decoded)> {
-        let table = self.topics.get(&source.topic);
+        planned: &[Planned<'_>],
+    ) -> Result<(Vec<EncodedFile>, records::Counts)> {
         let mut dead =
             DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
-        let decoded = records::decode_records(
-            table,
-            records,
-            source,
-            self.options.max_record_bytes,
-            &mut dead,
-        )?;
+        let mut counts = records::Counts::default();
+        let mut builders: BTreeMap<&str, RowBuilder> = BTreeMap::new();
+        for p in planned {
+            let table = self.topics.get(&p.source.topic);
+            let rows = match table {
+                Some(t) => {
+                    if !builders.contains_key(p.source.topic.as_str()) {
+                        let capacity = planned
+                            .iter()
+                            .filter(|q| q.source.topic == p.source.topic)
+                            .map(|q| q.records.len())
+                            .sum();
+                        builders.insert(
+                            p.source.topic.as_str(),
+                            RowBuilder::new(&t.spec, t.layout.clone(), capacity)?,
+                        );
+                    }
+                    builders.get_mut(p.source.topic.as_str())
+                }
+                None => None,
+            };
+            records::decode_records(
+                table,
+                rows,
+                &p.records,
+                &p.source,
+                self.options.max_record_bytes,
+                &mut dead,
+                &mut counts,
+            );
+        }
+        let first = &planned[0];
         let stem = format!(
-            "{}-{}-{first:020}-{last:020}",
-            crate::partition::topic_in_name(&source.topic),
-            source.partition
+            "{}-{}-{:020}-{:020}",
+            crate::partition::topic_in_name(&first.source.topic),
+            first.source.partition,
+            first.first_offset(),
+            first.last_offset()
         );
         let mut files = Vec::new();
-        if let (Some(rows), Some(t)) = (&decoded.rows, table) {
-            files.extend(encode::encode(&t.layout, rows, &t.location, &stem, &self.props).await?);
+        for (topic, mut rows) in builders {
+            let Some(t) = self.topics.get(topic) else {
+                continue;
+            };
+            if rows.is_empty() {
+                continue;
+            }
+            let batch = rows.finish()?;
+            files.extend(encode::encode(&t.layout, &batch, &t.location, &stem, &self.props).await?);
         }
-        if let Some(rows) = &decoded.dead_letters {
+        if !dead.is_empty() {
+            let batch = dead.finish()?;
             files.extend(
                 encode::encode(
                     &self.dead_letters,
-                    rows,
+                    &batch,
                     &self.dead_letter_location,
                     &stem,
                     &self.props,
@@ -319,15 +370,13 @@ impl Ingestor {
                 .await?,
             );
         }
-        Ok((files, decoded))
+        Ok((files, counts))
     }
 
     /// The pending record of the files, spilled to the warehouse when too large to keep inline.
     async fn pending_batch(
         &self,
-        source: &SourcePartition,
-        first: i64,
-        last: i64,
+        planned: &[Planned<'_>],
         files: &[EncodedFile],
     ) -> Result<PendingBatch> {
         let mut pending = Vec::with_capacity(files.len());
@@ -337,8 +386,9 @@ impl Ingestor {
             } else {
                 &self
                     .topics
-                    .get(&source.topic)
-                    .ok_or_else(|| Error::Internal(format!("no table for topic {}", source.topic)))?
+                    .values()
+                    .find(|t| t.spec.name == f.table)
+                    .ok_or_else(|| Error::Internal(format!("no table {}", f.table)))?
                     .layout
             };
             pending.push(PendingFile {
@@ -349,10 +399,13 @@ impl Ingestor {
                 partitioning: Some(layout.partitioning()),
             });
         }
+        let first = &planned[0];
+        let (first_offset, last_offset) = (first.first_offset(), first.last_offset());
         let mut batch = PendingBatch {
-            source: source.clone(),
-            first_offset: first,
-            last_offset: last,
+            source: first.source.clone(),
+            first_offset,
+            last_offset,
+            more: planned[1..].iter().map(Planned::range).collect(),
             created_at_ms: self.clock.now_ms(),
             files: pending,
             files_location: None,
@@ -362,16 +415,62 @@ impl Ingestor {
         if json.len() > self.options.max_inline_files_bytes {
             let hash = xxhash_rust::xxh3::xxh3_64(&json);
             let location = format!(
-                "{}/_pending/{}/{}/{first:020}-{last:020}-{hash:016x}.json",
+                "{}/_pending/{}/{}/{first_offset:020}-{last_offset:020}-{hash:016x}.json",
                 self.warehouse.root(),
-                crate::partition::topic_in_name(&source.topic),
-                source.partition
+                crate::partition::topic_in_name(&first.source.topic),
+                first.source.partition
             );
             self.warehouse.write(&location, json.into()).await?;
             batch.files.clear();
             batch.files_location = Some(location);
         }
         Ok(batch)
+    }
+}
+
+/// One partition's new records, as planned against its checkpoint.
+struct Planned<'a> {
+    source: SourcePartition,
+    checkpoint: Checkpoint,
+    next_offset: i64,
+    /// In offset order, each offset once.
+    records: Vec<&'a EsmRecord>,
+}
+
+impl<'a> Planned<'a> {
+    /// The records of `source` at or past `checkpoint`, or `None` when there are none.
+    fn new(
+        source: &SourcePartition,
+        checkpoint: Checkpoint,
+        records: &[&'a EsmRecord],
+    ) -> Option<Self> {
+        let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+        let p = plan(checkpoint, &offsets);
+        if p.accept.is_empty() {
+            return None;
+        }
+        Some(Planned {
+            source: source.clone(),
+            checkpoint,
+            next_offset: p.next_offset,
+            records: p.accept.iter().map(|&i| records[i]).collect(),
+        })
+    }
+
+    fn first_offset(&self) -> i64 {
+        self.records.first().map_or(0, |r| r.offset)
+    }
+
+    fn last_offset(&self) -> i64 {
+        self.records.last().map_or(0, |r| r.offset)
+    }
+
+    fn range(&self) -> SourceRange {
+        SourceRange {
+            source: self.source.clone(),
+            first_offset: self.first_offset(),
+            last_offset: self.last_offset(),
+        }
     }
 }
 

@@ -1,8 +1,7 @@
-//! From the ESM batch of one topic-partition to Arrow batches: accepted rows of the topic's
-//! table, and dead letters for everything else.
+//! From the new records of a topic-partition to Arrow rows: accepted rows in the topic's
+//! table's builder, dead letters for everything else.
 
 use crate::esm::EsmRecord;
-use arrow_array::RecordBatch;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
@@ -10,32 +9,38 @@ use super::TopicTable;
 use crate::checkpoint::SourcePartition;
 use crate::decode::value::{TIME_RANGE, timestamp_in_range};
 use crate::decode::{DeadLetter, DeadLetterBuilder, RecordMeta, RejectKind, Rejection, RowBuilder};
-use crate::error::Result;
 
-/// The decoded content of one partition's new records.
-pub(super) struct Decoded {
-    pub rows: Option<RecordBatch>,
-    pub dead_letters: Option<RecordBatch>,
+/// Counts of one decoding pass.
+#[derive(Debug, Default)]
+pub(super) struct Counts {
     pub accepted: u64,
     pub rejected: u64,
     pub rejected_by_kind: Vec<(RejectKind, u64)>,
 }
 
-/// Decodes `records` (already filtered by the checkpoint, in offset order).
+impl Counts {
+    fn reject(&mut self, kind: RejectKind) {
+        self.rejected += 1;
+        match self.rejected_by_kind.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => self.rejected_by_kind.push((kind, 1)),
+        }
+    }
+}
+
+/// Decodes `records` of `source` (already filtered by the checkpoint, in offset order) into
+/// `rows` (the table's builder, `None` for a topic no table is fed from) and `dead`.
 pub(super) fn decode_records(
     table: Option<&TopicTable>,
+    mut rows: Option<&mut RowBuilder>,
     records: &[&EsmRecord],
     source: &SourcePartition,
     max_record_bytes: usize,
     dead: &mut DeadLetterBuilder,
-) -> Result<Decoded> {
-    let mut rows = match table {
-        Some(t) => Some(RowBuilder::new(&t.spec, t.layout.clone(), records.len())?),
-        None => None,
-    };
+    counts: &mut Counts,
+) {
     let mut value_buf = Vec::new();
     let mut key_buf = Vec::new();
-    let mut counts: Vec<(RejectKind, u64)> = Vec::new();
     for record in records {
         let (topic, partition) = (source.topic.as_str(), source.partition);
         let outcome = decode_one(
@@ -45,61 +50,43 @@ pub(super) fn decode_records(
             max_record_bytes,
             &mut value_buf,
             &mut key_buf,
-            rows.as_mut(),
+            rows.as_deref_mut(),
         );
-        if let Err(rejection) = outcome {
-            let key_ok = record
-                .key
-                .as_deref()
-                .map(|k| STANDARD.decode_vec(k, key_buf.clear_and()).is_ok());
-            let key: Option<&[u8]> = match (record.key.as_deref(), key_ok) {
-                (Some(_), Some(true)) => Some(&key_buf),
-                (Some(raw), _) => Some(raw.as_bytes()),
-                (None, _) => None,
-            };
-            let value_ok = record
-                .value
-                .as_deref()
-                .map(|v| STANDARD.decode_vec(v, value_buf.clear_and()).is_ok());
-            let value: Option<&[u8]> = match (record.value.as_deref(), value_ok) {
-                (Some(_), Some(true)) => Some(&value_buf),
-                (Some(raw), _) => Some(raw.as_bytes()),
-                (None, _) => None,
-            };
-            dead.append(&DeadLetter {
-                topic,
-                partition,
-                offset: record.offset,
-                timestamp_ms: Some(record.timestamp),
-                key,
-                value,
-                kind: rejection.kind,
-                message: &rejection.message,
-            });
-            match counts.iter_mut().find(|(k, _)| *k == rejection.kind) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((rejection.kind, 1)),
+        match outcome {
+            Ok(()) => counts.accepted += 1,
+            Err(rejection) => {
+                let key_ok = record
+                    .key
+                    .as_deref()
+                    .map(|k| STANDARD.decode_vec(k, key_buf.clear_and()).is_ok());
+                let key: Option<&[u8]> = match (record.key.as_deref(), key_ok) {
+                    (Some(_), Some(true)) => Some(&key_buf),
+                    (Some(raw), _) => Some(raw.as_bytes()),
+                    (None, _) => None,
+                };
+                let value_ok = record
+                    .value
+                    .as_deref()
+                    .map(|v| STANDARD.decode_vec(v, value_buf.clear_and()).is_ok());
+                let value: Option<&[u8]> = match (record.value.as_deref(), value_ok) {
+                    (Some(_), Some(true)) => Some(&value_buf),
+                    (Some(raw), _) => Some(raw.as_bytes()),
+                    (None, _) => None,
+                };
+                dead.append(&DeadLetter {
+                    topic,
+                    partition,
+                    offset: record.offset,
+                    timestamp_ms: Some(record.timestamp),
+                    key,
+                    value,
+                    kind: rejection.kind,
+                    message: &rejection.message,
+                });
+                counts.reject(rejection.kind);
             }
         }
     }
-    let rejected = counts.iter().map(|(_, n)| n).sum();
-    let accepted = rows.as_ref().map_or(0, |r| r.len() as u64);
-    let rows = match rows.as_mut() {
-        Some(r) if !r.is_empty() => Some(r.finish()?),
-        _ => None,
-    };
-    let dead_letters = if dead.is_empty() {
-        None
-    } else {
-        Some(dead.finish()?)
-    };
-    Ok(Decoded {
-        rows,
-        dead_letters,
-        accepted,
-        rejected,
-        rejected_by_kind: counts,
-    })
 }
 
 trait ClearAnd {

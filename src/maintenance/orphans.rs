@@ -109,17 +109,21 @@ impl References {
     }
 
     /// Whether ingest references the object, or may still: a pending batch names it, or it is
-    /// an ingest file of offsets a retry could still deliver (at or past the checkpoint, or of
-    /// a partition it cannot tell).
+    /// an ingest file a retry could still write and register. A file is named after the first
+    /// partition of its batch and that partition's first offset; to write the same file again,
+    /// an invocation must plan that offset, which it cannot once the partition's checkpoint is
+    /// past it (and one that planned it earlier loses its conditional write). So a file is
+    /// needed while that checkpoint is at or before its first offset, or when the name does not
+    /// tell the partition.
     fn may_be_needed(&self, location: &str) -> bool {
         if self.pending_files.contains(location) || self.pending_lists.contains(location) {
             return true;
         }
         match ingest_name(location) {
-            IngestName::Of(source, last) => self
+            IngestName::Of(source, first) => self
                 .next_offsets
                 .get(&source)
-                .is_none_or(|next| *next <= last),
+                .is_none_or(|next| *next <= first),
             IngestName::OfUnknownPartition => true,
             IngestName::Other => false,
         }
@@ -129,7 +133,8 @@ impl References {
 /// What an object's name says about the ingest batch that wrote it.
 #[derive(Debug, PartialEq, Eq)]
 enum IngestName {
-    /// An ingest file or spilled list of this topic-partition, up to this offset.
+    /// An ingest file or spilled list whose batch's first topic-partition is this, from this
+    /// offset.
     Of(SourcePartition, i64),
     /// An ingest file whose topic was shortened in its name.
     OfUnknownPartition,
@@ -144,7 +149,7 @@ fn ingest_name(location: &str) -> IngestName {
         let name = location.rsplit('/').next()?;
         if let Some(stem) = name.strip_suffix(".parquet") {
             let mut parts = stem.rsplitn(6, '-');
-            let (hash, seq, last, first, partition, topic) = (
+            let (hash, seq, _last, first, partition, topic) = (
                 parts.next()?,
                 parts.next()?,
                 parts.next()?,
@@ -153,10 +158,10 @@ fn ingest_name(location: &str) -> IngestName {
                 parts.next()?,
             );
             let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
-            if hash.len() != 16 || !digits(seq, 3) || !digits(first, 20) || !digits(last, 20) {
+            if hash.len() != 16 || !digits(seq, 3) || !digits(first, 20) || !digits(_last, 20) {
                 return None;
             }
-            return Some((topic, partition, last));
+            return Some((topic, partition, first));
         }
         let stem = name.strip_suffix(".json")?;
         let mut dirs = location.rsplit('/').skip(1);
@@ -165,18 +170,18 @@ fn ingest_name(location: &str) -> IngestName {
         if dirs.next()? != "_pending" {
             return None;
         }
-        Some((topic, partition, stem.split('-').nth(1)?))
+        Some((topic, partition, stem.split('-').next()?))
     };
-    let Some((topic, partition, last)) = parsed() else {
+    let Some((topic, partition, first)) = parsed() else {
         return IngestName::Other;
     };
     match (
         crate::partition::topic_from_name(topic),
         partition.parse::<i32>(),
-        last.parse::<i64>(),
+        first.parse::<i64>(),
     ) {
-        (Some(topic), Ok(partition), Ok(last)) => {
-            IngestName::Of(SourcePartition::new(topic, partition), last)
+        (Some(topic), Ok(partition), Ok(first)) => {
+            IngestName::Of(SourcePartition::new(topic, partition), first)
         }
         _ => IngestName::OfUnknownPartition,
     }
@@ -240,13 +245,13 @@ mod tests {
         let f = "/w/ns.db/orders/data/d=1/orders.v2-3-00000000000000000010-00000000000000000019-000-0123456789abcdef.parquet";
         assert_eq!(
             ingest_name(f),
-            IngestName::Of(SourcePartition::new("orders.v2", 3), 19)
+            IngestName::Of(SourcePartition::new("orders.v2", 3), 10)
         );
         let spilled =
             "/w/_pending/a%2Fb/0/00000000000000000001-00000000000000000002-0123456789abcdef.json";
         assert_eq!(
             ingest_name(spilled),
-            IngestName::Of(SourcePartition::new("a/b", 0), 2)
+            IngestName::Of(SourcePartition::new("a/b", 0), 1)
         );
         let long = format!(
             "/w/ns.db/t/data/{}-0-00000000000000000000-00000000000000000002-000-0123456789abcdef.parquet",

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{
-    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
 };
 use crate::error::Result;
 #[cfg(feature = "aws")]
@@ -30,15 +30,18 @@ pub trait CheckpointStore: Send + Sync {
     /// The checkpoint of a partition ([`Checkpoint::INITIAL`] if none).
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint>;
 
-    /// Moves the checkpoint from `from` to `to_next_offset` and records `batch`, atomically,
-    /// if and only if the checkpoint is still at `from.version`.
-    async fn advance(
-        &self,
-        source: &SourcePartition,
-        from: Checkpoint,
-        to_next_offset: i64,
-        batch: &PendingBatch,
-    ) -> Result<Advance>;
+    /// The checkpoints of `sources`, in their order.
+    async fn checkpoints(&self, sources: &[SourcePartition]) -> Result<Vec<Checkpoint>> {
+        let mut out = Vec::with_capacity(sources.len());
+        for s in sources {
+            out.push(self.checkpoint(s).await?);
+        }
+        Ok(out)
+    }
+
+    /// Moves every checkpoint of `advances` and records `batch`, atomically, if and only if
+    /// each checkpoint is still at its `from` version; otherwise changes nothing.
+    async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance>;
 
     /// Records `batch` as pending without moving the checkpoint (records replayed from below
     /// it), if and only if `holder` still holds lock `lock`. `Ok(false)` when it does not.

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::checkpoint::{
-    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
+    decode_ranges, encode_ranges,
 };
 use crate::error::{Error, Result};
 use crate::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
@@ -34,6 +35,7 @@ CREATE TABLE IF NOT EXISTS pending (
     files         TEXT    NOT NULL,
     files_location TEXT,
     sort_key      TEXT,
+    more          TEXT,
     PRIMARY KEY (topic, partition, first_offset)
 );
 CREATE TABLE IF NOT EXISTS status (
@@ -125,6 +127,14 @@ fn upgrade_schema(conn: &Connection) -> rusqlite::Result<()> {
     if !has_sort_key {
         conn.execute_batch("ALTER TABLE pending ADD COLUMN sort_key TEXT")?;
     }
+    let has_more: bool = conn.query_row(
+        "SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'more'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_more {
+        conn.execute_batch("ALTER TABLE pending ADD COLUMN more TEXT")?;
+    }
     conn.execute_batch(
         "UPDATE pending SET sort_key = printf('%015d#%s#%010d#%020d', max(created_at_ms, 0), topic, partition, first_offset)
            WHERE sort_key IS NULL;
@@ -149,18 +159,33 @@ fn read_page(
                 r.get::<_, i64>(4)?,
                 r.get::<_, String>(5)?,
                 r.get::<_, Option<String>>(6)?,
+                r.get::<_, Option<String>>(7)?,
             ))
         })
         .map_err(err)?;
     let mut page = PendingPage::default();
     for row in rows {
-        let (source, first_offset, last_offset, created_at_ms, files, files_location) =
+        let (source, first_offset, last_offset, created_at_ms, files, files_location, more) =
             row.map_err(err)?;
+        let more = match more.as_deref().map(decode_ranges).transpose() {
+            Ok(m) => m.unwrap_or_default(),
+            Err(why) => {
+                let key = BatchKey {
+                    source,
+                    first_offset,
+                    created_at_ms,
+                };
+                page.unreadable
+                    .push((key, format!("{}: {why}", path.display())));
+                continue;
+            }
+        };
         match serde_json::from_str(&files) {
             Ok(files) => page.batches.push(PendingBatch {
                 source,
                 first_offset,
                 last_offset,
+                more,
                 created_at_ms,
                 files,
                 files_location,
@@ -202,66 +227,60 @@ impl CheckpointStore for SqliteStateStore {
         })
         .await
     }
-    async fn advance(
-        &self,
-        source: &SourcePartition,
-        from: Checkpoint,
-        to_next_offset: i64,
-        batch: &PendingBatch,
-    ) -> Result<Advance> {
-        let source = source.clone();
+    async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
+        let advances = advances.to_vec();
+        let batch = batch.clone();
         let files = serde_json::to_string(&batch.files)
             .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
-        let location = batch.files_location.clone();
-        let sort_key = batch.key().sort_key();
-        let batch = (batch.first_offset, batch.last_offset, batch.created_at_ms);
+        let more = (!batch.more.is_empty()).then(|| encode_ranges(&batch.more));
         self.with_conn(move |conn, path| {
             let err = |op| move |e| db_error(op, path, e);
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(err("begin"))?;
-            let current: Option<i64> = tx
-                .query_row(
-                    "SELECT version FROM checkpoints WHERE topic = ?1 AND partition = ?2",
-                    params![source.topic, source.partition],
-                    |r| r.get(0),
+            for a in &advances {
+                let current: Option<i64> = tx
+                    .query_row(
+                        "SELECT version FROM checkpoints WHERE topic = ?1 AND partition = ?2",
+                        params![a.source.topic, a.source.partition],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(err("read checkpoint"))?;
+                if current.unwrap_or(0) as u64 != a.from.version {
+                    return Ok(Advance::Conflict);
+                }
+                let next = a.to();
+                tx.execute(
+                    "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (topic, partition) DO UPDATE SET
+                       next_offset = excluded.next_offset, version = excluded.version,
+                       updated_at_ms = excluded.updated_at_ms",
+                    params![a.source.topic, a.source.partition, next.next_offset, next.version as i64, batch.created_at_ms],
                 )
-                .optional()
-                .map_err(err("read checkpoint"))?;
-            if current.unwrap_or(0) as u64 != from.version {
-                return Ok(Advance::Conflict);
+                .map_err(err("write checkpoint"))?;
             }
-            let next = Checkpoint {
-                next_offset: to_next_offset,
-                version: from.version + 1,
-            };
             tx.execute(
-                "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (topic, partition) DO UPDATE SET
-                   next_offset = excluded.next_offset, version = excluded.version,
-                   updated_at_ms = excluded.updated_at_ms",
-                params![source.topic, source.partition, next.next_offset, next.version as i64, batch.2],
-            )
-            .map_err(err("write checkpoint"))?;
-            tx.execute(
-                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![source.topic, source.partition, batch.0, batch.1, batch.2, files, location, sort_key],
+                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key, more)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![batch.source.topic, batch.source.partition, batch.first_offset, batch.last_offset,
+                    batch.created_at_ms, files, batch.files_location, batch.key().sort_key(), more],
             )
             .map_err(err("record pending files"))?;
             tx.commit().map_err(err("commit"))?;
-            Ok(Advance::Advanced(next))
+            Ok(Advance::Advanced)
         })
         .await
     }
+
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
         let after = after.unwrap_or_default().to_string();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with_conn(move |conn, path| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location
+                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location, more
                      FROM pending WHERE sort_key > ?1 ORDER BY sort_key LIMIT ?2",
                 )
                 .map_err(|e| db_error("read pending", path, e))?;
@@ -286,7 +305,7 @@ impl CheckpointStore for SqliteStateStore {
         self.with_conn(move |conn, path| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location
+                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location, more
                      FROM pending WHERE topic = ?1 AND partition = ?2 AND first_offset = ?3",
                 )
                 .map_err(|e| db_error("read pending", path, e))?;

@@ -18,7 +18,7 @@ use iceberg::spec::TableMetadata;
 use serde::{Deserialize, Serialize};
 use streamtable::catalog::{Pointer, PointerStore};
 use streamtable::checkpoint::{
-    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
 };
 use streamtable::generate::Rng;
 use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
@@ -127,18 +127,19 @@ impl CheckpointStore for ChaosState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         chaotic!(self.chaos, "read checkpoint", self.inner.checkpoint(source))
     }
-    async fn advance(
-        &self,
-        source: &SourcePartition,
-        from: Checkpoint,
-        to_next_offset: i64,
-        batch: &PendingBatch,
-    ) -> Result<Advance> {
+    async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         chaotic!(
             self.chaos,
-            "advance checkpoint",
+            "advance checkpoints",
             mutating,
-            self.inner.advance(source, from, to_next_offset, batch)
+            self.inner.advance(advances, batch)
+        )
+    }
+    async fn checkpoints(&self, sources: &[SourcePartition]) -> Result<Vec<Checkpoint>> {
+        chaotic!(
+            self.chaos,
+            "read checkpoints",
+            self.inner.checkpoints(sources)
         )
     }
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {

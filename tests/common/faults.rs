@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use streamtable::checkpoint::{
-    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
 };
 use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::{Error, Result};
@@ -53,13 +53,7 @@ impl CheckpointStore for FaultyState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         self.inner.checkpoint(source).await
     }
-    async fn advance(
-        &self,
-        source: &SourcePartition,
-        from: Checkpoint,
-        to_next_offset: i64,
-        batch: &PendingBatch,
-    ) -> Result<Advance> {
+    async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         let fault = {
             let mut faults = self.faults.lock().expect("faults");
             if faults.is_empty() {
@@ -69,29 +63,19 @@ impl CheckpointStore for FaultyState {
             }
         };
         match fault {
-            None => {
-                self.inner
-                    .advance(source, from, to_next_offset, batch)
-                    .await
-            }
+            None => self.inner.advance(advances, batch).await,
             Some(Fault::CrashBeforeAdvance) => Err(crash_error()),
             Some(Fault::CrashAfterAdvance) => {
-                self.inner
-                    .advance(source, from, to_next_offset, batch)
-                    .await?;
+                self.inner.advance(advances, batch).await?;
                 Err(crash_error())
             }
             Some(Fault::Before(hook)) => {
                 hook().await;
-                self.inner
-                    .advance(source, from, to_next_offset, batch)
-                    .await
+                self.inner.advance(advances, batch).await
             }
             Some(other) => {
                 self.faults.lock().expect("faults").insert(0, other);
-                self.inner
-                    .advance(source, from, to_next_offset, batch)
-                    .await
+                self.inner.advance(advances, batch).await
             }
         }
     }

@@ -2,7 +2,9 @@
 //! Each is run on every backend and checked through the outside readers.
 
 use serde_json::{Value, json};
-use streamtable::checkpoint::{Advance, Checkpoint, PendingBatch, PendingFile, SourcePartition};
+use streamtable::checkpoint::{
+    Advance, Checkpoint, PendingBatch, PendingFile, SourceAdvance, SourcePartition,
+};
 use streamtable::commit::commit_pending;
 use streamtable::compact::{CompactOptions, compact_all};
 use streamtable::scheduled;
@@ -350,17 +352,23 @@ async fn forge_batch(h: &Harness, topic: &str, partition: i32, files: Vec<Pendin
         source: source.clone(),
         first_offset: 0,
         last_offset: 0,
+        more: Vec::new(),
         created_at_ms: 1,
         files,
         files_location: None,
     };
+    let advance = SourceAdvance {
+        source,
+        from: Checkpoint::INITIAL,
+        to_next_offset: 1,
+    };
     let advanced = h
         .backend
         .state
-        .advance(&source, Checkpoint::INITIAL, 1, &batch)
+        .advance(&[advance], &batch)
         .await
         .expect("advance");
-    assert!(matches!(advanced, Advance::Advanced(_)));
+    assert_eq!(advanced, Advance::Advanced);
 }
 
 /// A pending batch that cannot be committed (its file list is corrupt, a file lies outside its

@@ -137,6 +137,80 @@ pub async fn multi_partition_batches_checkpoint_each_partition(h: &Harness) {
     assert_eq!(h.next_offset("orders", 0).await, 20);
     assert_eq!(h.next_offset("orders", 1).await, 110);
     assert_eq!(h.next_offset("payments", 3).await, 12);
+    // One file per table (all rows fall on one day), one pending batch for the invocation.
+    assert_eq!(s.files_written, 3);
+    let pending = h.backend.state.pending().await.expect("pending");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].ranges().count(), 4);
+}
+
+/// A zombie whose batch overlaps the live batch on only some partitions: its conditional write
+/// loses, it re-plans, lands only the partitions nobody landed, and moves no checkpoint back.
+pub async fn zombie_overlapping_some_partitions_lands_only_the_rest(h: &Harness) {
+    let live = h.ingestor();
+    let mut live_recs = records("orders", 1, 0..40);
+    live_recs.extend(records("orders", 2, 0..40));
+    let live_event = event(&live_recs);
+    let hook: super::faults::Fault = Fault::Before(Box::new(move || {
+        Box::pin(async move {
+            let s = live.handle(&live_event).await.expect("live invocation");
+            assert_eq!(s.accepted, 80);
+        })
+    }));
+    let zombie = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), vec![hook]));
+    let mut zombie_recs = records("orders", 0, 0..30);
+    zombie_recs.extend(records("orders", 1, 0..20));
+    let s = zombie
+        .handle(&event(&zombie_recs))
+        .await
+        .expect("zombie returns");
+    assert_eq!(s.conflicts, 1);
+    assert_eq!((s.accepted, s.already_seen), (30, 20));
+    assert_eq!(h.next_offset("orders", 0).await, 30);
+    assert_eq!(h.next_offset("orders", 1).await, 40);
+    assert_eq!(h.next_offset("orders", 2).await, 40);
+    let mut expected = keys(0, 0..30);
+    expected.extend(keys(1, 0..40));
+    expected.extend(keys(2, 0..40));
+    assert_eq!(h.landed("orders").await, expected);
+    assert_eq!(h.backend.state.pending().await.expect("pending").len(), 2);
+}
+
+/// A batch wider than one transaction holds is landed in groups, each its own file set and
+/// transaction; a crash in the second group leaves the first landed, and the retry lands the
+/// rest without repeating anything.
+pub async fn wider_than_one_transaction_lands_in_groups(h: &Harness) {
+    let width = streamtable::ingest::MAX_SOURCES_PER_ADVANCE as i32 + 21;
+    let recs: Vec<SourceRecord> = (0..width)
+        .flat_map(|p| records("readings", p, 0..3))
+        .collect();
+    let ev = event(&recs);
+    let crashing = h.ingestor_with_state(FaultyState::new(
+        h.backend.state.clone(),
+        vec![
+            Fault::Before(Box::new(|| Box::pin(async {}))),
+            Fault::CrashBeforeAdvance,
+        ],
+    ));
+    assert!(
+        crashing.handle(&ev).await.is_err(),
+        "the second group failed"
+    );
+    assert_eq!(h.backend.state.pending().await.expect("pending").len(), 1);
+    let s = h.ingestor().handle(&ev).await.expect("retry");
+    assert_eq!(s.accepted, 21 * 3);
+    assert_eq!(s.already_seen, 99 * 3);
+    let expected: Vec<(i32, i64)> = (0..width).flat_map(|p| keys(p, 0..3)).collect();
+    assert_eq!(h.landed("readings").await, expected);
+    for p in [0, 98, 99, width - 1] {
+        assert_eq!(h.next_offset("readings", p).await, 3);
+    }
+    let pending = h.backend.state.pending().await.expect("pending");
+    assert_eq!(pending.len(), 2);
+    assert_eq!(
+        pending.iter().map(|b| b.ranges().count()).sum::<usize>(),
+        width as usize
+    );
 }
 
 fn with_value(mut r: SourceRecord, value: Option<&[u8]>) -> SourceRecord {

@@ -32,7 +32,8 @@ use aws_sdk_dynamodb::types::{
 
 use crate::aws::SdkFault;
 use crate::checkpoint::{
-    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourcePartition,
+    Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
+    decode_ranges, encode_ranges,
 };
 use crate::error::{Error, Result};
 use crate::state::{CheckpointStore, CommitIntent};
@@ -50,6 +51,9 @@ pub struct DynamoStateStore {
 fn source_key(s: &SourcePartition) -> String {
     format!("source#{}#{}", s.topic, s.partition)
 }
+
+/// Most items of one `TransactWriteItems`.
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
 
 /// Partitions the pending batches are spread over.
 pub const PENDING_SHARDS: u64 = 16;
@@ -132,6 +136,9 @@ impl DynamoStateStore {
         if let Some(location) = &batch.files_location {
             put = put.item("files_location", s(location));
         }
+        if !batch.more.is_empty() {
+            put = put.item("more", s(encode_ranges(&batch.more)));
+        }
         Ok(put)
     }
 
@@ -158,8 +165,17 @@ impl DynamoStateStore {
             first_offset: get_n(item, "first_offset").unwrap_or(0),
             created_at_ms: get_n(item, "created_at_ms").unwrap_or(0),
         };
+        let more = match get_s(item, "more").map(decode_ranges).transpose() {
+            Ok(m) => m.unwrap_or_default(),
+            Err(why) => {
+                page.unreadable
+                    .push((key, format!("DynamoDB table {}: {why}", self.table)));
+                return;
+            }
+        };
         match serde_json::from_str(get_s(item, "files").unwrap_or("[]")) {
             Ok(files) => page.batches.push(PendingBatch {
+                more,
                 last_offset: get_n(item, "last_offset").unwrap_or(key.first_offset),
                 source: key.source,
                 first_offset: key.first_offset,
@@ -268,50 +284,121 @@ impl CheckpointStore for DynamoStateStore {
             },
         })
     }
-    async fn advance(
-        &self,
-        source: &SourcePartition,
-        from: Checkpoint,
-        to_next_offset: i64,
-        batch: &PendingBatch,
-    ) -> Result<Advance> {
-        let pk = source_key(source);
-        let next = Checkpoint {
-            next_offset: to_next_offset,
-            version: from.version + 1,
-        };
-        let mut update = Update::builder()
-            .table_name(&self.table)
-            .key("pk", s(&pk))
-            .key("sk", s("checkpoint"))
-            .update_expression(
-                "SET next_offset = :next, version = :new, updated_at_ms = :now, topic = :topic, #p = :partition",
-            )
-            .expression_attribute_names("#p", "partition")
-            .expression_attribute_values(":next", n(next.next_offset))
-            .expression_attribute_values(":new", n(next.version))
-            .expression_attribute_values(":now", n(batch.created_at_ms))
-            .expression_attribute_values(":topic", s(&source.topic))
-            .expression_attribute_values(":partition", n(source.partition));
-        update = if from.version == 0 {
-            update.condition_expression("attribute_not_exists(pk)")
-        } else {
-            update
-                .condition_expression("version = :old")
-                .expression_attribute_values(":old", n(from.version))
-        };
-        let put = self.pending_put(batch)?;
+    async fn checkpoints(&self, sources: &[SourcePartition]) -> Result<Vec<Checkpoint>> {
+        let mut found: HashMap<String, Checkpoint> = HashMap::new();
+        for chunk in sources.chunks(100) {
+            let mut todo: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|src| {
+                    HashMap::from([
+                        ("pk".to_string(), s(source_key(src))),
+                        ("sk".to_string(), s("checkpoint")),
+                    ])
+                })
+                .collect();
+            for attempt in 0..8u32 {
+                if todo.is_empty() {
+                    break;
+                }
+                if attempt > 0 {
+                    tokio::time::sleep(crate::clock::jitter(50 << attempt)).await;
+                }
+                let wanted = KeysAndAttributes::builder()
+                    .set_keys(Some(todo.clone()))
+                    .consistent_read(true)
+                    .projection_expression("pk, next_offset, version")
+                    .build()
+                    .map_err(|e| Error::Internal(format!("DynamoDB request: {e}")))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, wanted)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        state_error("read checkpoints", &self.table, SdkFault::from_sdk(&e))
+                    })?;
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(pk) = get_s(item, "pk") {
+                        found.insert(
+                            pk.to_string(),
+                            Checkpoint {
+                                next_offset: get_n(item, "next_offset").unwrap_or(0),
+                                version: get_n(item, "version").unwrap_or(0),
+                            },
+                        );
+                    }
+                }
+                todo = out
+                    .unprocessed_keys()
+                    .and_then(|m| m.get(&self.table))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+            if !todo.is_empty() {
+                return Err(Error::State {
+                    op: "read checkpoints",
+                    message: format!(
+                        "DynamoDB table {}: {} reads stayed unprocessed",
+                        self.table,
+                        todo.len()
+                    ),
+                    retryable: true,
+                });
+            }
+        }
+        Ok(sources
+            .iter()
+            .map(|src| {
+                found
+                    .get(&source_key(src))
+                    .copied()
+                    .unwrap_or(Checkpoint::INITIAL)
+            })
+            .collect())
+    }
+
+    async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
+        if advances.len() >= MAX_TRANSACTION_ITEMS {
+            return Err(Error::Internal(format!(
+                "{} partitions in one advance; a DynamoDB transaction holds {MAX_TRANSACTION_ITEMS} items",
+                advances.len()
+            )));
+        }
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             Error::Internal(format!("DynamoDB request: {e}"))
         };
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(
+        let mut req = self.client.transact_write_items();
+        for a in advances {
+            let next = a.to();
+            let mut update = Update::builder()
+                .table_name(&self.table)
+                .key("pk", s(source_key(&a.source)))
+                .key("sk", s("checkpoint"))
+                .update_expression("SET next_offset = :next, version = :new, updated_at_ms = :now")
+                .expression_attribute_values(":next", n(next.next_offset))
+                .expression_attribute_values(":new", n(next.version))
+                .expression_attribute_values(":now", n(batch.created_at_ms));
+            update = if a.from.version == 0 {
+                update.condition_expression("attribute_not_exists(pk)")
+            } else {
+                update
+                    .condition_expression("version = :old")
+                    .expression_attribute_values(":old", n(a.from.version))
+            };
+            req = req.transact_items(
                 TransactWriteItem::builder()
                     .update(update.build().map_err(build)?)
                     .build(),
-            )
+            );
+        }
+        let put = self.pending_put(batch)?;
+        let result = req
             .transact_items(
                 TransactWriteItem::builder()
                     .put(put.build().map_err(build)?)
@@ -320,7 +407,7 @@ impl CheckpointStore for DynamoStateStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Advance::Advanced(next)),
+            Ok(_) => Ok(Advance::Advanced),
             Err(e) => {
                 if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
                     e.as_service_error()
@@ -336,13 +423,14 @@ impl CheckpointStore for DynamoStateStore {
                     }
                 }
                 Err(state_error(
-                    "advance checkpoint",
+                    "advance checkpoints",
                     &self.table,
                     SdkFault::from_sdk(&e),
                 ))
             }
         }
     }
+
     async fn pending_page(&self, after: Option<&str>, limit: usize) -> Result<PendingPage> {
         let limit = limit.max(1);
         let after = after.unwrap_or("");
