@@ -85,7 +85,7 @@ pub struct SourceRange {
 }
 
 /// The files of one ingested batch, awaiting commit. A batch covers the new records of every
-/// topic-partition of one invocation (up to [`crate::ingest::MAX_SOURCES_PER_ADVANCE`]): one
+/// topic-partition of one invocation (up to [`crate::ingest::MAX_PARTITIONS_PER_BATCH`]): one
 /// file per table and partition value, whatever the number of Kafka partitions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingBatch {

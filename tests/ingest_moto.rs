@@ -66,3 +66,91 @@ async fn zombie_overlapping_some_partitions_lands_only_the_rest() {
 async fn wider_than_one_transaction_lands_in_groups() {
     scenarios::wider_than_one_transaction_lands_in_groups(&common::moto().await).await;
 }
+
+/// The DynamoDB table of a moto harness (its Glue database, with dashes).
+fn state_table(h: &common::Harness) -> String {
+    let at = h
+        .catalog_args
+        .iter()
+        .position(|a| a == "--database")
+        .expect("--database");
+    h.catalog_args[at + 1].replace('_', "-")
+}
+
+/// Upgrading from per-partition checkpoints (before 0.3) to buckets loses and repeats nothing:
+/// until the layout is synced the per-partition items stay the authority (an invocation of the
+/// old release still in flight advances them); an hour after the upgrade they are copied into
+/// the buckets, which are the authority from then on.
+#[tokio::test]
+async fn per_partition_checkpoints_upgrade_to_buckets_exactly_once() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use common::{event, keys, records};
+    use streamtable::state::{DynamoStateStore, StateStore};
+
+    let h = common::moto().await;
+    let table = state_table(&h);
+    let sdk = streamtable::aws::load_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let legacy = |next: i64, version: i64| {
+        let (dynamo, table) = (dynamo.clone(), table.clone());
+        async move {
+            dynamo
+                .put_item()
+                .table_name(table)
+                .item("pk", AttributeValue::S("source#orders#0".into()))
+                .item("sk", AttributeValue::S("checkpoint".into()))
+                .item("next_offset", AttributeValue::N(next.to_string()))
+                .item("version", AttributeValue::N(version.to_string()))
+                .send()
+                .await
+                .expect("legacy checkpoint");
+        }
+    };
+    let fresh = || -> std::sync::Arc<dyn StateStore> {
+        std::sync::Arc::new(DynamoStateStore::new(dynamo.clone(), table.clone()))
+    };
+    // An earlier release landed 0..50.
+    legacy(50, 3).await;
+
+    // The new release before the scheduled stage ran: mirror mode.
+    let s = h
+        .ingestor_with_state(fresh())
+        .handle(&event(&records("orders", 0, 0..80)))
+        .await
+        .expect("mirror ingest");
+    assert_eq!((s.accepted, s.already_seen), (30, 50));
+    let now = streamtable::clock::now_ms();
+    fresh().upgrade(now).await.expect("upgrade");
+    // Still within the hour: an old invocation in flight advances the per-partition item
+    // (it landed 80..100), and the new release follows it.
+    legacy(100, 5).await;
+    let s = h
+        .ingestor_with_state(fresh())
+        .handle(&event(&records("orders", 0, 80..110)))
+        .await
+        .expect("mirror ingest after the old release");
+    assert_eq!((s.accepted, s.already_seen), (10, 20));
+    // An hour later: copied into the bucket, which is the authority from now on.
+    fresh()
+        .upgrade(now + 3_600_001)
+        .await
+        .expect("upgrade after the window");
+    let store = fresh();
+    let s = h
+        .ingestor_with_state(store.clone())
+        .handle(&event(&records("orders", 0, 100..130)))
+        .await
+        .expect("bucket ingest");
+    assert_eq!((s.accepted, s.already_seen), (20, 10));
+    assert_eq!(
+        store
+            .checkpoint(&streamtable::checkpoint::SourcePartition::new("orders", 0))
+            .await
+            .expect("checkpoint")
+            .next_offset,
+        130
+    );
+    let mut expected = keys(0, 50..80);
+    expected.extend(keys(0, 100..130));
+    assert_eq!(h.landed("orders").await, expected);
+}

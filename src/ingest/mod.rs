@@ -43,9 +43,9 @@ use crate::state::StateStore;
 use crate::storage::Warehouse;
 use encode::EncodedFile;
 
-/// Most topic-partitions landed together: one DynamoDB transaction holds 100 items, one per
-/// checkpoint and one for the pending batch.
-pub const MAX_SOURCES_PER_ADVANCE: usize = 99;
+/// Default: most topic-partitions landed together as one batch (the state store may split
+/// further, see [`crate::state::CheckpointStore::groups`]).
+pub const MAX_PARTITIONS_PER_BATCH: usize = 4096;
 /// Default: how often a partition is re-planned after losing the conditional write.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// Default: file lists larger than this are written to the warehouse instead of the state item.
@@ -132,8 +132,8 @@ impl Ingestor {
         })
     }
 
-    /// Lands one ESM batch: the new records of all its topic-partitions (up to
-    /// [`MAX_SOURCES_PER_ADVANCE`] at a time) as one file per table and partition value, and
+    /// Lands one ESM batch: the new records of all its topic-partitions (in as few groups as
+    /// the state store's transactions allow) as one file per table and partition value, and
     /// their checkpoints advanced in one conditional write with one pending batch. Returns an
     /// error only when some partitions could not be landed; those that were stay landed, and a
     /// retry skips them by their checkpoints.
@@ -142,7 +142,15 @@ impl Ingestor {
             group_by_partition(event)?.into_iter().collect();
         let mut total = IngestSummary::default();
         let mut first_error = None;
-        for chunk in groups.chunks(MAX_SOURCES_PER_ADVANCE) {
+        let sources: Vec<SourcePartition> = groups.iter().map(|(s, _)| s.clone()).collect();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for size in self.state.groups(&sources).await? {
+            let end = (at + size).min(groups.len());
+            chunks.extend(groups[at..end].chunks(self.options.max_partitions_per_batch.max(1)));
+            at = end;
+        }
+        for chunk in chunks {
             match self.ingest_group(chunk).await {
                 Ok(s) => total.add(&s),
                 Err(e) => {
@@ -165,7 +173,7 @@ impl Ingestor {
         let mut records = 0;
         let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
             group_by_partition(event)?.into_iter().collect();
-        for chunk in groups.chunks(MAX_SOURCES_PER_ADVANCE) {
+        for chunk in groups.chunks(self.options.max_partitions_per_batch.max(1)) {
             let planned: Vec<Planned> = chunk
                 .iter()
                 .filter_map(|(source, group)| Planned::new(source, Checkpoint::INITIAL, group))

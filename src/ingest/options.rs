@@ -1,6 +1,6 @@
 //! Ingest's knobs.
 
-use super::{MAX_ATTEMPTS, MAX_INLINE_FILES_BYTES};
+use super::{MAX_ATTEMPTS, MAX_INLINE_FILES_BYTES, MAX_PARTITIONS_PER_BATCH};
 use crate::error::{Error, Result};
 use crate::spec::PipelineSpec;
 
@@ -17,6 +17,9 @@ pub struct IngestOptions {
     pub max_inline_files_bytes: usize,
     /// ZSTD level of the micro-files (compaction rewrites them later).
     pub zstd_level: i32,
+    /// Most topic-partitions of one invocation landed as one batch (one file set, one
+    /// transaction); more are split into several batches.
+    pub max_partitions_per_batch: usize,
 }
 
 impl IngestOptions {
@@ -27,6 +30,7 @@ impl IngestOptions {
             max_attempts: MAX_ATTEMPTS,
             max_inline_files_bytes: MAX_INLINE_FILES_BYTES,
             zstd_level: 1,
+            max_partitions_per_batch: MAX_PARTITIONS_PER_BATCH,
         }
     }
 

@@ -39,6 +39,17 @@ pub trait CheckpointStore: Send + Sync {
         Ok(out)
     }
 
+    /// How the consecutive `sources` of one invocation are split into advances: the length of
+    /// each group, in order (a store whose transactions are bounded splits; the default takes
+    /// them all at once).
+    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
+        Ok(if sources.is_empty() {
+            Vec::new()
+        } else {
+            vec![sources.len()]
+        })
+    }
+
     /// Moves every checkpoint of `advances` and records `batch`, atomically, if and only if
     /// each checkpoint is still at its `from` version; otherwise changes nothing.
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance>;

@@ -127,6 +127,9 @@ impl CheckpointStore for ChaosState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         chaotic!(self.chaos, "read checkpoint", self.inner.checkpoint(source))
     }
+    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
+        self.inner.groups(sources).await
+    }
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         chaotic!(
             self.chaos,

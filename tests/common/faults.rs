@@ -53,6 +53,9 @@ impl CheckpointStore for FaultyState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         self.inner.checkpoint(source).await
     }
+    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
+        self.inner.groups(sources).await
+    }
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         let fault = {
             let mut faults = self.faults.lock().expect("faults");

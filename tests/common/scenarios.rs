@@ -176,33 +176,40 @@ pub async fn zombie_overlapping_some_partitions_lands_only_the_rest(h: &Harness)
     assert_eq!(h.backend.state.pending().await.expect("pending").len(), 2);
 }
 
-/// A batch wider than one transaction holds is landed in groups, each its own file set and
-/// transaction; a crash in the second group leaves the first landed, and the retry lands the
-/// rest without repeating anything.
+/// A batch wider than one batch may be (here 40 partitions) is landed in groups, each its own
+/// file set and transaction; a crash in the second group leaves the first landed, and the
+/// retry lands the rest without repeating anything.
 pub async fn wider_than_one_transaction_lands_in_groups(h: &Harness) {
-    let width = streamtable::ingest::MAX_SOURCES_PER_ADVANCE as i32 + 21;
+    let width = 60;
     let recs: Vec<SourceRecord> = (0..width)
         .flat_map(|p| records("readings", p, 0..3))
         .collect();
     let ev = event(&recs);
-    let crashing = h.ingestor_with_state(FaultyState::new(
+    let narrow = |i: streamtable::ingest::Ingestor| {
+        let o = streamtable::ingest::IngestOptions {
+            max_partitions_per_batch: 40,
+            ..i.options().clone()
+        };
+        i.with_options(o)
+    };
+    let crashing = narrow(h.ingestor_with_state(FaultyState::new(
         h.backend.state.clone(),
         vec![
             Fault::Before(Box::new(|| Box::pin(async {}))),
             Fault::CrashBeforeAdvance,
         ],
-    ));
+    )));
     assert!(
         crashing.handle(&ev).await.is_err(),
         "the second group failed"
     );
     assert_eq!(h.backend.state.pending().await.expect("pending").len(), 1);
-    let s = h.ingestor().handle(&ev).await.expect("retry");
-    assert_eq!(s.accepted, 21 * 3);
-    assert_eq!(s.already_seen, 99 * 3);
+    let s = narrow(h.ingestor()).handle(&ev).await.expect("retry");
+    assert_eq!(s.accepted, 20 * 3);
+    assert_eq!(s.already_seen, 40 * 3);
     let expected: Vec<(i32, i64)> = (0..width).flat_map(|p| keys(p, 0..3)).collect();
     assert_eq!(h.landed("readings").await, expected);
-    for p in [0, 98, 99, width - 1] {
+    for p in [0, 39, 40, width - 1] {
         assert_eq!(h.next_offset("readings", p).await, 3);
     }
     let pending = h.backend.state.pending().await.expect("pending");

@@ -1,6 +1,7 @@
 //! `streamtable bench …`: benchmarks that print numbers (never timed assertions in tests).
 
 mod compact;
+mod cost;
 mod ingest;
 mod reference;
 mod system;
@@ -71,6 +72,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1000)]
         files: u64,
     },
+    /// Requests and dollars per GB of event JSON for ingest, commit and compaction, at several
+    /// Kafka partition counts per batch; needs the counting proxy (`scripts/bench-cost`).
+    Cost {
+        /// Kafka partitions per ESM batch, one run each.
+        #[arg(long, value_delimiter = ',', default_value = "4,64,1000")]
+        partitions: Vec<i32>,
+        /// ESM batches ingested per run (one commit and one compaction follow).
+        #[arg(long, default_value_t = 20)]
+        batches: u64,
+        /// Records per batch.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+    },
     /// streamtable against the Python Lambda a team would write instead (pyarrow + pyiceberg,
     /// in bench/reference/), on the same inputs in one run, with ratios: ingest, compaction,
     /// the demo at scale, and the ingest Lambda's init time and size. `scripts/bench` runs it.
@@ -98,6 +112,11 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             json,
         } => compact::compact_once(home, *target_mb, *reencode, *json).await,
         BenchCommand::Commit { files } => compact::commit(config, *files).await,
+        BenchCommand::Cost {
+            partitions,
+            batches,
+            records,
+        } => cost::cost(config, partitions, (*batches).max(1), *records).await,
         BenchCommand::Reference(args) => reference::run(config, args).await,
     }
 }

@@ -4,10 +4,11 @@
 //!
 //! | item | pk | sk | attributes |
 //! |---|---|---|---|
-//! | checkpoint | `source#{topic}#{partition}` | `checkpoint` | `next_offset`, `version`, `updated_at_ms` |
+//! | checkpoints of 96 partitions | `checkpoints#{topic}#{partition / 96}` | `checkpoint` | `next` (map: partition → next offset) |
+//! | checkpoint before 0.3 | `source#{topic}#{partition}` | `checkpoint` | `next_offset`, `version`, `updated_at_ms` |
 //! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON), `files_location` |
 //! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
-//! | layout | `meta` | `layout` | `version`, `since_ms` |
+//! | layout | `meta` | `layout` | `version`, `since_ms`, `synced` |
 //!
 //! Pending batches live in [`PENDING_SHARDS`] partitions (`shard` = a hash of the topic-partition,
 //! two digits), sorted by age: the commit stage reads the oldest ones with one strongly
@@ -15,19 +16,22 @@
 //! the checkpoint's `pk`; [`DynamoStateStore::upgrade`] moves such items (for an hour after the
 //! upgrade, so that invocations of the old release still in flight are caught too).
 //!
-//! The advance is one `TransactWriteItems`: an update of the checkpoint conditioned on its
-//! version, and a put of the pending batch conditioned on its absence. No client request token
+//! The advance is one `TransactWriteItems`: an update of each checkpoint bucket the batch
+//! touches, conditioned on the entries of its partitions (see [`checkpoints`]), and a put of
+//! the pending batch conditioned on its absence. No client request token
 //! is set: two invocations of the same batch would share it, and DynamoDB would answer the
 //! second "success" without applying it. An SDK retry of a transaction that did commit instead
 //! fails its condition and the partition is re-planned (everything is then already seen).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem,
 };
 
 use crate::aws::SdkFault;
@@ -38,18 +42,20 @@ use crate::checkpoint::{
 use crate::error::{Error, Result};
 use crate::state::{CheckpointStore, CommitIntent};
 
+mod body;
+mod checkpoints;
 mod intents_and_locks;
 mod upgrade;
+
+pub use checkpoints::BUCKET_PARTITIONS;
 
 /// DynamoDB state store.
 #[derive(Debug, Clone)]
 pub struct DynamoStateStore {
     client: Client,
     table: String,
-}
-
-fn source_key(s: &SourcePartition) -> String {
-    format!("source#{}#{}", s.topic, s.partition)
+    /// The checkpoint layout in force, and when it was read.
+    mode: Arc<Mutex<Option<(Instant, checkpoints::Mode)>>>,
 }
 
 /// Most items of one `TransactWriteItems`.
@@ -59,8 +65,8 @@ pub const MAX_TRANSACTION_ITEMS: usize = 100;
 pub const PENDING_SHARDS: u64 = 16;
 /// How long after an upgrade items in the old layout are still looked for.
 pub const LEGACY_WINDOW_MS: i64 = 3_600_000;
-/// The layout this release writes.
-const LAYOUT_VERSION: i64 = 2;
+/// The layout this release writes (3: checkpoints in buckets).
+const LAYOUT_VERSION: i64 = 3;
 
 fn pending_pk(s: &SourcePartition) -> String {
     let shard = xxhash_rust::xxh3::xxh3_64(s.to_string().as_bytes()) % PENDING_SHARDS;
@@ -104,6 +110,7 @@ impl DynamoStateStore {
         DynamoStateStore {
             client,
             table: table.into(),
+            mode: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -115,13 +122,14 @@ impl DynamoStateStore {
         }
     }
 
-    /// The conditional put of a pending batch's item.
-    fn pending_put(
+    /// The conditional put of a pending batch's item. In the bucket layout the file list and
+    /// the other partitions' ranges travel as one zstd-compressed `body` (a third of the JSON's
+    /// size: DynamoDB bills writes by the kilobyte); in mirror mode as the plain attributes an
+    /// earlier release's commit stage reads.
+    async fn pending_put(
         &self,
         batch: &PendingBatch,
     ) -> Result<aws_sdk_dynamodb::types::builders::PutBuilder> {
-        let files = serde_json::to_string(&batch.files)
-            .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
         let mut put = Put::builder()
             .table_name(&self.table)
             .item("pk", s(pending_pk(&batch.source)))
@@ -131,11 +139,17 @@ impl DynamoStateStore {
             .item("first_offset", n(batch.first_offset))
             .item("last_offset", n(batch.last_offset))
             .item("created_at_ms", n(batch.created_at_ms))
-            .item("files", s(files))
             .condition_expression("attribute_not_exists(pk)");
         if let Some(location) = &batch.files_location {
             put = put.item("files_location", s(location));
         }
+        if self.mode().await? == checkpoints::Mode::Buckets {
+            let body = body::encode(&batch.files, &batch.more)?;
+            return Ok(put.item("body", AttributeValue::B(body.into())));
+        }
+        let files = serde_json::to_string(&batch.files)
+            .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
+        put = put.item("files", s(files));
         if !batch.more.is_empty() {
             put = put.item("more", s(encode_ranges(&batch.more)));
         }
@@ -165,28 +179,34 @@ impl DynamoStateStore {
             first_offset: get_n(item, "first_offset").unwrap_or(0),
             created_at_ms: get_n(item, "created_at_ms").unwrap_or(0),
         };
-        let more = match get_s(item, "more").map(decode_ranges).transpose() {
-            Ok(m) => m.unwrap_or_default(),
-            Err(why) => {
-                page.unreadable
-                    .push((key, format!("DynamoDB table {}: {why}", self.table)));
-                return;
-            }
+        let files_location = get_s(item, "files_location").map(str::to_string);
+        let last_offset = get_n(item, "last_offset").unwrap_or(key.first_offset);
+        let decoded = match item.get("body").map(AttributeValue::as_b) {
+            Some(Ok(b)) => body::decode(b.as_ref()),
+            Some(Err(_)) => Err("pending item body is not binary".to_string()),
+            None => get_s(item, "more")
+                .map(decode_ranges)
+                .transpose()
+                .map(Option::unwrap_or_default)
+                .and_then(|more| {
+                    serde_json::from_str(get_s(item, "files").unwrap_or("[]"))
+                        .map(|files| (files, more))
+                        .map_err(|e| format!("file list is corrupt: {e}"))
+                }),
         };
-        match serde_json::from_str(get_s(item, "files").unwrap_or("[]")) {
-            Ok(files) => page.batches.push(PendingBatch {
+        match decoded {
+            Ok((files, more)) => page.batches.push(PendingBatch {
                 more,
-                last_offset: get_n(item, "last_offset").unwrap_or(key.first_offset),
+                last_offset,
                 source: key.source,
                 first_offset: key.first_offset,
                 created_at_ms: key.created_at_ms,
                 files,
-                files_location: get_s(item, "files_location").map(str::to_string),
+                files_location,
             }),
-            Err(e) => page.unreadable.push((
-                key,
-                format!("DynamoDB table {}: file list is corrupt: {e}", self.table),
-            )),
+            Err(why) => page
+                .unreadable
+                .push((key, format!("DynamoDB table {}: {why}", self.table))),
         }
     }
 
@@ -266,144 +286,36 @@ impl DynamoStateStore {
 #[async_trait]
 impl CheckpointStore for DynamoStateStore {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(source_key(source)))
-            .key("sk", s("checkpoint"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| state_error("read checkpoint", &self.table, SdkFault::from_sdk(&e)))?;
-        Ok(match out.item() {
-            None => Checkpoint::INITIAL,
-            Some(item) => Checkpoint {
-                next_offset: get_n(item, "next_offset").unwrap_or(0),
-                version: get_n(item, "version").unwrap_or(0),
-            },
-        })
+        let all = self.read_checkpoints(std::slice::from_ref(source)).await?;
+        Ok(all.first().copied().unwrap_or(Checkpoint::INITIAL))
     }
     async fn checkpoints(&self, sources: &[SourcePartition]) -> Result<Vec<Checkpoint>> {
-        let mut found: HashMap<String, Checkpoint> = HashMap::new();
-        for chunk in sources.chunks(100) {
-            let mut todo: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|src| {
-                    HashMap::from([
-                        ("pk".to_string(), s(source_key(src))),
-                        ("sk".to_string(), s("checkpoint")),
-                    ])
-                })
-                .collect();
-            for attempt in 0..8u32 {
-                if todo.is_empty() {
-                    break;
-                }
-                if attempt > 0 {
-                    tokio::time::sleep(crate::clock::jitter(50 << attempt)).await;
-                }
-                let wanted = KeysAndAttributes::builder()
-                    .set_keys(Some(todo.clone()))
-                    .consistent_read(true)
-                    .projection_expression("pk, next_offset, version")
-                    .build()
-                    .map_err(|e| Error::Internal(format!("DynamoDB request: {e}")))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, wanted)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        state_error("read checkpoints", &self.table, SdkFault::from_sdk(&e))
-                    })?;
-                for item in out
-                    .responses()
-                    .and_then(|r| r.get(&self.table))
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(pk) = get_s(item, "pk") {
-                        found.insert(
-                            pk.to_string(),
-                            Checkpoint {
-                                next_offset: get_n(item, "next_offset").unwrap_or(0),
-                                version: get_n(item, "version").unwrap_or(0),
-                            },
-                        );
-                    }
-                }
-                todo = out
-                    .unprocessed_keys()
-                    .and_then(|m| m.get(&self.table))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-            }
-            if !todo.is_empty() {
-                return Err(Error::State {
-                    op: "read checkpoints",
-                    message: format!(
-                        "DynamoDB table {}: {} reads stayed unprocessed",
-                        self.table,
-                        todo.len()
-                    ),
-                    retryable: true,
-                });
-            }
-        }
-        Ok(sources
-            .iter()
-            .map(|src| {
-                found
-                    .get(&source_key(src))
-                    .copied()
-                    .unwrap_or(Checkpoint::INITIAL)
-            })
-            .collect())
+        self.read_checkpoints(sources).await
+    }
+    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
+        self.group_sizes(sources).await
     }
 
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
-        if advances.len() >= MAX_TRANSACTION_ITEMS {
-            return Err(Error::Internal(format!(
-                "{} partitions in one advance; a DynamoDB transaction holds {MAX_TRANSACTION_ITEMS} items",
-                advances.len()
-            )));
-        }
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             Error::Internal(format!("DynamoDB request: {e}"))
         };
-        let mut req = self.client.transact_write_items();
-        for a in advances {
-            let next = a.to();
-            let mut update = Update::builder()
-                .table_name(&self.table)
-                .key("pk", s(source_key(&a.source)))
-                .key("sk", s("checkpoint"))
-                .update_expression("SET next_offset = :next, version = :new, updated_at_ms = :now")
-                .expression_attribute_values(":next", n(next.next_offset))
-                .expression_attribute_values(":new", n(next.version))
-                .expression_attribute_values(":now", n(batch.created_at_ms));
-            update = if a.from.version == 0 {
-                update.condition_expression("attribute_not_exists(pk)")
-            } else {
-                update
-                    .condition_expression("version = :old")
-                    .expression_attribute_values(":old", n(a.from.version))
-            };
-            req = req.transact_items(
-                TransactWriteItem::builder()
-                    .update(update.build().map_err(build)?)
-                    .build(),
-            );
+        let mut items = self.advance_items(advances, batch.created_at_ms).await?;
+        items.push(
+            TransactWriteItem::builder()
+                .put(self.pending_put(batch).await?.build().map_err(build)?)
+                .build(),
+        );
+        if items.len() > MAX_TRANSACTION_ITEMS {
+            return Err(Error::Internal(format!(
+                "{} items in one advance; a DynamoDB transaction holds {MAX_TRANSACTION_ITEMS}",
+                items.len()
+            )));
         }
-        let put = self.pending_put(batch)?;
-        let result = req
-            .transact_items(
-                TransactWriteItem::builder()
-                    .put(put.build().map_err(build)?)
-                    .build(),
-            )
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
             .send()
             .await;
         match result {
@@ -411,16 +323,9 @@ impl CheckpointStore for DynamoStateStore {
             Err(e) => {
                 if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
                     e.as_service_error()
+                    && Self::is_lost_race(c)
                 {
-                    let lost_race = c.cancellation_reasons().iter().any(|r| {
-                        matches!(
-                            r.code(),
-                            Some("ConditionalCheckFailed" | "TransactionConflict")
-                        )
-                    });
-                    if lost_race {
-                        return Ok(Advance::Conflict);
-                    }
+                    return Ok(Advance::Conflict);
                 }
                 Err(state_error(
                     "advance checkpoints",
@@ -525,7 +430,7 @@ impl CheckpointStore for DynamoStateStore {
             .expression_attribute_values(":holder", s(holder))
             .build()
             .map_err(build)?;
-        let put = self.pending_put(batch)?.build().map_err(build)?;
+        let put = self.pending_put(batch).await?.build().map_err(build)?;
         let result = self
             .client
             .transact_write_items()

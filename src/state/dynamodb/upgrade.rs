@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 
 use super::{
     DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n, pending_item_key, s,
@@ -18,6 +18,80 @@ use crate::error::{Error, Result};
 use crate::state::{CommitLog, StateStore};
 
 impl DynamoStateStore {
+    async fn write_layout(&self, since_ms: i64, synced: bool) -> Result<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("meta"))
+            .item("sk", s("layout"))
+            .item("version", n(LAYOUT_VERSION))
+            .item("since_ms", n(since_ms))
+            .item("synced", AttributeValue::Bool(synced))
+            .send()
+            .await
+            .map_err(|e| state_error("write layout", &self.table, SdkFault::from_sdk(&e)))?;
+        Ok(())
+    }
+
+    /// The per-partition checkpoints of releases before 0.3: (source, next offset); only
+    /// whether there is one when `first_only`.
+    async fn legacy_checkpoints_scan(
+        &self,
+        first_only: bool,
+    ) -> Result<Vec<(SourcePartition, i64)>> {
+        let mut found = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression("begins_with(pk, :src) AND sk = :cp")
+                .expression_attribute_values(":src", s("source#"))
+                .expression_attribute_values(":cp", s("checkpoint"))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| state_error("upgrade layout", &self.table, SdkFault::from_sdk(&e)))?;
+            for item in page.items() {
+                let Some(rest) = get_s(item, "pk").and_then(|pk| pk.strip_prefix("source#")) else {
+                    continue;
+                };
+                let Some((topic, partition)) = rest.rsplit_once('#') else {
+                    continue;
+                };
+                let Ok(partition) = partition.parse::<i32>() else {
+                    continue;
+                };
+                found.push((
+                    SourcePartition::new(topic, partition),
+                    get_n(item, "next_offset").unwrap_or(0),
+                ));
+                if first_only {
+                    return Ok(found);
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => return Ok(found),
+            }
+        }
+    }
+
+    /// Copies every per-partition checkpoint into its bucket where the bucket is behind.
+    async fn copy_legacy_checkpoints(&self) -> Result<u64> {
+        let mut copied = 0;
+        for (source, next) in self.legacy_checkpoints_scan(false).await? {
+            self.create_buckets(&[super::checkpoints::bucket_key(&source)])
+                .await?;
+            if self.raise_entry(&source, next).await? {
+                copied += 1;
+            }
+        }
+        Ok(copied)
+    }
+
     /// Moves pending items of the pre-0.2 layout (under the checkpoint's `pk`) to the sharded
     /// layout, and rewrites a commit intent naming them. Returns the items moved.
     async fn move_legacy_pending(&self) -> Result<u64> {
@@ -159,33 +233,36 @@ impl StateStore for DynamoStateStore {
             .send()
             .await
             .map_err(|e| state_error("read layout", &self.table, SdkFault::from_sdk(&e)))?;
-        let since = match out.item() {
-            Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => {
-                get_n::<i64>(item, "since_ms").unwrap_or(0)
-            }
+        let (since, synced) = match out.item() {
+            Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => (
+                get_n::<i64>(item, "since_ms").unwrap_or(0),
+                item.get("synced").and_then(|v| v.as_bool().ok()).copied() == Some(true),
+            ),
             _ => {
-                self.client
-                    .put_item()
-                    .table_name(&self.table)
-                    .item("pk", s("meta"))
-                    .item("sk", s("layout"))
-                    .item("version", n(LAYOUT_VERSION))
-                    .item("since_ms", n(now_ms))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        state_error("write layout", &self.table, SdkFault::from_sdk(&e))
-                    })?;
-                now_ms
+                // Per-partition checkpoints of an earlier release stay the authority until no
+                // invocation of that release can run any more; a table without any is in the
+                // bucket layout at once.
+                let synced = self.legacy_checkpoints_scan(true).await?.is_empty();
+                self.write_layout(now_ms, synced).await?;
+                (now_ms, synced)
             }
         };
+        let mut changed = 0;
+        if !synced && now_ms - since > LEGACY_WINDOW_MS {
+            changed += self.copy_legacy_checkpoints().await?;
+            self.write_layout(since, true).await?;
+            tracing::info!(
+                copied = changed,
+                "checkpoints of the previous layout copied into buckets"
+            );
+        }
         if now_ms - since > LEGACY_WINDOW_MS {
-            return Ok(0);
+            return Ok(changed);
         }
         let moved = self.move_legacy_pending().await?;
         if moved > 0 {
             tracing::info!(moved, "moved pending batches of the previous layout");
         }
-        Ok(moved)
+        Ok(changed + moved)
     }
 }

@@ -1,0 +1,278 @@
+//! `streamtable bench cost`: requests and dollars per GB of event JSON, counted by a proxy in
+//! front of a moto server (`bench/cost/counting_proxy.py`; `scripts/bench-cost` starts both).
+//!
+//! For each width (Kafka partitions per ESM batch), on a fresh bucket, DynamoDB table and Glue
+//! database: ingest `batches` full batches of orders (offsets from 10⁹, as on a topic that has
+//! run for a while), then one commit, then one compaction. The proxy bills every request as AWS
+//! would (DynamoDB units from item sizes); the counts are scaled to one GB of event JSON and
+//! priced with the README's list prices.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::cpu_seconds;
+use crate::cli::synthetic_records;
+use crate::clock::now_ms;
+use crate::config::{Backend, BackendConfig, Config};
+use crate::error::{Error, Result};
+use crate::generate::{EventFactory, esm_event};
+use crate::ingest::Ingestor;
+use crate::tables::TableSet;
+
+/// us-east-1 list prices (the README's).
+const S3_PUT: f64 = 0.005 / 1000.0;
+const S3_GET: f64 = 0.0004 / 1000.0;
+const WRU: f64 = 0.625 / 1e6;
+const RRU: f64 = 0.125 / 1e6;
+const GLUE_REQUEST: f64 = 1.0 / 1e6;
+const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+/// vCPU share of a 1024 MB function.
+const VCPU_AT_1024_MB: f64 = 0.58;
+/// Firehose's price per GB, the reference the targets are set against.
+const FIREHOSE_PER_GB: f64 = 0.07;
+
+type Counts = BTreeMap<String, f64>;
+
+async fn counts(endpoint: &str, reset: bool) -> Result<Counts> {
+    let url = format!("{endpoint}/_counts");
+    let client = reqwest_like(&url, reset).await?;
+    serde_json::from_str(&client).map_err(|e| Error::Internal(format!("proxy counts: {e}")))
+}
+
+/// A GET or POST to the proxy's control endpoint (plain HTTP/1.1 over TCP; no HTTP client
+/// crate is needed for one local request).
+async fn reqwest_like(url: &str, post: bool) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| Error::Config(format!("AWS_ENDPOINT_URL={url} is not http://host:port")))?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(|e| Error::Config(format!("counting proxy at {host}: {e}")))?;
+    let method = if post { "POST" } else { "GET" };
+    let req = format!(
+        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(req.as_bytes())
+        .await
+        .map_err(|e| Error::Internal(format!("counting proxy: {e}")))?;
+    let mut out = String::new();
+    stream
+        .read_to_string(&mut out)
+        .await
+        .map_err(|e| Error::Internal(format!("counting proxy: {e}")))?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default())
+}
+
+/// Dollars of one phase's counts.
+fn dollars(c: &Counts) -> f64 {
+    let g = |k: &str| c.get(k).copied().unwrap_or(0.0);
+    (g("s3_put") + g("s3_list")) * S3_PUT
+        + g("s3_get") * S3_GET
+        + g("dynamodb_wru") * WRU
+        + g("dynamodb_rru") * RRU
+        + g("glue_requests") * GLUE_REQUEST
+}
+
+fn line(phase: &str, c: &Counts, per_gb: f64, extra: f64) -> String {
+    let g = |k: &str| c.get(k).copied().unwrap_or(0.0) * per_gb;
+    format!(
+        "  {phase:<11} per GB: S3 PUT {:>7.0}  GET {:>6.0}  LIST {:>5.0} | DynamoDB WRU {:>7.0}  RRU {:>6.0} ({:>5.0} requests) | Glue {:>4.0} | ${:.5}",
+        g("s3_put"),
+        g("s3_get"),
+        g("s3_list"),
+        g("dynamodb_wru"),
+        g("dynamodb_rru"),
+        g("dynamodb_requests"),
+        g("glue_requests"),
+        dollars(c) * per_gb + extra
+    )
+}
+
+async fn create_resources(name: &str) -> Result<()> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let sdk = crate::aws::load_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build(),
+    );
+    s3.create_bucket()
+        .bucket(name)
+        .send()
+        .await
+        .map_err(|e| Error::Internal(format!("create bucket {name}: {e}")))?;
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+    };
+    let key = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+    };
+    let built = |e: aws_sdk_dynamodb::error::BuildError| Error::Internal(e.to_string());
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(attr("pk").map_err(built)?)
+        .attribute_definitions(attr("sk").map_err(built)?)
+        .key_schema(key("pk", KeyType::Hash).map_err(built)?)
+        .key_schema(key("sk", KeyType::Range).map_err(built)?)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(|e| Error::Internal(format!("create table {name}: {e}")))?;
+    Ok(())
+}
+
+/// Runs the benchmark for each width.
+pub(super) async fn cost(
+    config: &Config,
+    widths: &[i32],
+    batches: u64,
+    records: u64,
+) -> Result<()> {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            Error::Config(
+                "bench cost counts requests through a proxy: run scripts/bench-cost, which starts moto and the proxy and sets AWS_ENDPOINT_URL"
+                    .into(),
+            )
+        })?;
+    let mut spec = config.load_pipeline()?;
+    spec.tables.retain(|t| t.topic == "orders");
+    println!(
+        "{batches} ESM batches of {records} orders per width; list prices: S3 $0.005/1000 PUT, $0.0004/1000 GET; \
+         DynamoDB $0.625/M WRU, $0.125/M RRU; Glue $1/M requests; Lambda $0.20/M requests, $0.0000133334/GB-s"
+    );
+    let mut summary = Vec::new();
+    for &width in widths {
+        let name = format!("cost-{width}-{}-{}", std::process::id(), now_ms() % 100_000);
+        create_resources(&name).await?;
+        let backend = Backend::connect(&BackendConfig::Aws {
+            bucket: name.clone(),
+            prefix: "warehouse".into(),
+            state_table: name.clone(),
+            glue_database: name.replace('-', "_"),
+        })
+        .await?;
+        // A new table: the bucket layout from the start.
+        backend.state.upgrade(backend.clock.now_ms()).await?;
+        let tables = TableSet::new(&spec, &backend.namespace)?;
+        let ingestor = Ingestor::new(&spec, &backend)?;
+        let mut factory = EventFactory::new(7);
+        let mut offsets = vec![1_000_000_000i64; width.max(1) as usize];
+        // One batch more, first, not counted: a pipeline's steady state, not its first minute
+        // (bucket items and entries are created once per partition).
+        let events: Vec<String> = (0..=batches)
+            .map(|b| {
+                let recs = synthetic_records(
+                    &mut factory,
+                    "orders",
+                    records,
+                    &mut offsets,
+                    b * records,
+                    0,
+                    now_ms() - 3_600_000,
+                );
+                esm_event(&recs)
+            })
+            .collect();
+        let json_bytes: usize = events[1..].iter().map(String::len).sum();
+        let per_gb = 1e9 / json_bytes as f64;
+
+        let (mut wall, mut cpu0) = (Vec::new(), cpu_seconds());
+        for (i, e) in events.iter().enumerate() {
+            if i == 1 {
+                counts(&endpoint, true).await?;
+                wall.clear();
+                cpu0 = cpu_seconds();
+            }
+            let parsed: crate::esm::EsmEvent = serde_json::from_str(e)
+                .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+            let t = Instant::now();
+            let s = ingestor.handle(&parsed).await?;
+            wall.push(t.elapsed().as_secs_f64());
+            if s.accepted != records {
+                return Err(Error::Internal(format!(
+                    "bench landed {} of {records} records",
+                    s.accepted
+                )));
+            }
+        }
+        let cpu = cpu_seconds() - cpu0;
+        let ingest = counts(&endpoint, true).await?;
+        let t = Instant::now();
+        let report = crate::commit::commit_pending(&backend, &tables).await?;
+        let commit_s = t.elapsed().as_secs_f64();
+        let commit = counts(&endpoint, true).await?;
+        let t = Instant::now();
+        let compaction = crate::compact::compact_all(
+            &backend,
+            &tables,
+            &crate::compact::CompactOptions {
+                min_input_files: 2,
+                ..Default::default()
+            },
+        )
+        .await?;
+        let compact_s = t.elapsed().as_secs_f64();
+        let compact = counts(&endpoint, false).await?;
+
+        // Lambda: one request per batch, and the CPU measured here at 1024 MB's vCPU share.
+        let lambda =
+            (batches as f64 * LAMBDA_REQUEST + cpu / VCPU_AT_1024_MB * LAMBDA_GB_SECOND) * per_gb;
+        let ingest_usd = dollars(&ingest) * per_gb + lambda;
+        let commit_usd = dollars(&commit) * per_gb;
+        let compact_usd = dollars(&compact) * per_gb;
+        let total = ingest_usd + commit_usd + compact_usd;
+        let mean_wall = wall.iter().sum::<f64>() / wall.len().max(1) as f64;
+        println!(
+            "\n{width} partitions: {:.1} MB of event JSON in {batches} batches ({:.1} MB each), {} files committed, \
+             {} partitions compacted; ingest {:.2} s/batch against moto (CPU {:.0} ms/batch), commit {:.1} s, compaction {:.1} s",
+            json_bytes as f64 / 1e6,
+            json_bytes as f64 / 1e6 / batches as f64,
+            report.files(),
+            compaction.len(),
+            mean_wall,
+            cpu * 1e3 / batches as f64,
+            commit_s,
+            compact_s,
+        );
+        println!("{}", line("ingest", &ingest, per_gb, lambda));
+        let per_batch: Vec<String> = ingest
+            .iter()
+            .filter(|(k, _)| k.starts_with("dynamodb") || k.starts_with("s3_"))
+            .map(|(k, v)| format!("{k} {:.1}", v / batches as f64))
+            .collect();
+        println!("    ingest per batch: {}", per_batch.join(", "));
+        println!("{}", line("commit", &commit, per_gb, 0.0));
+        println!("{}", line("compaction", &compact, per_gb, 0.0));
+        println!(
+            "  total ${total:.4}/GB ({:.1}% of Firehose's ${FIREHOSE_PER_GB}/GB); Lambda ${lambda:.5} of it",
+            100.0 * total / FIREHOSE_PER_GB
+        );
+        summary.push((width, total));
+    }
+    println!("\nwidth  $/GB     target");
+    for (w, usd) in summary {
+        let target = if w >= 1000 { 0.007 } else { 0.0035 };
+        let verdict = if usd <= target { "within" } else { "OVER" };
+        println!("{w:>5}  {usd:.4}  {verdict} ${target}");
+    }
+    Ok(())
+}
