@@ -95,10 +95,78 @@ pub mod scheduled {
             let stage = stage.clone();
             async move {
                 let left = time_left(event.context.deadline, stage.backend.clock.as_ref());
-                handle(&stage.backend, &stage.tables, &stage.options, left).await
+                if is_state_stream_event(&event.payload) {
+                    let t =
+                        handle_trigger(&stage.backend, &stage.tables, &stage.options, left).await?;
+                    Ok::<_, lambda_runtime::Error>(serde_json::json!({
+                        "triggered_commit": {
+                            "files": t.report.as_ref().map_or(0, |r| r.files()),
+                            "waited_ms": t.waited.as_millis() as u64,
+                        }
+                    }))
+                } else {
+                    let r = handle(&stage.backend, &stage.tables, &stage.options, left).await?;
+                    Ok(serde_json::to_value(r)?)
+                }
             }
         }))
         .await
+    }
+
+    /// Whether `event` comes from the state table's stream (new pending batches) rather than
+    /// the schedule.
+    pub fn is_state_stream_event(event: &serde_json::Value) -> bool {
+        event["Records"]
+            .as_array()
+            .and_then(|r| r.first())
+            .is_some_and(|r| r["eventSource"] == "aws:dynamodb")
+    }
+
+    /// Commits what landed, at most once per the commit interval (see
+    /// [`crate::commit::trigger`]); prints its metrics line.
+    pub async fn handle_trigger(
+        backend: &Backend,
+        tables: &TableSet,
+        options: &ScheduledOptions,
+        left: Duration,
+    ) -> Result<crate::commit::trigger::Triggered, lambda_runtime::Error> {
+        let deadline = Instant::now() + left;
+        let run = Box::pin(crate::commit::trigger::commit_when_due(
+            backend,
+            tables,
+            &options.commit,
+            deadline,
+        ));
+        match run.await {
+            Ok(t) => {
+                let (files, ms) = t
+                    .report
+                    .as_ref()
+                    .map_or((0, 0.0), |r| (r.files(), r.duration_ms));
+                println!(
+                    "{}",
+                    telemetry::emf_line(
+                        "commit-trigger",
+                        backend.clock.now_ms(),
+                        &[
+                            ("FilesCommitted", files as f64, "Count"),
+                            ("CommitLatencyMs", ms, "Milliseconds"),
+                            (
+                                "TriggerWaitMs",
+                                t.waited.as_secs_f64() * 1e3,
+                                "Milliseconds"
+                            ),
+                        ],
+                    )
+                );
+                Ok(t)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, retryable = e.is_retryable(),
+                    "triggered commit failed; the next trigger or the schedule commits");
+                Err(e.into())
+            }
+        }
     }
 
     /// The time an invocation has, less [`MARGIN`], from its deadline (epoch milliseconds).
@@ -141,6 +209,17 @@ pub mod scheduled {
     mod tests {
         use super::*;
         use crate::clock::ManualClock;
+
+        #[test]
+        fn stream_events_trigger_a_commit_and_schedule_events_a_run() {
+            let stream = serde_json::json!({"Records": [{"eventSource": "aws:dynamodb",
+                "eventName": "INSERT", "dynamodb": {"Keys": {"pk": {"S": "pending#03"}}}}]});
+            let schedule = serde_json::json!({"source": "aws.events",
+                "detail-type": "Scheduled Event", "detail": {}});
+            assert!(is_state_stream_event(&stream));
+            assert!(!is_state_stream_event(&schedule));
+            assert!(!is_state_stream_event(&serde_json::json!({"Records": []})));
+        }
 
         #[test]
         fn the_run_keeps_a_margin_before_the_deadline() {

@@ -37,7 +37,8 @@ pub struct ScheduledOptions {
 }
 
 impl ScheduledOptions {
-    /// The defaults, overridden by the environment: `STREAMTABLE_COMMIT_MAX_ROUNDS`,
+    /// The defaults, overridden by the environment: `STREAMTABLE_COMMIT_INTERVAL_S` (least
+    /// seconds between triggered commits), `STREAMTABLE_COMMIT_MAX_ROUNDS`,
     /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
     /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS` (at least 1),
     /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
@@ -59,6 +60,9 @@ impl ScheduledOptions {
             }
         };
         let mut o = ScheduledOptions::default();
+        if let Some(n) = num("STREAMTABLE_COMMIT_INTERVAL_S", 1)? {
+            o.commit.min_interval = std::time::Duration::from_secs(n);
+        }
         if let Some(n) = num("STREAMTABLE_COMMIT_MAX_ROUNDS", 1)? {
             o.commit.max_rounds = u32::try_from(n).unwrap_or(u32::MAX);
         }
@@ -265,7 +269,16 @@ pub async fn run_until(
         }
     }
     match commit_pending_with(backend, tables, &options.commit, Some(at(COMMIT_SHARE))).await {
-        Ok(commit) => report.commit = commit,
+        Ok(commit) => {
+            // Triggered commits space themselves from this one too.
+            if commit.files() > 0
+                && let Err(e) =
+                    crate::commit::trigger::record_commit(backend, backend.clock.now_ms()).await
+            {
+                report.failures.push(Failure::new("commit", None, None, &e));
+            }
+            report.commit = commit
+        }
         Err(e) => report.failures.push(Failure::new("commit", None, None, &e)),
     }
     let (compaction, failures) =

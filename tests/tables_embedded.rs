@@ -46,3 +46,8 @@ async fn concurrent_commit_and_compaction_keep_every_row_once() {
 async fn compaction_copies_large_row_groups_and_merges_small_ones() {
     c::compaction_copies_large_row_groups_and_merges_small_ones(&common::embedded().await).await;
 }
+
+#[tokio::test]
+async fn triggered_commits_are_spaced_by_the_interval() {
+    s::triggered_commits_are_spaced_by_the_interval(&common::embedded().await).await;
+}

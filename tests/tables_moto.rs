@@ -180,3 +180,8 @@ async fn glue_swap_from_a_stale_version_is_refused() {
 async fn compaction_copies_large_row_groups_and_merges_small_ones() {
     c::compaction_copies_large_row_groups_and_merges_small_ones(&common::moto().await).await;
 }
+
+#[tokio::test]
+async fn triggered_commits_are_spaced_by_the_interval() {
+    s::triggered_commits_are_spaced_by_the_interval(&common::moto().await).await;
+}

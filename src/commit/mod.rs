@@ -19,6 +19,7 @@
 //! backlog.
 
 pub mod select;
+pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -49,6 +50,8 @@ pub struct CommitOptions {
     pub max_batches_per_round: usize,
     /// Most bytes of batch keys one commit intent holds (a DynamoDB item holds 400 KB).
     pub max_intent_bytes: usize,
+    /// Least time between two commits triggered by landed batches ([`trigger`]).
+    pub min_interval: std::time::Duration,
 }
 
 impl Default for CommitOptions {
@@ -57,6 +60,7 @@ impl Default for CommitOptions {
             max_rounds: 20,
             max_batches_per_round: 2_000,
             max_intent_bytes: 300 * 1024,
+            min_interval: trigger::DEFAULT_INTERVAL,
         }
     }
 }

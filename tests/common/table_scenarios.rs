@@ -357,3 +357,83 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
     expected.extend(json_keys(3, 0..8));
     check_table(h, "orders", &expected);
 }
+
+/// Commits triggered by landed batches: each commits what landed; two triggers in a row, or at
+/// the same time, never commit within the interval of each other (nor of a scheduled commit),
+/// and nothing landed is left behind.
+pub async fn triggered_commits_are_spaced_by_the_interval(h: &Harness) {
+    use std::time::{Duration, Instant};
+    use streamtable::commit::CommitOptions;
+    use streamtable::commit::trigger::{commit_when_due, last_commit_ms};
+
+    let tables = h.tables();
+    let options = CommitOptions {
+        min_interval: Duration::from_millis(1500),
+        ..CommitOptions::default()
+    };
+    let far = || Instant::now() + Duration::from_secs(60);
+    let ing = h.ingestor();
+    ing.handle(&event(&records("orders", 0, 0..10)))
+        .await
+        .expect("ingest");
+    let first = commit_when_due(&h.backend, &tables, &options, far())
+        .await
+        .expect("first trigger");
+    assert_eq!(first.report.expect("committed").files(), 1);
+    let first_at = last_commit_ms(&h.backend).await.expect("last commit");
+    assert!(first_at > 0);
+
+    // Two triggers at once, for two new batches: they take turns, each a whole interval
+    // after the commit before it.
+    ing.handle(&event(&records("orders", 0, 10..20)))
+        .await
+        .expect("ingest");
+    let (a, b) = tokio::join!(
+        commit_when_due(&h.backend, &tables, &options, far()),
+        async {
+            ing.handle(&event(&records("orders", 1, 0..10)))
+                .await
+                .expect("ingest");
+            commit_when_due(&h.backend, &tables, &options, far()).await
+        }
+    );
+    let (a, b) = (a.expect("trigger a"), b.expect("trigger b"));
+    let (fa, fb) = (
+        a.report.map_or(0, |r| r.files()),
+        b.report.map_or(0, |r| r.files()),
+    );
+    assert_eq!(fa + fb, 2, "both new batches committed");
+    let last = last_commit_ms(&h.backend).await.expect("last commit");
+    // One commit of both, an interval after the first; or two, an interval apart.
+    let least = if fa == 1 && fb == 1 { 3000 } else { 1500 };
+    assert!(
+        last - first_at >= least,
+        "the last commit {} ms after the first",
+        last - first_at
+    );
+    assert!(h.backend.state.pending().await.expect("pending").is_empty());
+    let mut expected = json_keys(0, 0..20);
+    expected.extend(json_keys(1, 0..10));
+    check_table(h, "orders", &expected);
+
+    // A scheduled commit counts too: a trigger right after it waits.
+    ing.handle(&event(&records("orders", 2, 0..5)))
+        .await
+        .expect("ingest");
+    scheduled::run(&h.backend, &tables, &sched())
+        .await
+        .expect("scheduled run");
+    let after_run = last_commit_ms(&h.backend).await.expect("last commit");
+    assert!(after_run > last);
+    ing.handle(&event(&records("orders", 2, 5..10)))
+        .await
+        .expect("ingest");
+    let t = commit_when_due(&h.backend, &tables, &options, far())
+        .await
+        .expect("trigger after the schedule");
+    assert_eq!(t.report.expect("committed").files(), 1);
+    assert!(
+        last_commit_ms(&h.backend).await.expect("last commit") - after_run >= 1500,
+        "the trigger waited for the interval after the scheduled commit"
+    );
+}

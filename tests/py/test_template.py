@@ -159,9 +159,18 @@ def ingest_scope_findings(template):
             for st in if_branches(st):
                 actions = as_list(st.get("Action", []))
                 if any(a.startswith("dynamodb:") for a in actions):
-                    keys = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
-                    if sorted(keys or []) != ["pending#*", "source#*"]:
-                        out.append(f"IngestFunction {st.get('Sid')}: DynamoDB access not limited to source#/pending# keys")
+                    cond = st.get("Condition") or {}
+                    like = cond.get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+                    equal = cond.get("ForAllValues:StringEquals", {}).get("dynamodb:LeadingKeys")
+                    if sorted(like or []) == ["checkpoints#*", "pending#*", "source#*"]:
+                        pass
+                    elif equal == ["meta"] and actions == ["dynamodb:GetItem"]:
+                        pass
+                    else:
+                        out.append(
+                            f"IngestFunction {st.get('Sid')}: DynamoDB access not limited to checkpoint and "
+                            "pending keys (and reading the layout item)"
+                        )
                 if "s3:PutObject" in actions:
                     for r in as_list(st.get("Resource", [])):
                         text = r.get("Fn::Sub", "") if isinstance(r, dict) else str(r)

@@ -95,7 +95,8 @@ fn line(phase: &str, c: &Counts, per_gb: f64, extra: f64) -> String {
     )
 }
 
-async fn create_resources(name: &str) -> Result<()> {
+/// A bucket and a DynamoDB table named `name` (on the endpoint of `AWS_ENDPOINT_URL`).
+pub(super) async fn create_resources(name: &str) -> Result<()> {
     use aws_sdk_dynamodb::types::{
         AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
     };

@@ -2,6 +2,7 @@
 
 mod compact;
 mod cost;
+mod freshness;
 mod ingest;
 mod reference;
 mod system;
@@ -85,6 +86,25 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10_000)]
         records: u64,
     },
+    /// Event → queryable latency over a steady stream with commits triggered by landed
+    /// batches (p50/p99), on the embedded backend or on moto (`--moto`).
+    Freshness {
+        /// How long the stream runs.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Orders per second.
+        #[arg(long, default_value_t = 2000)]
+        rate: u64,
+        /// The ESM's batching window: records are handed to ingest this often.
+        #[arg(long, default_value_t = 1000)]
+        window_ms: u64,
+        /// Least seconds between two commits (`STREAMTABLE_COMMIT_INTERVAL_S`).
+        #[arg(long, default_value_t = 10)]
+        interval_s: u64,
+        /// On moto (the aws backend at `AWS_ENDPOINT_URL`) instead of the embedded backend.
+        #[arg(long)]
+        moto: bool,
+    },
     /// streamtable against the Python Lambda a team would write instead (pyarrow + pyiceberg,
     /// in bench/reference/), on the same inputs in one run, with ratios: ingest, compaction,
     /// the demo at scale, and the ingest Lambda's init time and size. `scripts/bench` runs it.
@@ -117,6 +137,22 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             batches,
             records,
         } => cost::cost(config, partitions, (*batches).max(1), *records).await,
+        BenchCommand::Freshness {
+            seconds,
+            rate,
+            window_ms,
+            interval_s,
+            moto,
+        } => {
+            let args = freshness::FreshnessArgs {
+                seconds: *seconds,
+                rate: *rate,
+                window_ms: (*window_ms).max(1),
+                interval_s: (*interval_s).max(1),
+                moto: *moto,
+            };
+            freshness::freshness(config, &args).await
+        }
         BenchCommand::Reference(args) => reference::run(config, args).await,
     }
 }
