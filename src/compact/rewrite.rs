@@ -193,6 +193,17 @@ impl Sink {
     }
 }
 
+/// Input files up to this size are read whole, with one request.
+const WHOLE_FILE_BYTES: u64 = 8 << 20;
+
+/// Where an input file's bytes come from.
+enum Source {
+    /// Read whole (small files).
+    Whole(Bytes),
+    /// Read by range (large files).
+    Ranged(ArrowFileReader),
+}
+
 /// One row group's bytes, addressed with the offsets of the file they came from.
 struct RowGroupBytes {
     base: u64,
@@ -320,36 +331,60 @@ impl Output {
 
         for input in group {
             let path = input.file_path();
-            let reader = file_io
-                .new_input(path)
-                .map_err(|e| Error::iceberg(path.to_string(), e))?
-                .reader()
-                .await
-                .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
-            let mut file = ArrowFileReader::new(
-                FileMetadata {
-                    size: input.file_size_in_bytes(),
-                },
-                reader,
-            );
-            // With page indexes: copied column chunks keep their offset and column indexes.
-            let meta: Arc<ParquetMetaData> = Arc::new(
-                ParquetMetaDataReader::new()
-                    .with_page_index_policy(PageIndexPolicy::Optional)
-                    .load_and_finish(&mut file, input.file_size_in_bytes())
+            let size = input.file_size_in_bytes();
+            // A small file (a micro-file) is read with one GET; a large one footer first, then
+            // a ranged read per row group.
+            let (meta, mut source) = if size <= WHOLE_FILE_BYTES {
+                let bytes = file_io
+                    .new_input(path)
+                    .map_err(|e| Error::iceberg(path.to_string(), e))?
+                    .read()
                     .await
-                    .map_err(pq(format!("footer of {path}")))?,
-            );
+                    .map_err(|e| Error::iceberg(format!("read {path}"), e))?;
+                let meta = ParquetMetaDataReader::new()
+                    .with_page_index_policy(PageIndexPolicy::Optional)
+                    .parse_and_finish(&bytes)
+                    .map_err(pq(format!("footer of {path}")))?;
+                (Arc::new(meta), Source::Whole(bytes))
+            } else {
+                let reader = file_io
+                    .new_input(path)
+                    .map_err(|e| Error::iceberg(path.to_string(), e))?
+                    .reader()
+                    .await
+                    .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
+                let mut file = ArrowFileReader::new(FileMetadata { size }, reader);
+                // With page indexes: copied column chunks keep their offset and column indexes.
+                let meta: Arc<ParquetMetaData> = Arc::new(
+                    ParquetMetaDataReader::new()
+                        .with_page_index_policy(PageIndexPolicy::Optional)
+                        .load_and_finish(&mut file, size)
+                        .await
+                        .map_err(pq(format!("footer of {path}")))?,
+                );
+                (meta, Source::Ranged(file))
+            };
             let stitchable =
                 meta.file_metadata().schema_descr().columns() == self.parquet_schema.columns();
             let reader_meta = ArrowReaderMetadata::try_new(meta.clone(), ArrowReaderOptions::new())
                 .map_err(pq(format!("schema of {path}")))?;
             for (i, rg) in meta.row_groups().iter().enumerate() {
                 let (start, end) = row_group_range(rg);
-                let bytes = file
-                    .get_bytes(start..end)
-                    .await
-                    .map_err(pq(format!("read {path}")))?;
+                let bytes = match &mut source {
+                    Source::Whole(all) => {
+                        let (from, to) = (start as usize, end as usize);
+                        if from > to || to > all.len() {
+                            return Err(Error::Internal(format!(
+                                "read {path}: row group {i} lies outside the file"
+                            )));
+                        }
+                        all.slice(from..to)
+                    }
+                    Source::Ranged(file) => file
+                        .get_bytes(start..end)
+                        .await
+                        .map_err(pq(format!("read {path}")))?,
+                };
                 let chunk = RowGroupBytes { base: start, bytes };
                 let offset_index = meta.offset_index().and_then(|o| o.get(i));
                 let column_index = meta.column_index().and_then(|c| c.get(i));
