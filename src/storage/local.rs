@@ -79,6 +79,11 @@ fn modified_ms(meta: &std::fs::Metadata) -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+fn is_write_in_progress(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp"))
+}
+
 fn list_local(root: &Path) -> Result<Vec<ObjectInfo>> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -90,9 +95,16 @@ fn list_local(root: &Path) -> Result<Vec<ObjectInfo>> {
         };
         for entry in entries {
             let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
-            let meta = entry
-                .metadata()
-                .map_err(|e| Error::io("stat", entry.path(), e))?;
+            // A write in progress (`.{name}.{pid}.{n}.tmp`, renamed when complete) is not an
+            // object yet, as an S3 PUT in flight is not; it may vanish while listed.
+            if is_write_in_progress(&entry.file_name()) {
+                continue;
+            }
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("stat", entry.path(), e)),
+            };
             if meta.is_dir() {
                 stack.push(entry.path());
             } else if let Some(location) = entry.path().to_str() {
@@ -106,4 +118,25 @@ fn list_local(root: &Path) -> Result<Vec<ObjectInfo>> {
     }
     out.sort_by(|a, b| a.location.cmp(&b.location));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_in_progress_are_not_listed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("t/data");
+        std::fs::create_dir_all(&data).expect("mkdir");
+        std::fs::write(data.join("a.parquet"), b"x").expect("write");
+        std::fs::write(data.join(".b.parquet.17.3.tmp"), b"partial").expect("write");
+        let listed: Vec<String> = list_local(dir.path())
+            .expect("list")
+            .into_iter()
+            .map(|o| o.location)
+            .collect();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert!(listed[0].ends_with("/t/data/a.parquet"));
+    }
 }

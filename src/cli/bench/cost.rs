@@ -1,5 +1,5 @@
 //! `streamtable bench cost`: requests and dollars per GB of event JSON, counted by a proxy in
-//! front of a moto server (`bench/cost/counting_proxy.py`; `scripts/bench-cost` starts both).
+//! front of a moto server (`bench/cost/counting_proxy.py`; `scripts/bench-moto cost` starts both).
 //!
 //! For each width (Kafka partitions per ESM batch), on a fresh bucket, DynamoDB table and Glue
 //! database: ingest `batches` full batches of orders (offsets from 10⁹, as on a topic that has
@@ -150,7 +150,7 @@ pub(super) async fn cost(
         .filter(|v| !v.is_empty())
         .ok_or_else(|| {
             Error::Config(
-                "bench cost counts requests through a proxy: run scripts/bench-cost, which starts moto and the proxy and sets AWS_ENDPOINT_URL"
+                "bench cost counts requests through a proxy: run scripts/bench-moto, which starts moto and the proxy and sets AWS_ENDPOINT_URL"
                     .into(),
             )
         })?;

@@ -74,7 +74,7 @@ pub enum BenchCommand {
         files: u64,
     },
     /// Requests and dollars per GB of event JSON for ingest, commit and compaction, at several
-    /// Kafka partition counts per batch; needs the counting proxy (`scripts/bench-cost`).
+    /// Kafka partition counts per batch; needs the counting proxy (`scripts/bench-moto`).
     Cost {
         /// Kafka partitions per ESM batch, one run each.
         #[arg(long, value_delimiter = ',', default_value = "4,64,1000")]
