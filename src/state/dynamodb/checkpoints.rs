@@ -228,29 +228,13 @@ impl DynamoStateStore {
         source: &SourcePartition,
         next_offset: i64,
     ) -> Result<bool> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(item_key(bucket_key(source))))
-            .update_expression("SET #m.#p = :v")
-            .condition_expression("attribute_exists(pk) AND attribute_not_exists(#m.#p)")
-            .expression_attribute_names("#m", MAP)
-            .expression_attribute_names("#p", source.partition.to_string())
-            .expression_attribute_values(":v", n(next_offset))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let f = SdkFault::from_sdk(&e);
-                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
-                    Ok(false)
-                } else {
-                    Err(state_error("record checkpoint", &self.table, f))
-                }
-            }
-        }
+        self.set_entry_if(
+            source,
+            next_offset,
+            "attribute_exists(pk) AND attribute_not_exists(#m.#p)",
+            "record checkpoint",
+        )
+        .await
     }
 
     /// Raises the entry of `source` to `next_offset` unless it is there already or beyond.
@@ -260,13 +244,31 @@ impl DynamoStateStore {
         source: &SourcePartition,
         next_offset: i64,
     ) -> Result<bool> {
+        self.set_entry_if(
+            source,
+            next_offset,
+            "attribute_not_exists(#m.#p) OR #m.#p < :v",
+            "copy checkpoint",
+        )
+        .await
+    }
+
+    /// Sets the entry of `source` to `next_offset` (`:v`) if `condition` holds; `Ok(false)`
+    /// when it does not.
+    async fn set_entry_if(
+        &self,
+        source: &SourcePartition,
+        next_offset: i64,
+        condition: &str,
+        op: &'static str,
+    ) -> Result<bool> {
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(item_key(bucket_key(source))))
             .update_expression("SET #m.#p = :v")
-            .condition_expression("attribute_not_exists(#m.#p) OR #m.#p < :v")
+            .condition_expression(condition)
             .expression_attribute_names("#m", MAP)
             .expression_attribute_names("#p", source.partition.to_string())
             .expression_attribute_values(":v", n(next_offset))
@@ -279,7 +281,7 @@ impl DynamoStateStore {
                 if f.code.as_deref() == Some("ConditionalCheckFailedException") {
                     Ok(false)
                 } else {
-                    Err(state_error("copy checkpoint", &self.table, f))
+                    Err(state_error(op, &self.table, f))
                 }
             }
         }

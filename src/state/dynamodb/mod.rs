@@ -30,9 +30,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
 
 use crate::aws::SdkFault;
 use crate::checkpoint::{
@@ -123,8 +121,8 @@ impl DynamoStateStore {
     }
 
     /// The conditional put of a pending batch's item. In the bucket layout the file list and
-    /// the other partitions' ranges travel as one zstd-compressed `body` (a third of the JSON's
-    /// size: DynamoDB bills writes by the kilobyte); in mirror mode as the plain attributes an
+    /// the other partitions' ranges travel as one zstd-compressed `body` (DynamoDB bills writes
+    /// by the kilobyte); in mirror mode as the plain attributes an
     /// earlier release's commit stage reads.
     async fn pending_put(
         &self,
@@ -365,55 +363,11 @@ impl CheckpointStore for DynamoStateStore {
     }
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage> {
         let mut page = PendingPage::default();
-        for chunk in keys.chunks(100) {
-            let mut todo: Vec<HashMap<String, AttributeValue>> =
-                chunk.iter().map(pending_item_key).collect();
-            for attempt in 0..8u32 {
-                if todo.is_empty() {
-                    break;
-                }
-                if attempt > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-                }
-                let wanted = KeysAndAttributes::builder()
-                    .set_keys(Some(todo.clone()))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| Error::Internal(format!("DynamoDB request: {e}")))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, wanted)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        state_error("read pending", &self.table, SdkFault::from_sdk(&e))
-                    })?;
-                for item in out
-                    .responses()
-                    .and_then(|r| r.get(&self.table))
-                    .into_iter()
-                    .flatten()
-                {
-                    self.read_item(item, &mut page);
-                }
-                todo = out
-                    .unprocessed_keys()
-                    .and_then(|m| m.get(&self.table))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-            }
-            if !todo.is_empty() {
-                return Err(Error::State {
-                    op: "read pending",
-                    message: format!(
-                        "DynamoDB table {}: {} reads stayed unprocessed",
-                        self.table,
-                        todo.len()
-                    ),
-                    retryable: true,
-                });
-            }
+        let items = self
+            .get_items(keys.iter().map(pending_item_key).collect(), "read pending")
+            .await?;
+        for item in &items {
+            self.read_item(item, &mut page);
         }
         page.batches.sort_by_key(|b| b.key().sort_key());
         Ok(page)
