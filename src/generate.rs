@@ -143,7 +143,37 @@ impl Rng {
 
 const COUNTRIES: [&str; 8] = ["US", "DE", "FR", "GB", "JP", "BR", "IN", "CA"];
 const CURRENCIES: [&str; 8] = ["USD", "EUR", "EUR", "GBP", "JPY", "BRL", "INR", "CAD"];
-const ORDER_STATUS: [&str; 4] = ["placed", "paid", "paid", "shipped"];
+const ORDER_STATUS: [&str; 5] = ["placed", "paid", "paid", "shipped", "cancelled"];
+/// Euros per unit of each currency the orders use: the demo's `currency_rates` reference table.
+pub const CURRENCY_RATES: [(&str, &str); 7] = [
+    ("USD", "0.920000"),
+    ("EUR", "1.000000"),
+    ("GBP", "1.170000"),
+    ("JPY", "0.006200"),
+    ("BRL", "0.170000"),
+    ("INR", "0.011000"),
+    ("CAD", "0.680000"),
+];
+/// The rows of [`CURRENCY_RATES`]: `currency` (string), `rate_to_eur` (decimal(18,6)).
+pub fn currency_rates() -> crate::error::Result<arrow_array::RecordBatch> {
+    use arrow_array::{ArrayRef, Decimal128Array, StringArray};
+    let currencies: ArrayRef = std::sync::Arc::new(StringArray::from_iter_values(
+        CURRENCY_RATES.iter().map(|(c, _)| *c),
+    ));
+    let rates = CURRENCY_RATES
+        .iter()
+        .map(|(_, r)| crate::decode::value::parse_decimal(r, 18, 6).map_err(|e| format!("{e:?}")))
+        .collect::<std::result::Result<Vec<i128>, String>>()
+        .map_err(crate::error::Error::Internal)?;
+    let rates: ArrayRef = std::sync::Arc::new(
+        Decimal128Array::from(rates)
+            .with_precision_and_scale(18, 6)
+            .map_err(|e| crate::error::Error::Internal(e.to_string()))?,
+    );
+    arrow_array::RecordBatch::try_from_iter([("currency", currencies), ("rate_to_eur", rates)])
+        .map_err(|e| crate::error::Error::Internal(e.to_string()))
+}
+
 const METHODS: [&str; 4] = ["card", "paypal", "bank_transfer", "apple_pay"];
 /// Share of orders per country, in percent (same order as `COUNTRIES`).
 const COUNTRY_WEIGHTS: [u64; 8] = [30, 15, 10, 12, 10, 8, 10, 5];

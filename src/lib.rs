@@ -14,7 +14,8 @@
 //! **The stages** — in pipeline order:
 //! 1. [`ingest`]: an ESM batch to Parquet micro-files, checkpointed exactly once
 //!    ([`checkpoint`] is its state machine); [`replay`] lands batches the mapping gave up on;
-//! 2. (the processing stage — SQL transforms, windows, joins — lands in `process/` next);
+//! 2. [`process`]: derived tables in SQL (filters, derived columns, lookup joins to reference
+//!    tables, fan-out), run on each batch and landed with it;
 //! 3. [`commit`]: pending micro-files become Iceberg snapshots, exactly once;
 //! 4. [`compact`]: small files rewritten into large ones in `replace` snapshots;
 //! 5. [`maintenance`]: snapshot expiry, orphan clean-up, manifest merge;
@@ -50,6 +51,7 @@ pub mod commit;
 pub mod compact;
 pub mod ingest;
 pub mod maintenance;
+pub mod process;
 #[cfg(feature = "query")]
 pub mod query;
 pub mod replay;

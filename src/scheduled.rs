@@ -268,6 +268,9 @@ pub async fn run_until(
                 .push(Failure::new("commit", Some(name), None, &e));
         }
     }
+    if let Err(e) = tables.ensure_references(backend).await {
+        report.failures.push(Failure::new("commit", None, None, &e));
+    }
     match commit_pending_with(backend, tables, &options.commit, Some(at(COMMIT_SHARE))).await {
         Ok(commit) => {
             // Triggered commits space themselves from this one too.

@@ -12,7 +12,7 @@ use iceberg::spec::{
 };
 
 use crate::error::{Error, Result};
-use crate::spec::{ColumnType, DEAD_LETTER_TABLE, KAFKA_COLUMNS, TableSpec};
+use crate::spec::{ColumnType, DEAD_LETTER_TABLE, KAFKA_COLUMNS, ReferenceSpec, TableSpec};
 
 /// Everything a writer needs to know about a table's layout.
 #[derive(Debug, Clone)]
@@ -91,6 +91,24 @@ impl TableLayout {
             .map(|p| (p.source.clone(), p.field_name(), p.transform))
             .collect();
         Self::build(&spec.name, fields, &partitions)
+    }
+
+    /// The layout of a reference table: its declared columns, unpartitioned, no Kafka columns.
+    pub fn for_reference(spec: &ReferenceSpec) -> Result<Self> {
+        let fields = spec
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ty = Type::Primitive(primitive(c.column_type));
+                if c.required {
+                    NestedField::required(i as i32 + 1, &c.name, ty)
+                } else {
+                    NestedField::optional(i as i32 + 1, &c.name, ty)
+                }
+            })
+            .collect();
+        Self::build(&spec.name, fields, &[])
     }
 
     /// The layout of the dead-letter table, partitioned by day of `failed_at`.

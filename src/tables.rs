@@ -30,13 +30,16 @@ pub struct TableSet {
     pub namespace: String,
     /// The tables by name.
     pub tables: BTreeMap<String, TableDef>,
+    /// The reference tables by name: created (empty) when missing, never written, compacted
+    /// or expired by the pipeline (analysts maintain them).
+    pub references: BTreeMap<String, TableDef>,
 }
 
 impl TableSet {
     /// The tables of `spec` (and `dead_letters`) in `namespace`.
     pub fn new(spec: &PipelineSpec, namespace: &str) -> Result<TableSet> {
         let mut tables = BTreeMap::new();
-        for t in &spec.tables {
+        for t in spec.landed_tables() {
             tables.insert(
                 t.name.clone(),
                 TableDef {
@@ -52,9 +55,20 @@ impl TableSet {
                 target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
             },
         );
+        let mut references = BTreeMap::new();
+        for r in &spec.references {
+            references.insert(
+                r.name.clone(),
+                TableDef {
+                    layout: Arc::new(TableLayout::for_reference(r)?),
+                    target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
+                },
+            );
+        }
         Ok(TableSet {
             namespace: namespace.to_string(),
             tables,
+            references,
         })
     }
 
@@ -79,6 +93,24 @@ impl TableSet {
     pub async fn ensure_all(&self, backend: &Backend) -> Result<()> {
         for name in self.tables.keys() {
             self.ensure(backend, name).await?;
+        }
+        self.ensure_references(backend).await
+    }
+
+    /// Creates every missing reference table, empty, with its declared columns (an existing
+    /// one is left as it is: analysts own it).
+    pub async fn ensure_references(&self, backend: &Backend) -> Result<()> {
+        for (name, def) in &self.references {
+            let creation = TableCreation::builder()
+                .name(name.clone())
+                .schema(def.layout.schema.as_ref().clone())
+                .format_version(FormatVersion::V2)
+                .properties(table_properties(def.target_file_size_bytes))
+                .build();
+            backend
+                .catalog
+                .create_if_absent(&self.namespace, creation)
+                .await?;
         }
         Ok(())
     }

@@ -148,8 +148,9 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     if let Some(ns) = &args.namespace {
         backend.namespace = ns.clone();
     }
-    let ingestor = Arc::new(Ingestor::new(&spec, &backend)?);
     let tables = TableSet::new(&spec, &backend.namespace)?;
+    seed_currency_rates(&backend, &tables).await?;
+    let ingestor = Arc::new(Ingestor::new(&spec, &backend)?);
 
     println!(
         "1. ingest: {} events per topic, ESM batches of {}",
@@ -227,6 +228,32 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Fills the `currency_rates` reference table (when the spec has it and it is empty), as an
+/// analyst would with Athena.
+async fn seed_currency_rates(backend: &Backend, tables: &TableSet) -> Result<()> {
+    const NAME: &str = "currency_rates";
+    if !tables.references.contains_key(NAME) {
+        return Ok(());
+    }
+    tables.ensure_references(backend).await?;
+    if let Some((t, _)) = backend.catalog.load(&tables.ident(NAME)).await?
+        && t.metadata().current_snapshot().is_some()
+    {
+        return Ok(());
+    }
+    println!(
+        "0. reference table {NAME}: {} rates",
+        crate::generate::CURRENCY_RATES.len()
+    );
+    crate::process::reference::append_rows(
+        backend,
+        tables,
+        NAME,
+        &crate::generate::currency_rates()?,
+    )
+    .await
 }
 
 #[cfg(test)]

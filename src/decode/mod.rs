@@ -47,11 +47,13 @@ pub enum RejectKind {
     OutOfRange,
     /// The record's topic feeds no table in the pipeline spec.
     UnknownTopic,
+    /// The record decoded, but a derived table's SQL failed on it (the message names the table).
+    Transform,
 }
 
 impl RejectKind {
     /// Every kind, for documentation and tests.
-    pub const ALL: [RejectKind; 12] = [
+    pub const ALL: [RejectKind; 13] = [
         RejectKind::InvalidBase64,
         RejectKind::Tombstone,
         RejectKind::EmptyValue,
@@ -64,6 +66,7 @@ impl RejectKind {
         RejectKind::InvalidTimestamp,
         RejectKind::OutOfRange,
         RejectKind::UnknownTopic,
+        RejectKind::Transform,
     ];
 
     /// The value stored in the `error_kind` column.
@@ -81,6 +84,7 @@ impl RejectKind {
             RejectKind::InvalidTimestamp => "invalid_timestamp",
             RejectKind::OutOfRange => "out_of_range",
             RejectKind::UnknownTopic => "unknown_topic",
+            RejectKind::Transform => "transform",
         }
     }
 }

@@ -14,11 +14,15 @@
 //! to do. Files written by the loser are never referenced and are removed later by orphan
 //! clean-up.
 
+mod batch;
+mod derive;
 pub mod encode;
 mod options;
 mod records;
 mod summary;
 
+use batch::Planned;
+pub use batch::group_by_partition;
 pub use options::IngestOptions;
 pub use summary::IngestSummary;
 
@@ -30,13 +34,13 @@ use futures::future::join_all;
 use parquet::file::properties::WriterProperties;
 
 use crate::checkpoint::{
-    Advance, Checkpoint, PendingBatch, PendingFile, SourceAdvance, SourcePartition, SourceRange,
-    plan,
+    Advance, Checkpoint, PendingBatch, PendingFile, SourceAdvance, SourcePartition, plan,
 };
 use crate::clock::Clock;
 use crate::config::Backend;
 use crate::decode::{DeadLetterBuilder, RecordDecoder, RowBuilder};
 use crate::error::{Error, Result};
+use crate::process::Processor;
 use crate::schema::TableLayout;
 use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec, TableSpec};
 use crate::state::StateStore;
@@ -62,6 +66,12 @@ pub(crate) struct TopicTable {
 /// The ingest handler. Build once per process; [`Ingestor::handle`] once per batch.
 pub struct Ingestor {
     topics: HashMap<String, TopicTable>,
+    /// The derived tables, planned.
+    processor: Processor,
+    /// Every table's layout (topics' tables, derived tables) by name.
+    layouts: HashMap<String, Arc<TableLayout>>,
+    /// Every derived table's location by name.
+    derived_locations: HashMap<String, String>,
     dead_letters: Arc<TableLayout>,
     dead_letter_location: String,
     options: IngestOptions,
@@ -74,13 +84,23 @@ pub struct Ingestor {
 impl Ingestor {
     /// An ingestor for `spec` on `backend`.
     pub fn new(spec: &PipelineSpec, backend: &Backend) -> Result<Ingestor> {
-        Ok(Self::with_parts(
+        let mut ingestor = Self::with_parts(
             spec,
             backend.warehouse.clone(),
             backend.state.clone(),
             &backend.namespace,
         )?
-        .with_clock(backend.clock.clone()))
+        .with_clock(backend.clock.clone());
+        #[cfg(feature = "sql")]
+        {
+            ingestor.processor = ingestor.processor.with_reference_source(Arc::new(
+                crate::process::reference::CatalogReferences::new(
+                    backend.catalog.clone(),
+                    &backend.namespace,
+                ),
+            ));
+        }
+        Ok(ingestor)
     }
 
     /// The same ingestor with other options.
@@ -109,19 +129,34 @@ impl Ingestor {
         namespace: &str,
     ) -> Result<Ingestor> {
         let mut topics = HashMap::new();
+        let mut layouts = HashMap::new();
         for t in &spec.tables {
+            let layout = Arc::new(TableLayout::for_table(t)?);
+            layouts.insert(t.name.clone(), layout.clone());
             topics.insert(
                 t.topic.clone(),
                 TopicTable {
                     spec: t.clone(),
-                    layout: Arc::new(TableLayout::for_table(t)?),
+                    layout,
                     decoder: RecordDecoder::new(t),
                     location: warehouse.table_location(namespace, &t.name),
                 },
             );
         }
+        let processor = Processor::new(spec)?;
+        let mut derived_locations = HashMap::new();
+        for layout in processor.layouts() {
+            layouts.insert(layout.name.clone(), layout.clone());
+            derived_locations.insert(
+                layout.name.clone(),
+                warehouse.table_location(namespace, &layout.name),
+            );
+        }
         Ok(Ingestor {
             topics,
+            processor,
+            layouts,
+            derived_locations,
             dead_letters: Arc::new(TableLayout::dead_letters()?),
             dead_letter_location: warehouse.table_location(namespace, DEAD_LETTER_TABLE),
             options: IngestOptions::for_spec(spec),
@@ -138,6 +173,7 @@ impl Ingestor {
     /// error only when some partitions could not be landed; those that were stay landed, and a
     /// retry skips them by their checkpoints.
     pub async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary> {
+        self.processor.refresh(self.clock.now_ms()).await?;
         let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
             group_by_partition(event)?.into_iter().collect();
         let mut total = IngestSummary::default();
@@ -169,6 +205,7 @@ impl Ingestor {
     /// The CPU work of one invocation with no I/O: decodes and encodes every record of the
     /// event as if none had been seen. Returns the records processed and the encoded files.
     pub async fn encode_event(&self, event: &EsmEvent) -> Result<(u64, Vec<EncodedFile>)> {
+        self.processor.refresh(self.clock.now_ms()).await?;
         let mut files = Vec::new();
         let mut records = 0;
         let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
@@ -281,6 +318,7 @@ impl Ingestor {
         let Some(planned) = Planned::new(source, Checkpoint::INITIAL, records) else {
             return Ok(Some(IngestSummary::default()));
         };
+        self.processor.refresh(self.clock.now_ms()).await?;
         let planned = [planned];
         let (files, counts) = self.encode_group(&planned).await?;
         join_all(
@@ -363,7 +401,29 @@ impl Ingestor {
                 continue;
             }
             let batch = rows.finish()?;
-            files.extend(encode::encode(&t.layout, &batch, &t.location, &stem, &self.props).await?);
+            if t.spec.land {
+                files.extend(
+                    encode::encode(&t.layout, &batch, &t.location, &stem, &self.props).await?,
+                );
+            }
+            let out = derive::Output {
+                locations: &self.derived_locations,
+                stem: &stem,
+                props: &self.props,
+            };
+            files.extend(
+                derive::derived_files(
+                    &self.processor,
+                    &out,
+                    &t.spec.name,
+                    topic,
+                    &batch,
+                    planned,
+                    &mut dead,
+                    &mut counts,
+                )
+                .await?,
+            );
         }
         if !dead.is_empty() {
             let batch = dead.finish()?;
@@ -392,12 +452,9 @@ impl Ingestor {
             let layout = if f.table == DEAD_LETTER_TABLE {
                 &self.dead_letters
             } else {
-                &self
-                    .topics
-                    .values()
-                    .find(|t| t.spec.name == f.table)
+                self.layouts
+                    .get(&f.table)
                     .ok_or_else(|| Error::Internal(format!("no table {}", f.table)))?
-                    .layout
             };
             pending.push(PendingFile {
                 table: f.table.clone(),
@@ -436,142 +493,7 @@ impl Ingestor {
     }
 }
 
-/// One partition's new records, as planned against its checkpoint.
-struct Planned<'a> {
-    source: SourcePartition,
-    checkpoint: Checkpoint,
-    next_offset: i64,
-    /// In offset order, each offset once.
-    records: Vec<&'a EsmRecord>,
-}
-
-impl<'a> Planned<'a> {
-    /// The records of `source` at or past `checkpoint`, or `None` when there are none.
-    fn new(
-        source: &SourcePartition,
-        checkpoint: Checkpoint,
-        records: &[&'a EsmRecord],
-    ) -> Option<Self> {
-        let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
-        let p = plan(checkpoint, &offsets);
-        if p.accept.is_empty() {
-            return None;
-        }
-        Some(Planned {
-            source: source.clone(),
-            checkpoint,
-            next_offset: p.next_offset,
-            records: p.accept.iter().map(|&i| records[i]).collect(),
-        })
-    }
-
-    fn first_offset(&self) -> i64 {
-        self.records.first().map_or(0, |r| r.offset)
-    }
-
-    fn last_offset(&self) -> i64 {
-        self.records.last().map_or(0, |r| r.offset)
-    }
-
-    fn range(&self) -> SourceRange {
-        SourceRange {
-            source: self.source.clone(),
-            first_offset: self.first_offset(),
-            last_offset: self.last_offset(),
-        }
-    }
-}
-
-/// Groups an event's records by topic-partition. Each record's own topic and partition count;
-/// the map key (`topic-partition`) names the topic when a record lacks one. An event with a
-/// negative or oversized partition, or a negative offset, is not an MSK event and is refused.
-pub fn group_by_partition(event: &EsmEvent) -> Result<BTreeMap<SourcePartition, Vec<&EsmRecord>>> {
-    let mut groups: BTreeMap<SourcePartition, Vec<&EsmRecord>> = BTreeMap::new();
-    for (key, records) in &event.records {
-        for r in records {
-            let topic = match &r.topic {
-                Some(t) => t.clone(),
-                None => key
-                    .rsplit_once('-')
-                    .map_or(key.as_str(), |(t, _)| t)
-                    .to_string(),
-            };
-            let partition = i32::try_from(r.partition)
-                .ok()
-                .filter(|p| *p >= 0)
-                .ok_or_else(|| Error::Event {
-                    origin: key.clone(),
-                    message: format!(
-                        "partition {} of offset {} is not a Kafka partition number",
-                        r.partition, r.offset
-                    ),
-                })?;
-            // A negative offset is no Kafka offset: below every checkpoint, such a record
-            // would be dropped as already seen.
-            if r.offset < 0 {
-                return Err(Error::Event {
-                    origin: key.clone(),
-                    message: format!(
-                        "offset {} of partition {partition} is not a Kafka offset",
-                        r.offset
-                    ),
-                });
-            }
-            groups
-                .entry(SourcePartition::new(topic, partition))
-                .or_default()
-                .push(r);
-        }
-    }
-    Ok(groups)
-}
-
 /// Randomised exponential backoff: 10 ms × 2^attempt, jittered to between half and all of it.
 fn backoff(attempt: u32) -> std::time::Duration {
     crate::clock::jitter(10u64 << attempt.min(6))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(partition: i64, offset: i64) -> EsmEvent {
-        serde_json::from_str(&format!(
-            r#"{{"records":{{"orders-0":[{{"topic":"orders","partition":{partition},"offset":{offset},"timestamp":1}}]}}}}"#
-        ))
-        .expect("event")
-    }
-
-    #[test]
-    fn options_come_from_the_spec_and_the_environment() {
-        let spec = PipelineSpec::parse(crate::config::BUILTIN_PIPELINE, std::path::Path::new("p"))
-            .expect("spec");
-        let o = IngestOptions::from_lookup(&spec, |k| match k {
-            "STREAMTABLE_INGEST_ZSTD_LEVEL" => Some("3".into()),
-            _ => None,
-        })
-        .expect("options");
-        assert_eq!((o.zstd_level, o.max_attempts), (3, MAX_ATTEMPTS));
-        assert_eq!(o.max_record_bytes, spec.settings.max_record_bytes);
-        let err = IngestOptions::from_lookup(&spec, |k| {
-            (k == "STREAMTABLE_INGEST_MAX_ATTEMPTS").then(|| "0".into())
-        })
-        .expect_err("zero attempts");
-        assert!(err.to_string().contains("from 1 to 100"), "{err}");
-    }
-
-    #[test]
-    fn records_without_kafka_coordinates_are_refused_not_dropped() {
-        // Found by fuzzing: offset -1 lay below every checkpoint and was counted as already seen.
-        let err = group_by_partition(&event(0, -1)).expect_err("negative offset");
-        assert!(err.to_string().contains("not a Kafka offset"), "{err}");
-        assert!(group_by_partition(&event(-3, 5)).is_err());
-        assert!(group_by_partition(&event(1 << 40, 5)).is_err());
-        let valid = event(2, 0);
-        let groups = group_by_partition(&valid).expect("valid");
-        assert_eq!(
-            groups.keys().next(),
-            Some(&SourcePartition::new("orders", 2))
-        );
-    }
 }

@@ -19,7 +19,7 @@ pub(super) struct Counts {
 }
 
 impl Counts {
-    fn reject(&mut self, kind: RejectKind) {
+    pub(super) fn reject(&mut self, kind: RejectKind) {
         self.rejected += 1;
         match self.rejected_by_kind.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, n)) => *n += 1,
@@ -42,7 +42,7 @@ pub(super) fn decode_records(
     let mut value_buf = Vec::new();
     let mut key_buf = Vec::new();
     for record in records {
-        let (topic, partition) = (source.topic.as_str(), source.partition);
+        let partition = source.partition;
         let outcome = decode_one(
             table,
             record,
@@ -55,38 +55,58 @@ pub(super) fn decode_records(
         match outcome {
             Ok(()) => counts.accepted += 1,
             Err(rejection) => {
-                let key_ok = record
-                    .key
-                    .as_deref()
-                    .map(|k| STANDARD.decode_vec(k, key_buf.clear_and()).is_ok());
-                let key: Option<&[u8]> = match (record.key.as_deref(), key_ok) {
-                    (Some(_), Some(true)) => Some(&key_buf),
-                    (Some(raw), _) => Some(raw.as_bytes()),
-                    (None, _) => None,
-                };
-                let value_ok = record
-                    .value
-                    .as_deref()
-                    .map(|v| STANDARD.decode_vec(v, value_buf.clear_and()).is_ok());
-                let value: Option<&[u8]> = match (record.value.as_deref(), value_ok) {
-                    (Some(_), Some(true)) => Some(&value_buf),
-                    (Some(raw), _) => Some(raw.as_bytes()),
-                    (None, _) => None,
-                };
-                dead.append(&DeadLetter {
-                    topic,
-                    partition,
-                    offset: record.offset,
-                    timestamp_ms: Some(record.timestamp),
-                    key,
-                    value,
-                    kind: rejection.kind,
-                    message: &rejection.message,
-                });
+                dead_letter(
+                    record,
+                    source,
+                    &rejection,
+                    dead,
+                    &mut value_buf,
+                    &mut key_buf,
+                );
                 counts.reject(rejection.kind);
             }
         }
     }
+}
+
+/// Appends `record` of `source` to `dead` as rejected for `rejection`, with its key and value
+/// decoded from base64 where they can be (else as received).
+pub(super) fn dead_letter(
+    record: &EsmRecord,
+    source: &SourcePartition,
+    rejection: &Rejection,
+    dead: &mut DeadLetterBuilder,
+    value_buf: &mut Vec<u8>,
+    key_buf: &mut Vec<u8>,
+) {
+    let key_ok = record
+        .key
+        .as_deref()
+        .map(|k| STANDARD.decode_vec(k, key_buf.clear_and()).is_ok());
+    let key: Option<&[u8]> = match (record.key.as_deref(), key_ok) {
+        (Some(_), Some(true)) => Some(key_buf),
+        (Some(raw), _) => Some(raw.as_bytes()),
+        (None, _) => None,
+    };
+    let value_ok = record
+        .value
+        .as_deref()
+        .map(|v| STANDARD.decode_vec(v, value_buf.clear_and()).is_ok());
+    let value: Option<&[u8]> = match (record.value.as_deref(), value_ok) {
+        (Some(_), Some(true)) => Some(value_buf),
+        (Some(raw), _) => Some(raw.as_bytes()),
+        (None, _) => None,
+    };
+    dead.append(&DeadLetter {
+        topic: &source.topic,
+        partition: source.partition,
+        offset: record.offset,
+        timestamp_ms: Some(record.timestamp),
+        key,
+        value,
+        kind: rejection.kind,
+        message: &rejection.message,
+    });
 }
 
 trait ClearAnd {

@@ -39,7 +39,7 @@ pub(super) fn parse_partition(text: &str) -> Option<PartitionField> {
 }
 
 /// Lowercase SQL identifier as Athena and Glue accept it.
-pub(super) fn is_identifier(s: &str) -> bool {
+pub fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some('a'..='z' | '_'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
@@ -55,6 +55,10 @@ struct RawSpec {
     settings: Option<Spanned<RawSettings>>,
     #[serde(default)]
     tables: Vec<Spanned<RawTable>>,
+    #[serde(default)]
+    reference_tables: Vec<Spanned<super::derived::RawReference>>,
+    #[serde(default)]
+    derived_tables: Vec<Spanned<super::derived::RawDerived>>,
 }
 
 #[derive(Deserialize)]
@@ -73,15 +77,21 @@ struct RawTable {
     #[serde(default)]
     partition_by: Vec<Spanned<String>>,
     target_file_size_mb: Option<Spanned<u64>>,
+    #[serde(default = "yes")]
+    land: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawColumn {
-    name: Spanned<String>,
+pub(super) struct RawColumn {
+    pub(super) name: Spanned<String>,
     #[serde(rename = "type")]
     column_type: Spanned<String>,
-    path: Option<Spanned<String>>,
+    pub(super) path: Option<Spanned<String>>,
     #[serde(default)]
     required: bool,
 }
@@ -102,6 +112,9 @@ impl PipelineSpec {
     pub fn parse(text: &str, origin: &Path) -> Result<PipelineSpec> {
         let at = |span: std::ops::Range<usize>, msg: String| {
             let (line, col) = line_col(text, span.start);
+            Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
+        };
+        let at_line = |line: usize, col: usize, msg: String| {
             Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
         };
         let raw: RawSpec = toml::from_str(text).map_err(|e| {
@@ -181,36 +194,8 @@ impl PipelineSpec {
                     ),
                 ));
             }
-            let columns = parse_columns(t, &at)?;
-            let mut partition_by = Vec::new();
-            for p in &t.partition_by {
-                let field = parse_partition(p.get_ref()).ok_or_else(|| {
-                    at(
-                        p.span(),
-                        format!(
-                            "cannot read partition transform {:?}; {PARTITION_HELP}",
-                            p.get_ref()
-                        ),
-                    )
-                })?;
-                let col = columns.iter().find(|c| c.name == field.source).ok_or_else(|| {
-                    at(p.span(), format!(
-                        "partition source column {:?} is not a column of table {name:?}; partition by one of its columns",
-                        field.source
-                    ))
-                })?;
-                check_transform(&field, col.column_type).map_err(|m| at(p.span(), m))?;
-                if partition_by
-                    .iter()
-                    .any(|f: &PartitionField| f.field_name() == field.field_name())
-                {
-                    return Err(at(
-                        p.span(),
-                        format!("partition {:?} is listed twice", p.get_ref()),
-                    ));
-                }
-                partition_by.push(field);
-            }
+            let columns = parse_columns(&t.columns, &t.name, &at)?;
+            let partition_by = parse_partitioning(&t.partition_by, &columns, name, &at)?;
             let target_file_size_mb = match &t.target_file_size_mb {
                 Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
                 None => settings.target_file_size_mb,
@@ -221,29 +206,86 @@ impl PipelineSpec {
                 columns,
                 partition_by,
                 target_file_size_mb,
+                land: t.land,
             });
         }
+        let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;
+        let derived = super::derived::parse_derived(
+            &raw.derived_tables,
+            super::derived::Context {
+                text,
+                tables: &tables,
+                references: &references,
+                settings: &settings,
+            },
+            &mut names,
+            &at,
+            &at_line,
+        )?;
         Ok(PipelineSpec {
             origin: origin.to_path_buf(),
             settings,
             tables,
+            references,
+            derived,
         })
     }
 }
 
-fn parse_columns(
-    t: &RawTable,
+/// The `partition_by` list of table `name`, checked against its columns.
+pub(super) fn parse_partitioning(
+    list: &[Spanned<String>],
+    columns: &[ColumnSpec],
+    name: &str,
+    at: &impl Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<Vec<PartitionField>> {
+    let mut partition_by = Vec::new();
+    for p in list {
+        let field = parse_partition(p.get_ref()).ok_or_else(|| {
+            at(
+                p.span(),
+                format!(
+                    "cannot read partition transform {:?}; {PARTITION_HELP}",
+                    p.get_ref()
+                ),
+            )
+        })?;
+        let col = columns.iter().find(|c| c.name == field.source).ok_or_else(|| {
+            at(p.span(), format!(
+                "partition source column {:?} is not a column of table {name:?}; partition by one of its columns",
+                field.source
+            ))
+        })?;
+        check_transform(&field, col.column_type).map_err(|m| at(p.span(), m))?;
+        if partition_by
+            .iter()
+            .any(|f: &PartitionField| f.field_name() == field.field_name())
+        {
+            return Err(at(
+                p.span(),
+                format!("partition {:?} is listed twice", p.get_ref()),
+            ));
+        }
+        partition_by.push(field);
+    }
+    Ok(partition_by)
+}
+
+/// The columns of a table or reference table, checked.
+pub(super) fn parse_columns(
+    raw_columns: &[Spanned<RawColumn>],
+    table_name: &Spanned<String>,
     at: &impl Fn(std::ops::Range<usize>, String) -> Error,
 ) -> Result<Vec<ColumnSpec>> {
-    if t.columns.is_empty() {
+    if raw_columns.is_empty() {
         return Err(at(
-            t.name.span(),
+            table_name.span(),
             "table has no columns; add columns = [{ name = \"...\", type = \"...\" }]".into(),
         ));
     }
     let mut seen = HashSet::new();
     let mut columns = Vec::new();
-    for c in &t.columns {
+    for c in raw_columns {
         let c = c.get_ref();
         let name = c.name.get_ref();
         if !is_identifier(name) {
@@ -302,13 +344,12 @@ fn parse_columns(
     for a in &columns {
         for b in &columns {
             if a.path != b.path && b.path.0.starts_with(&a.path.0) {
-                let span = t
-                    .columns
+                let span = raw_columns
                     .iter()
                     .find(|c| c.get_ref().name.get_ref() == &b.name)
                     .map(|c| c.span());
                 return Err(at(
-                    span.unwrap_or(t.name.span()),
+                    span.unwrap_or(table_name.span()),
                     format!(
                         "path {} of column {:?} lies inside path {} of column {:?}; a JSON value cannot be both",
                         b.path, b.name, a.path, a.name
@@ -320,7 +361,7 @@ fn parse_columns(
     Ok(columns)
 }
 
-fn check_target_size(v: &Spanned<u64>) -> std::result::Result<u64, String> {
+pub(super) fn check_target_size(v: &Spanned<u64>) -> std::result::Result<u64, String> {
     let mb = *v.get_ref();
     if mb == 0 || mb > MAX_TARGET_FILE_SIZE_MB {
         return Err(format!(
@@ -364,7 +405,7 @@ fn check_transform(field: &PartitionField, ty: ColumnType) -> std::result::Resul
 }
 
 /// 1-based line and column of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;

@@ -21,7 +21,10 @@
 //! ]
 //! ```
 
+mod derived;
 mod load;
+
+pub use load::is_identifier;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -53,8 +56,44 @@ pub struct PipelineSpec {
     pub origin: PathBuf,
     /// Settings shared by every table.
     pub settings: Settings,
-    /// The tables, in file order.
+    /// The topics' tables, in file order (also those with `land = false`, which feed derived
+    /// tables only).
     pub tables: Vec<TableSpec>,
+    /// Reference tables that derived tables look values up in (`[[reference_tables]]`).
+    pub references: Vec<ReferenceSpec>,
+    /// Tables derived from a topic's rows by SQL (`[[derived_tables]]`), in file order.
+    pub derived: Vec<DerivedSpec>,
+}
+
+/// Default: how often a reference table is re-read, in seconds.
+pub const DEFAULT_REFRESH_SECONDS: u64 = 300;
+
+/// A table that derived tables join to by key (`LEFT JOIN currency_rates r ON …`): an Iceberg
+/// table in the same catalog that analysts maintain, read at cold start and re-read after
+/// `refresh_seconds`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceSpec {
+    /// Table name.
+    pub name: String,
+    /// The columns the pipeline reads (the table may have more).
+    pub columns: Vec<ColumnSpec>,
+    /// How long a loaded copy is used before it is read again.
+    pub refresh_seconds: u64,
+}
+
+/// A table derived by SQL from the rows of one topic's table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DerivedSpec {
+    /// The table as it lands: its columns inferred from the SQL, `topic` the source's topic.
+    pub table: TableSpec,
+    /// The table the SQL reads (a `[[tables]]` entry).
+    pub source: String,
+    /// The reference tables it joins to.
+    pub references: Vec<String>,
+    /// The SQL as written.
+    pub sql: String,
+    /// Line of the SQL in the spec file (for messages).
+    pub line: usize,
 }
 
 /// Settings shared by every table.
@@ -88,6 +127,9 @@ pub struct TableSpec {
     pub partition_by: Vec<PartitionField>,
     /// Target size of compacted files, in MB.
     pub target_file_size_mb: u64,
+    /// Whether the topic lands in a table of its own (`land = false`: decoded only to feed
+    /// derived tables).
+    pub land: bool,
 }
 
 /// One column: where its value comes from in the JSON record and what type it has.
@@ -257,6 +299,20 @@ impl PipelineSpec {
     /// The table called `name`, if any.
     pub fn table(&self, name: &str) -> Option<&TableSpec> {
         self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// Every table the pipeline writes: the topics' tables that land, then the derived tables
+    /// (not `dead_letters`, not reference tables).
+    pub fn landed_tables(&self) -> impl Iterator<Item = &TableSpec> {
+        self.tables
+            .iter()
+            .filter(|t| t.land)
+            .chain(self.derived.iter().map(|d| &d.table))
+    }
+
+    /// The derived tables fed by the table called `source`.
+    pub fn derived_from<'a>(&'a self, source: &'a str) -> impl Iterator<Item = &'a DerivedSpec> {
+        self.derived.iter().filter(move |d| d.source == source)
     }
 }
 

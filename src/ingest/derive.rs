@@ -1,0 +1,111 @@
+//! The derived tables of a topic's rows: run through [`crate::process::Processor`], encoded
+//! like the topic's own table, and the rows a derived table's SQL failed on dead-lettered with
+//! the table's name in the reason.
+
+use std::collections::HashMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, RecordBatch};
+use parquet::file::properties::WriterProperties;
+
+use super::Planned;
+use super::encode::{EncodedFile, encode};
+use super::records::{Counts, dead_letter};
+use crate::decode::{DeadLetterBuilder, RejectKind, Rejection};
+use crate::error::{Error, Result};
+use crate::esm::EsmRecord;
+use crate::process::Processor;
+
+/// Where the derived tables' files go, and how they are written.
+pub(super) struct Output<'a> {
+    pub locations: &'a HashMap<String, String>,
+    pub stem: &'a str,
+    pub props: &'a WriterProperties,
+}
+
+/// Encodes what every derived table fed by `source_table` gets from `rows` (decoded records of
+/// `topic`); failed rows go to `dead`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn derived_files(
+    processor: &Processor,
+    out: &Output<'_>,
+    source_table: &str,
+    topic: &str,
+    rows: &RecordBatch,
+    planned: &[Planned<'_>],
+    dead: &mut DeadLetterBuilder,
+    counts: &mut Counts,
+) -> Result<Vec<EncodedFile>> {
+    let mut files = Vec::new();
+    for d in processor.derive(source_table, rows)? {
+        if let Some(batch) = &d.rows {
+            let location = out
+                .locations
+                .get(&d.table)
+                .ok_or_else(|| Error::Internal(format!("no location for table {}", d.table)))?;
+            files.extend(encode(&d.layout, batch, location, out.stem, out.props).await?);
+        }
+        if d.failures.is_empty() {
+            continue;
+        }
+        let records = records_of(topic, planned);
+        let partitions = rows
+            .column_by_name("kafka_partition")
+            .and_then(|c| c.as_primitive_opt::<Int32Type>());
+        let offsets = rows
+            .column_by_name("kafka_offset")
+            .and_then(|c| c.as_primitive_opt::<Int64Type>());
+        let (Some(partitions), Some(offsets)) = (partitions, offsets) else {
+            return Err(Error::Internal(format!(
+                "rows of {source_table} carry no Kafka coordinates"
+            )));
+        };
+        let (mut value_buf, mut key_buf) = (Vec::new(), Vec::new());
+        for (row, reason) in &d.failures {
+            if *row >= rows.num_rows() || partitions.is_null(*row) {
+                return Err(Error::Internal(format!(
+                    "derived table {} reported row {row} of {}",
+                    d.table,
+                    rows.num_rows()
+                )));
+            }
+            let key = (partitions.value(*row), offsets.value(*row));
+            let Some((source, record)) = records.get(&key) else {
+                return Err(Error::Internal(format!(
+                    "row {row} of {source_table} ({topic}-{}@{}) matches no record of the batch",
+                    key.0, key.1
+                )));
+            };
+            let rejection = Rejection::new(
+                RejectKind::Transform,
+                format!("derived table {}: {reason}", d.table),
+            );
+            dead_letter(
+                record,
+                source,
+                &rejection,
+                dead,
+                &mut value_buf,
+                &mut key_buf,
+            );
+            counts.reject(RejectKind::Transform);
+        }
+    }
+    Ok(files)
+}
+
+type RecordsByCoordinates<'a> =
+    HashMap<(i32, i64), (&'a crate::checkpoint::SourcePartition, &'a EsmRecord)>;
+
+fn records_of<'a>(topic: &str, planned: &'a [Planned<'a>]) -> RecordsByCoordinates<'a> {
+    planned
+        .iter()
+        .filter(|p| p.source.topic == topic)
+        .flat_map(|p| {
+            p.records
+                .iter()
+                .map(move |r| ((p.source.partition, r.offset), (&p.source, *r)))
+        })
+        .collect()
+}

@@ -1,0 +1,551 @@
+//! Planning a derived table's SQL with DataFusion, once: parse, resolve against the topics'
+//! and reference tables' schemas, type-check, then walk the logical plan and map its shape to
+//! what the streaming runtime runs — a projection, an optional filter, and an optional lookup
+//! join to one reference table. Every other shape is refused with the construct named and the
+//! place in the SQL where it is.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchema};
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator, Volatility};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::prelude::SessionContext;
+
+use super::SqlError;
+use crate::schema::TableLayout;
+use crate::spec::{ColumnType, KAFKA_COLUMNS, ReferenceSpec, TableSpec};
+
+/// A derived table's SQL, planned: what the runtime evaluates on each batch.
+pub(crate) struct SqlPlan {
+    /// The topic's table the SQL reads.
+    pub source: String,
+    /// The lookup join, if the SQL has one.
+    pub lookup: Option<LookupPlan>,
+    /// The schema the filter and the projection are evaluated on: the source's columns, or the
+    /// join's (left side's columns, then the right side's).
+    pub input_schema: SchemaRef,
+    /// Where the source's columns start in `input_schema`.
+    pub source_offset: usize,
+    /// The `WHERE` predicate.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// The output columns: name, expression, and the column type the table stores.
+    pub projection: Vec<(String, Arc<dyn PhysicalExpr>, ColumnType)>,
+}
+
+/// A join of the source to a reference table on equal keys.
+pub(crate) struct LookupPlan {
+    /// The reference table.
+    pub reference: String,
+    /// Whether the source is the join's left input (its columns come first).
+    pub source_is_left: bool,
+    /// `true` for an inner join (no row without a match), `false` for a join that keeps every
+    /// source row (NULLs for the reference's columns).
+    pub inner: bool,
+    /// Key expressions on the source's rows.
+    pub source_keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Key expressions on the reference table's rows, pairwise equal to `source_keys`.
+    pub reference_keys: Vec<Arc<dyn PhysicalExpr>>,
+}
+
+impl SqlPlan {
+    /// The columns the derived table has, in order.
+    pub fn columns(&self) -> Vec<(String, ColumnType)> {
+        self.projection
+            .iter()
+            .map(|(n, _, t)| (n.clone(), *t))
+            .collect()
+    }
+}
+
+fn err(message: impl Into<String>, at: Option<usize>) -> SqlError {
+    SqlError {
+        message: message.into(),
+        at,
+    }
+}
+
+/// Plans `sql` over the topics' `tables` and the `references`.
+pub(crate) fn plan(
+    tables: &[TableSpec],
+    references: &[ReferenceSpec],
+    sql: &str,
+) -> Result<SqlPlan, SqlError> {
+    let ctx = SessionContext::new();
+    for t in tables {
+        let layout = TableLayout::for_table(t).map_err(|e| err(e.to_string(), None))?;
+        register(&ctx, &t.name, layout.arrow_schema.clone())?;
+    }
+    for r in references {
+        let layout = TableLayout::for_reference(r).map_err(|e| err(e.to_string(), None))?;
+        register(&ctx, &r.name, super::reference::nullable(&layout))?;
+    }
+    let state = ctx.state();
+    let logical = futures::executor::block_on(state.create_logical_plan(sql))
+        .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;
+    let logical = state
+        .analyzer()
+        .execute_and_check(logical, state.config_options(), |_, _| {})
+        .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;
+    Planner {
+        state: &state,
+        sql,
+        tables,
+    }
+    .plan(&logical)
+}
+
+fn register(ctx: &SessionContext, name: &str, schema: SchemaRef) -> Result<(), SqlError> {
+    ctx.register_table(name, Arc::new(EmptyTable::new(schema)))
+        .map(|_| ())
+        .map_err(|e| err(format!("table {name}: {e}"), None))
+}
+
+/// DataFusion's message, without its prefixes, with the fix for the usual mistakes.
+fn planning_error(
+    message: &str,
+    sql: &str,
+    tables: &[TableSpec],
+    references: &[ReferenceSpec],
+) -> SqlError {
+    let message = message
+        .trim_start_matches("Error during planning: ")
+        .trim_start_matches("SQL error: ")
+        .trim_start_matches("Schema error: ")
+        .trim()
+        .to_string();
+    let mut known: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+    known.extend(references.iter().map(|r| r.name.as_str()));
+    let hint = if message.contains("not found") && message.contains("table") {
+        format!(
+            "; a derived table reads one of the topics' tables or joins a reference table: {}",
+            known.join(", ")
+        )
+    } else if message.contains("No field named") {
+        "; name a column of the tables in FROM (qualify it as alias.column when two tables have it)"
+            .to_string()
+    } else {
+        String::new()
+    };
+    let at = message
+        .find("Line: ")
+        .and_then(|i| locate_line_column(sql, &message[i..]));
+    err(format!("{message}{hint}"), at)
+}
+
+/// `Line: 2, Column: 8` in a parser message, as a byte offset into `sql`.
+fn locate_line_column(sql: &str, text: &str) -> Option<usize> {
+    let mut nums = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().ok());
+    let (line, col) = (nums.next()??, nums.next()??);
+    let start: usize = sql
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    Some(start + col.saturating_sub(1)).filter(|o| *o <= sql.len())
+}
+
+/// The byte offset in `sql` of the first of `needles` (in order of preference) it contains,
+/// ignoring case.
+pub(crate) fn find(sql: &str, needles: &[&str]) -> Option<usize> {
+    let lower = sql.to_ascii_lowercase();
+    needles
+        .iter()
+        .find_map(|n| lower.find(&n.to_ascii_lowercase()))
+}
+
+struct Planner<'a> {
+    state: &'a SessionState,
+    sql: &'a str,
+    tables: &'a [TableSpec],
+}
+
+impl Planner<'_> {
+    fn refuse(&self, construct: &str, fix: &str, needles: &[&str]) -> SqlError {
+        err(
+            format!("{construct} cannot run on a stream here; {fix}"),
+            find(self.sql, needles),
+        )
+    }
+
+    /// The message for a plan node that is not part of a supported shape.
+    fn unsupported(&self, node: &LogicalPlan) -> SqlError {
+        match node {
+            LogicalPlan::Aggregate(a) => {
+                let name = a
+                    .aggr_expr
+                    .first()
+                    .map(|e| e.schema_name().to_string())
+                    .unwrap_or_default();
+                let func = name.split('(').next().unwrap_or("").to_ascii_lowercase();
+                let needle = format!("{func}(");
+                let needles: Vec<&str> = if func.is_empty() {
+                    vec!["group by", "group"]
+                } else {
+                    vec![needle.as_str(), "group by"]
+                };
+                self.refuse(
+                    "an aggregate without a window (GROUP BY, count, sum, …)",
+                    "aggregate over event-time windows, or land the rows and aggregate in the query",
+                    &needles,
+                )
+            }
+            LogicalPlan::Window(_) => self.refuse(
+                "a window function (… OVER (…))",
+                "it needs every row of a partition at once; compute it in the query",
+                &[" over"],
+            ),
+            LogicalPlan::Sort(_) => self.refuse(
+                "ORDER BY",
+                "a stream has no order to sort by; sort in the query that reads the table",
+                &["order by", "order"],
+            ),
+            LogicalPlan::Limit(_) => self.refuse(
+                "LIMIT / OFFSET",
+                "a stream has no end to count to; limit the query that reads the table",
+                &["limit", "offset", "fetch"],
+            ),
+            LogicalPlan::Distinct(_) => self.refuse(
+                "DISTINCT",
+                "it needs state; deduplicate in the query, or by key within a time bound",
+                &["distinct"],
+            ),
+            LogicalPlan::Union(_) => self.refuse(
+                "UNION",
+                "define one derived table per source instead",
+                &["union"],
+            ),
+            LogicalPlan::Subquery(_) => self.subquery(),
+            LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => err(
+                "a derived table reads a topic's table: write SELECT … FROM <table>",
+                None,
+            ),
+            LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => self.subquery(),
+            other => {
+                let text = other.display().to_string();
+                let what = text.split([':', ' ']).next().unwrap_or("statement");
+                err(
+                    format!(
+                        "{what} is not a query; a derived table is one SELECT … FROM <table> [JOIN <reference table> ON …] [WHERE …]"
+                    ),
+                    None,
+                )
+            }
+        }
+    }
+
+    fn subquery(&self) -> SqlError {
+        let second_select = self
+            .sql
+            .to_ascii_lowercase()
+            .match_indices("select")
+            .nth(1)
+            .map(|(i, _)| i);
+        err(
+            "a subquery cannot run on a stream here; join the reference table instead, or define a second derived table",
+            second_select,
+        )
+    }
+
+    fn plan(&self, logical: &LogicalPlan) -> Result<SqlPlan, SqlError> {
+        let LogicalPlan::Projection(projection) = logical else {
+            return Err(self.unsupported(logical));
+        };
+        let (filter, input) = match projection.input.as_ref() {
+            LogicalPlan::Filter(f) => (Some(&f.predicate), f.input.as_ref()),
+            other => (None, other),
+        };
+        if let LogicalPlan::Filter(f) = input {
+            return Err(self.unsupported(&f.input));
+        }
+        for e in projection.expr.iter().chain(filter) {
+            self.check_expr(e)?;
+        }
+        let input_df = input.schema().clone();
+        let (source, lookup, source_offset) = match strip_alias(input) {
+            LogicalPlan::TableScan(scan) => {
+                let name = scan.table_name.table().to_string();
+                self.check_source(&name)?;
+                (name, None, 0)
+            }
+            LogicalPlan::Join(join) => self.lookup(join)?,
+            other => return Err(self.unsupported(other)),
+        };
+        let filter = filter.map(|p| self.physical(p, &input_df)).transpose()?;
+        let mut out = Vec::new();
+        for (i, e) in projection.expr.iter().enumerate() {
+            let field = projection.schema.field(i);
+            let name = field.name().clone();
+            if name.starts_with("kafka_") {
+                // `SELECT *` and `o.kafka_offset` bring the source's Kafka columns, which every
+                // table carries anyway; anything else under such a name is a mistake.
+                if KAFKA_COLUMNS.contains(&name.as_str()) && matches!(e, Expr::Column(_)) {
+                    continue;
+                }
+                return Err(err(
+                    format!(
+                        "output column {name:?} is reserved: every table carries the source's {}; name it otherwise",
+                        KAFKA_COLUMNS.join(", ")
+                    ),
+                    find(self.sql, &[name.as_str()]),
+                ));
+            }
+            if !crate::spec::is_identifier(&name) {
+                return Err(err(
+                    format!(
+                        "output column `{name}` needs a name: write `… AS some_name` (lowercase letters, digits, _)"
+                    ),
+                    None,
+                ));
+            }
+            if out.iter().any(|(n, _, _)| n == &name) {
+                return Err(err(
+                    format!(
+                        "output column {name:?} appears twice; rename one with `… AS other_name`"
+                    ),
+                    None,
+                ));
+            }
+            let ty = column_type(field.data_type()).ok_or_else(|| {
+                err(
+                    format!(
+                        "output column {name:?} is of type {} which the table cannot hold; CAST it to VARCHAR, INT, BIGINT, REAL, DOUBLE, BOOLEAN, DATE, TIMESTAMP or DECIMAL(P,S)",
+                        field.data_type()
+                    ),
+                    find(self.sql, &[name.as_str()]),
+                )
+            })?;
+            out.push((name, self.physical(e, &input_df)?, ty));
+        }
+        if out.is_empty() {
+            return Err(err(
+                "the SELECT list has no column besides the Kafka columns; select at least one",
+                None,
+            ));
+        }
+        Ok(SqlPlan {
+            source,
+            lookup,
+            input_schema: Arc::new(input_df.as_arrow().clone()),
+            source_offset,
+            filter,
+            projection: out,
+        })
+    }
+
+    fn check_source(&self, name: &str) -> Result<(), SqlError> {
+        if self.tables.iter().any(|t| t.name == name) {
+            return Ok(());
+        }
+        Err(err(
+            format!(
+                "{name} is a reference table; a derived table reads a topic's table and may join reference tables to it"
+            ),
+            find(self.sql, &[name]),
+        ))
+    }
+
+    fn lookup(
+        &self,
+        join: &datafusion::logical_expr::Join,
+    ) -> Result<(String, Option<LookupPlan>, usize), SqlError> {
+        let side = |p: &LogicalPlan| -> Result<(String, bool), SqlError> {
+            match strip_alias(p) {
+                LogicalPlan::TableScan(scan) => {
+                    let name = scan.table_name.table().to_string();
+                    let is_source = self.tables.iter().any(|t| t.name == name);
+                    Ok((name, is_source))
+                }
+                LogicalPlan::Join(_) => Err(err(
+                    "more than one join cannot run on a stream here yet; join one reference table per derived table",
+                    find(self.sql, &["join"]).and_then(|first| {
+                        self.sql.to_ascii_lowercase()[first + 4..]
+                            .find("join")
+                            .map(|i| i + first + 4)
+                    }),
+                )),
+                other => Err(self.unsupported(other)),
+            }
+        };
+        let (left, left_is_source) = side(&join.left)?;
+        let (right, right_is_source) = side(&join.right)?;
+        let (source, reference, source_is_left) = match (left_is_source, right_is_source) {
+            (true, false) => (left, right, true),
+            (false, true) => (right, left, false),
+            (true, true) => {
+                return Err(self.refuse(
+                    &format!("a join between two topics' tables ({left}, {right})"),
+                    "both sides move, so the join needs state and a time bound; join a topic to a reference table",
+                    &["join"],
+                ));
+            }
+            (false, false) => {
+                return Err(err(
+                    format!(
+                        "{left} and {right} are both reference tables; a derived table reads a topic's table"
+                    ),
+                    find(self.sql, &["from"]),
+                ));
+            }
+        };
+        let inner = match (join.join_type, source_is_left) {
+            (JoinType::Inner, _) => true,
+            (JoinType::Left, true) | (JoinType::Right, false) => false,
+            (t, _) => {
+                return Err(self.refuse(
+                    &format!("a {t} join of {source} to reference table {reference}"),
+                    "keep the topic's rows with an INNER or LEFT JOIN (topic on the left)",
+                    &["join"],
+                ));
+            }
+        };
+        let (source_plan, reference_plan) = if source_is_left {
+            (&join.left, &join.right)
+        } else {
+            (&join.right, &join.left)
+        };
+        let mut pairs: Vec<(Expr, Expr)> = join.on.clone();
+        if let Some(f) = &join.filter {
+            self.check_expr(f)?;
+            for conjunct in split_conjunction(f) {
+                let Expr::BinaryExpr(BinaryExpr {
+                    left: l,
+                    op: Operator::Eq,
+                    right: r,
+                }) = conjunct
+                else {
+                    return Err(err(
+                        format!(
+                            "join condition `{conjunct}` is not an equality of keys; a lookup join matches on equal keys (a.k = r.k AND …) — move other conditions to WHERE"
+                        ),
+                        find(self.sql, &[" on "]),
+                    ));
+                };
+                pairs.push((l.as_ref().clone(), r.as_ref().clone()));
+            }
+        }
+        if pairs.is_empty() {
+            return Err(err(
+                "a join needs ON with equal keys (… ON o.key = r.key); a cross join cannot run on a stream",
+                find(self.sql, &["join"]),
+            ));
+        }
+        let on_side = |e: &Expr, p: &LogicalPlan| {
+            let refs = e.column_refs();
+            !refs.is_empty() && refs.iter().all(|c: &&Column| p.schema().has_column(c))
+        };
+        let mut source_keys = Vec::new();
+        let mut reference_keys = Vec::new();
+        for (a, b) in pairs {
+            let (s, r) = if on_side(&a, source_plan) && on_side(&b, reference_plan) {
+                (a, b)
+            } else if on_side(&b, source_plan) && on_side(&a, reference_plan) {
+                (b, a)
+            } else {
+                return Err(err(
+                    format!(
+                        "join condition `{a} = {b}` must compare a column of {source} with a column of {reference}"
+                    ),
+                    find(self.sql, &[" on "]),
+                ));
+            };
+            source_keys.push(self.physical(&s, source_plan.schema())?);
+            reference_keys.push(self.physical(&r, reference_plan.schema())?);
+        }
+        let source_offset = if source_is_left {
+            0
+        } else {
+            join.left.schema().fields().len()
+        };
+        Ok((
+            source,
+            Some(LookupPlan {
+                reference,
+                source_is_left,
+                inner,
+                source_keys,
+                reference_keys,
+            }),
+            source_offset,
+        ))
+    }
+
+    /// Refuses subqueries and functions whose value is not a function of the row alone.
+    fn check_expr(&self, expr: &Expr) -> Result<(), SqlError> {
+        let mut found = None;
+        let _ = expr.apply(|e| {
+            match e {
+                Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_) => {
+                    found = Some(self.subquery());
+                }
+                Expr::ScalarFunction(f)
+                    if f.func.signature().volatility != Volatility::Immutable =>
+                {
+                    let name = f.func.name().to_ascii_lowercase();
+                    found = Some(err(
+                        format!(
+                            "{name}() cannot run on a stream here: a re-delivered batch would compute another value, so the table would not be exactly once; use a column of the record (its event time, or kafka_timestamp)"
+                        ),
+                        find(self.sql, &[&format!("{name}(")]).or_else(|| find(self.sql, &[&name])),
+                    ));
+                }
+                _ => {}
+            }
+            Ok(if found.is_some() {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        });
+        found.map_or(Ok(()), Err)
+    }
+
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>, SqlError> {
+        self.state
+            .create_physical_expr(expr.clone(), schema)
+            .map_err(|e| err(format!("expression `{expr}`: {e}"), None))
+    }
+}
+
+fn strip_alias(mut plan: &LogicalPlan) -> &LogicalPlan {
+    while let LogicalPlan::SubqueryAlias(a) = plan {
+        plan = a.input.as_ref();
+    }
+    plan
+}
+
+/// The column type a table stores for an Arrow type, if it has one.
+fn column_type(t: &DataType) -> Option<ColumnType> {
+    Some(match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::String,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {
+            ColumnType::Int
+        }
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => ColumnType::Long,
+        DataType::Float16 | DataType::Float32 => ColumnType::Float,
+        DataType::Float64 => ColumnType::Double,
+        DataType::Boolean => ColumnType::Boolean,
+        DataType::Date32 | DataType::Date64 => ColumnType::Date,
+        DataType::Timestamp(_, _) => ColumnType::Timestamp,
+        DataType::Decimal32(p, s)
+        | DataType::Decimal64(p, s)
+        | DataType::Decimal128(p, s)
+        | DataType::Decimal256(p, s) => {
+            if *p == 0 || *p > 38 || *s < 0 || (*s as u8) > *p {
+                return None;
+            }
+            ColumnType::Decimal {
+                precision: *p,
+                scale: *s as u8,
+            }
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,53 @@
+//! A build without feature `sql`: a spec with derived tables is refused when it loads, so the
+//! processor never has a table to run.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+
+use crate::error::{Error, Result};
+use crate::schema::TableLayout;
+use crate::spec::PipelineSpec;
+
+/// What one derived table got from a batch of its source's rows.
+pub struct Derived {
+    /// The derived table.
+    pub table: String,
+    /// Its layout.
+    pub layout: Arc<TableLayout>,
+    /// Its rows.
+    pub rows: Option<RecordBatch>,
+    /// Source rows that failed its SQL, with the reason.
+    pub failures: Vec<(usize, String)>,
+}
+
+/// The derived tables of a pipeline: none in a build without SQL.
+pub struct Processor;
+
+impl Processor {
+    /// Refuses a spec with derived tables.
+    pub fn new(spec: &PipelineSpec) -> Result<Processor> {
+        if spec.derived.is_empty() {
+            Ok(Processor)
+        } else {
+            Err(Error::Spec(
+                "derived tables need a build with feature `sql`".into(),
+            ))
+        }
+    }
+
+    /// No layouts.
+    pub fn layouts(&self) -> impl Iterator<Item = &Arc<TableLayout>> {
+        std::iter::empty()
+    }
+
+    /// Nothing to read.
+    pub async fn refresh(&self, _now_ms: i64) -> Result<()> {
+        Ok(())
+    }
+
+    /// No derived table.
+    pub fn derive(&self, _source: &str, _rows: &RecordBatch) -> Result<Vec<Derived>> {
+        Ok(Vec::new())
+    }
+}

@@ -1,0 +1,183 @@
+//! `[[reference_tables]]` and `[[derived_tables]]`: their shape in the file and their checks.
+//!
+//! A derived table's columns are not written in the spec: they are inferred from its SQL by
+//! [`crate::process::infer`], which also refuses every construct the streaming runtime cannot
+//! run; its messages point at the line of the SQL where the construct is.
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::load::{RawColumn, check_target_size, is_identifier, line_col, parse_columns};
+use super::*;
+use crate::error::{Error, Result};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReference {
+    name: Spanned<String>,
+    columns: Vec<Spanned<RawColumn>>,
+    refresh_seconds: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDerived {
+    name: Spanned<String>,
+    sql: Spanned<String>,
+    #[serde(default)]
+    partition_by: Vec<Spanned<String>>,
+    target_file_size_mb: Option<Spanned<u64>>,
+}
+
+/// What checking a derived table needs from the rest of the spec.
+pub(super) struct Context<'a> {
+    pub text: &'a str,
+    pub tables: &'a [TableSpec],
+    pub references: &'a [ReferenceSpec],
+    pub settings: &'a Settings,
+}
+
+fn check_name(
+    name: &Spanned<String>,
+    names: &mut HashSet<String>,
+    at: &impl Fn(Range<usize>, String) -> Error,
+) -> Result<()> {
+    let n = name.get_ref();
+    if !is_identifier(n) {
+        return Err(at(
+            name.span(),
+            format!(
+                "table name {n:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names)"
+            ),
+        ));
+    }
+    if n == DEAD_LETTER_TABLE {
+        return Err(at(
+            name.span(),
+            format!(
+                "table name {DEAD_LETTER_TABLE:?} is reserved for rejected records; choose another name"
+            ),
+        ));
+    }
+    if !names.insert(n.clone()) {
+        return Err(at(
+            name.span(),
+            format!("table {n:?} is defined twice; table names must be unique"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn parse_references(
+    raw: &[Spanned<RawReference>],
+    names: &mut HashSet<String>,
+    at: &impl Fn(Range<usize>, String) -> Error,
+) -> Result<Vec<ReferenceSpec>> {
+    let mut out = Vec::new();
+    for r in raw {
+        let r = r.get_ref();
+        check_name(&r.name, names, at)?;
+        if let Some(c) = r.columns.iter().find(|c| c.get_ref().path.is_some()) {
+            return Err(at(
+                c.span(),
+                "reference table columns are read from the table by name; remove `path`".into(),
+            ));
+        }
+        let columns = parse_columns(&r.columns, &r.name, at)?;
+        let refresh_seconds = match &r.refresh_seconds {
+            Some(v) if *v.get_ref() == 0 || *v.get_ref() > 86_400 => {
+                return Err(at(
+                    v.span(),
+                    "refresh_seconds must be between 1 and 86400 (a day)".into(),
+                ));
+            }
+            Some(v) => *v.get_ref(),
+            None => DEFAULT_REFRESH_SECONDS,
+        };
+        out.push(ReferenceSpec {
+            name: r.name.get_ref().clone(),
+            columns,
+            refresh_seconds,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn parse_derived(
+    raw: &[Spanned<RawDerived>],
+    cx: Context<'_>,
+    names: &mut HashSet<String>,
+    at: &impl Fn(Range<usize>, String) -> Error,
+    at_line: &impl Fn(usize, usize, String) -> Error,
+) -> Result<Vec<DerivedSpec>> {
+    let mut out = Vec::new();
+    for d in raw {
+        let d = d.get_ref();
+        check_name(&d.name, names, at)?;
+        let name = d.name.get_ref();
+        let sql = d.sql.get_ref();
+        let (line, content_line) = sql_position(cx.text, d.sql.span());
+        let inferred = crate::process::infer(cx.tables, cx.references, sql).map_err(|e| {
+            let (l, c) = match e.at {
+                Some(offset) => {
+                    let (l, c) = line_col(sql, offset);
+                    (
+                        content_line + l - 1,
+                        if l == 1 && content_line == line { c } else { c },
+                    )
+                }
+                None => (line, 1),
+            };
+            at_line(l, c, format!("derived table {name:?}: {}", e.message))
+        })?;
+        let columns: Vec<ColumnSpec> = inferred
+            .columns
+            .iter()
+            .map(|(n, ty)| ColumnSpec {
+                name: n.clone(),
+                column_type: *ty,
+                path: JsonPath(vec![n.clone()]),
+                required: false,
+            })
+            .collect();
+        let partition_by = super::load::parse_partitioning(&d.partition_by, &columns, name, at)?;
+        let target_file_size_mb = match &d.target_file_size_mb {
+            Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
+            None => cx.settings.target_file_size_mb,
+        };
+        let topic = cx
+            .tables
+            .iter()
+            .find(|t| t.name == inferred.source)
+            .map(|t| t.topic.clone())
+            .unwrap_or_default();
+        out.push(DerivedSpec {
+            table: TableSpec {
+                name: name.clone(),
+                topic,
+                columns,
+                partition_by,
+                target_file_size_mb,
+                land: true,
+            },
+            source: inferred.source,
+            references: inferred.references,
+            sql: sql.clone(),
+            line,
+        });
+    }
+    Ok(out)
+}
+
+/// Line of the `sql = …` value, and the line its first character of SQL is on (a multi-line
+/// string's first newline is not part of the value).
+fn sql_position(text: &str, span: Range<usize>) -> (usize, usize) {
+    let (line, _) = line_col(text, span.start);
+    let raw = text.get(span).unwrap_or("");
+    let skips_newline =
+        (raw.starts_with("\"\"\"") || raw.starts_with("'''")) && raw[3..].starts_with(['\n', '\r']);
+    (line, line + usize::from(skips_newline))
+}
