@@ -44,6 +44,10 @@ enum Command {
     /// Feed batches the event source mapping gave up on (its S3 on-failure destination's
     /// records, or event files) back through ingest, exactly once.
     Replay(cli::ReplayArgs),
+    /// Validate the pipeline spec and print, per table, its source, its SQL, its inferred
+    /// schema and how it runs (exit code 1 when the spec is invalid); use it in CI before
+    /// `sam deploy`.
+    Check,
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
     /// The whole pipeline on the embedded default: generate events for every example table,
@@ -91,6 +95,7 @@ async fn main() -> ExitCode {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Scheduled(c) => cli::scheduled(&config, c).await,
             Command::Replay(r) => cli::replay(&config, r).await,
+            Command::Check => cli::check::run(&config),
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,

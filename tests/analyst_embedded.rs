@@ -22,7 +22,9 @@ async fn queries_are_read_only_and_errors_point_at_the_mistake() {
 
 #[tokio::test]
 async fn dashboards_render_every_chart() {
-    a::dashboards_render_every_chart(&common::embedded().await).await;
+    let mut h = common::embedded().await;
+    h.spec = common::shipped_spec();
+    a::dashboards_render_every_chart(&h).await;
 }
 
 #[tokio::test]
@@ -86,8 +88,49 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names, ["dead_letters", "orders", "payments", "readings"]);
-    assert!(tables[1]["newest_event_ms"].as_i64().is_some());
+    assert_eq!(
+        names,
+        [
+            "currency_rates",
+            "dead_letters",
+            "orders",
+            "orders_clean",
+            "payments",
+            "readings",
+            "readings_alerts"
+        ]
+    );
+    assert!(tables[2]["newest_event_ms"].as_i64().is_some());
+
+    // The derived tables landed exactly once, through the same binary: orders_clean is the
+    // orders that were not cancelled, each once, every one converted to EUR.
+    let out = streamtable(
+        home.path(),
+        &[
+            "query",
+            "SELECT (SELECT count(*) FROM orders_clean) AS clean, \
+                    (SELECT count(*) FROM orders WHERE status IS DISTINCT FROM 'cancelled') AS expected, \
+                    (SELECT count(DISTINCT order_id) FROM orders_clean) AS distinct_ids, \
+                    (SELECT count(*) FROM orders_clean WHERE amount_eur IS NULL) AS unconverted, \
+                    (SELECT count(*) FROM readings_alerts) AS alerts, \
+                    (SELECT count(*) FROM readings WHERE temperature >= 35) AS hot",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let n = |k: &str| r[0][k].as_i64().unwrap_or(-1);
+    assert!(n("clean") > 0 && n("clean") < 3000 - 3000 / 250, "{r}");
+    assert_eq!(n("clean"), n("expected"), "{r}");
+    assert_eq!(n("distinct_ids"), n("clean"), "{r}");
+    assert_eq!(n("unconverted"), 0, "{r}");
+    assert!(n("alerts") > 0, "{r}");
+    assert_eq!(n("alerts"), n("hot"), "{r}");
 
     let file = home.path().join("dash.html");
     let out = streamtable(

@@ -95,17 +95,11 @@ async fn rows(h: &common::Harness, table: &str) -> Vec<(i32, i64)> {
 
 async fn schedule(seed: u64) -> u64 {
     let mut h = common::embedded().await;
-    h.spec.tables.retain(|t| t.name == "orders");
+    h.spec.retain_tables(|t| t.name == "orders");
     let tables = h.tables();
     let chaos = Chaos::new(seed, 60);
     let faulty = chaos::backend(&h.backend, &chaos);
-    let ingestor = Ingestor::with_parts(
-        &h.spec,
-        faulty.warehouse.clone(),
-        faulty.state.clone(),
-        &faulty.namespace,
-    )
-    .expect("ingestor");
+    let ingestor = Ingestor::new(&h.spec, &faulty).expect("ingestor");
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut committed: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
     for _ in 0..14 {

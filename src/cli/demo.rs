@@ -143,6 +143,9 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         for t in &mut spec.tables {
             t.topic = format!("{prefix}{}", t.topic);
         }
+        for d in &mut spec.derived {
+            d.table.topic = format!("{prefix}{}", d.table.topic);
+        }
     }
     let mut backend = Backend::connect(&config.backend).await?;
     if let Some(ns) = &args.namespace {

@@ -4,6 +4,7 @@
 
 pub mod analyst;
 pub mod bench;
+pub mod check;
 pub mod dashboard;
 pub mod demo;
 pub mod table_list;

@@ -55,6 +55,17 @@ pub const MAX_ATTEMPTS: u32 = 8;
 /// Default: file lists larger than this are written to the warehouse instead of the state item.
 pub const MAX_INLINE_FILES_BYTES: usize = 300 * 1024;
 
+/// What [`Ingestor::encode_event_counted`] produced.
+#[derive(Debug, Default)]
+pub struct EncodedEvent {
+    /// Records processed (each distinct offset once).
+    pub records: u64,
+    /// The encoded files of every table.
+    pub files: Vec<EncodedFile>,
+    /// Dead letters written because a derived table's SQL failed on a record.
+    pub transform_failures: u64,
+}
+
 /// A table fed by a topic, with what decoding and writing it needs.
 pub(crate) struct TopicTable {
     pub spec: TableSpec,
@@ -205,9 +216,15 @@ impl Ingestor {
     /// The CPU work of one invocation with no I/O: decodes and encodes every record of the
     /// event as if none had been seen. Returns the records processed and the encoded files.
     pub async fn encode_event(&self, event: &EsmEvent) -> Result<(u64, Vec<EncodedFile>)> {
+        let e = self.encode_event_counted(event).await?;
+        Ok((e.records, e.files))
+    }
+
+    /// [`Ingestor::encode_event`], with the records dead-lettered by a derived table's SQL
+    /// counted (they also landed in their topic's table).
+    pub async fn encode_event_counted(&self, event: &EsmEvent) -> Result<EncodedEvent> {
         self.processor.refresh(self.clock.now_ms()).await?;
-        let mut files = Vec::new();
-        let mut records = 0;
+        let mut out = EncodedEvent::default();
         let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
             group_by_partition(event)?.into_iter().collect();
         for chunk in groups.chunks(self.options.max_partitions_per_batch.max(1)) {
@@ -218,10 +235,17 @@ impl Ingestor {
             if planned.is_empty() {
                 continue;
             }
-            records += planned.iter().map(|p| p.records.len() as u64).sum::<u64>();
-            files.extend(self.encode_group(&planned).await?.0);
+            out.records += planned.iter().map(|p| p.records.len() as u64).sum::<u64>();
+            let (files, counts) = self.encode_group(&planned).await?;
+            out.files.extend(files);
+            out.transform_failures += counts
+                .rejected_by_kind
+                .iter()
+                .filter(|(k, _)| *k == crate::decode::RejectKind::Transform)
+                .map(|(_, n)| n)
+                .sum::<u64>();
         }
-        Ok((records, files))
+        Ok(out)
     }
 
     async fn ingest_group(

@@ -144,12 +144,19 @@ fn locate_line_column(sql: &str, text: &str) -> Option<usize> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().ok());
     let (line, col) = (nums.next()??, nums.next()??);
-    let start: usize = sql
-        .split_inclusive('\n')
-        .take(line.saturating_sub(1))
-        .map(str::len)
-        .sum();
-    Some(start + col.saturating_sub(1)).filter(|o| *o <= sql.len())
+    // The parser counts lines from 1 and columns in characters.
+    let mut start = 0;
+    for (i, text) in sql.split_inclusive('\n').enumerate() {
+        if i + 1 == line {
+            let within = text
+                .char_indices()
+                .nth(col.saturating_sub(1))
+                .map_or(text.len(), |(b, _)| b);
+            return Some(start + within);
+        }
+        start += text.len();
+    }
+    None
 }
 
 /// The byte offset in `sql` of the first of `needles` (in order of preference) it contains,

@@ -84,6 +84,30 @@ impl Processor {
         self.tables.iter().map(|t| &t.layout)
     }
 
+    /// How derived table `name` runs, in a few words (for `streamtable check`).
+    pub fn describe(&self, name: &str) -> Option<String> {
+        let t = self.tables.iter().find(|t| t.name == name)?;
+        let mut steps = Vec::new();
+        if let Some(l) = &t.plan.lookup {
+            steps.push(format!(
+                "{} lookup join to reference table {} on {} key{}",
+                if l.inner { "inner" } else { "left" },
+                l.reference,
+                l.source_keys.len(),
+                if l.source_keys.len() == 1 { "" } else { "s" }
+            ));
+        }
+        if t.plan.filter.is_some() {
+            steps.push("filter".into());
+        }
+        steps.push(format!("{} columns", t.plan.projection.len()));
+        Some(format!(
+            "stateless, per batch in the ingest function: {}; lands with each batch of {}, exactly once",
+            steps.join(", "),
+            t.source
+        ))
+    }
+
     /// Reads the reference tables not read yet, and those due for a refresh.
     pub async fn refresh(&self, now_ms: i64) -> Result<()> {
         self.references.refresh(now_ms).await

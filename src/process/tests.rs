@@ -232,3 +232,147 @@ ORDER BY amount
         "{e}"
     );
 }
+
+mod lookup_semantics {
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Array, ArrayRef, Decimal128Array, RecordBatch, StringArray};
+    use async_trait::async_trait;
+
+    use crate::decode::{RecordDecoder, RecordMeta, RowBuilder};
+    use crate::error::Result;
+    use crate::process::Processor;
+    use crate::process::reference::{Loaded, ReferenceSource};
+    use crate::schema::TableLayout;
+    use crate::spec::{PipelineSpec, ReferenceSpec};
+
+    /// Rows held in memory: the catalog-backed source is exercised by the integration tests.
+    struct Fixed(RecordBatch);
+
+    #[async_trait]
+    impl ReferenceSource for Fixed {
+        async fn load(
+            &self,
+            _: &ReferenceSpec,
+            _: &TableLayout,
+            _: Option<&str>,
+        ) -> Result<Loaded> {
+            Ok(Loaded::Rows {
+                version: "1".into(),
+                rows: self.0.clone(),
+            })
+        }
+    }
+
+    fn spec(sql: &str) -> PipelineSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+columns = [{{ name = "id", type = "string" }}, {{ name = "currency", type = "string" }}]
+
+[[reference_tables]]
+name = "rates"
+columns = [{{ name = "currency", type = "string" }}, {{ name = "rate", type = "decimal(9,2)" }}]
+
+[[derived_tables]]
+name = "out"
+sql = """{sql}"""
+"#
+        );
+        PipelineSpec::parse(&text, std::path::Path::new("p.toml")).expect("spec")
+    }
+
+    fn orders(spec: &PipelineSpec) -> RecordBatch {
+        let t = &spec.tables[0];
+        let layout = Arc::new(TableLayout::for_table(t).expect("layout"));
+        let decoder = RecordDecoder::new(t);
+        let mut rows = RowBuilder::new(t, layout, 4).expect("rows");
+        for (i, json) in [
+            r#"{"id":"a","currency":"EUR"}"#,
+            r#"{"id":"b","currency":"USD"}"#,
+            r#"{"id":"c"}"#,
+            r#"{"id":"d","currency":"XXX"}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let cells = decoder.decode(json).expect("decodes");
+            rows.append(
+                &cells,
+                RecordMeta {
+                    partition: 0,
+                    offset: i as i64,
+                    timestamp_us: 0,
+                    key: None,
+                },
+            );
+        }
+        rows.finish().expect("batch")
+    }
+
+    fn rates() -> RecordBatch {
+        let c: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("EUR"),
+            Some("USD"),
+            Some("USD"),
+            None,
+        ]));
+        let r: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![100, 90, 91, 50])
+                .with_precision_and_scale(9, 2)
+                .expect("decimal"),
+        );
+        RecordBatch::try_from_iter_with_nullable([("currency", c, true), ("rate", r, true)])
+            .expect("rates")
+    }
+
+    async fn run(sql: &str) -> Vec<String> {
+        let spec = spec(sql);
+        let p = Processor::new(&spec)
+            .expect("plans")
+            .with_reference_source(Arc::new(Fixed(rates())));
+        p.refresh(0).await.expect("loads");
+        let out = p.derive("orders", &orders(&spec)).expect("derives");
+        let rows = out[0].rows.as_ref().expect("rows");
+        let id = rows.column(0).as_string::<i32>();
+        let rate = rows
+            .column(1)
+            .as_primitive::<arrow_array::types::Decimal128Type>();
+        let mut v: Vec<String> = (0..rows.num_rows())
+            .map(|i| {
+                let r = if rate.is_null(i) {
+                    "NULL".to_string()
+                } else {
+                    rate.value(i).to_string()
+                };
+                format!("{}:{r}", id.value(i))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn a_left_join_keeps_every_row_and_a_key_with_two_matches_gives_two() {
+        assert_eq!(
+            run("SELECT o.id, r.rate FROM orders o LEFT JOIN rates r ON o.currency = r.currency")
+                .await,
+            ["a:100", "b:90", "b:91", "c:NULL", "d:NULL"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_inner_join_drops_rows_without_a_match_and_null_keys_match_nothing() {
+        assert_eq!(
+            run("SELECT o.id, r.rate FROM rates r JOIN orders o ON r.currency = o.currency").await,
+            ["a:100", "b:90", "b:91"]
+        );
+        assert_eq!(
+            run("SELECT id, rate FROM orders JOIN rates USING (currency)").await,
+            ["a:100", "b:90", "b:91"]
+        );
+    }
+}

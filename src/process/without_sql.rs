@@ -41,6 +41,11 @@ impl Processor {
         std::iter::empty()
     }
 
+    /// No derived table to describe.
+    pub fn describe(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// Nothing to read.
     pub async fn refresh(&self, _now_ms: i64) -> Result<()> {
         Ok(())

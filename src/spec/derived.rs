@@ -124,10 +124,7 @@ pub(super) fn parse_derived(
             let (l, c) = match e.at {
                 Some(offset) => {
                     let (l, c) = line_col(sql, offset);
-                    (
-                        content_line + l - 1,
-                        if l == 1 && content_line == line { c } else { c },
-                    )
+                    (content_line + l - 1, c)
                 }
                 None => (line, 1),
             };

@@ -406,7 +406,11 @@ fn check_transform(field: &PartitionField, ty: ColumnType) -> std::result::Resul
 
 /// 1-based line and column of a byte offset.
 pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)

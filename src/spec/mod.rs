@@ -310,6 +310,13 @@ impl PipelineSpec {
             .chain(self.derived.iter().map(|d| &d.table))
     }
 
+    /// Keeps the topics' tables for which `keep` holds, and the derived tables fed by them.
+    pub fn retain_tables(&mut self, keep: impl Fn(&TableSpec) -> bool) {
+        self.tables.retain(|t| keep(t));
+        let sources: Vec<String> = self.tables.iter().map(|t| t.name.clone()).collect();
+        self.derived.retain(|d| sources.contains(&d.source));
+    }
+
     /// The derived tables fed by the table called `source`.
     pub fn derived_from<'a>(&'a self, source: &'a str) -> impl Iterator<Item = &'a DerivedSpec> {
         self.derived.iter().filter(move |d| d.source == source)

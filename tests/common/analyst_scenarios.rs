@@ -232,7 +232,8 @@ pub async fn queries_are_read_only_and_errors_point_at_the_mistake(h: &Harness) 
     assert!(err.to_string().contains("nope"));
 }
 
-/// The dashboards render from the same SQL: one SVG per chart, no network needed.
+/// The dashboards render from the same SQL: one SVG per chart, no network needed (`h` runs the
+/// shipped spec: one dashboard reads a derived table).
 pub async fn dashboards_render_every_chart(h: &Harness) {
     h.ingestor()
         .handle(&event(&batch_with_bad_records()))

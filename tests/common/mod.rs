@@ -5,6 +5,7 @@
 pub mod analyst_scenarios;
 pub mod chaos;
 pub mod compaction_scenarios;
+pub mod derived_scenarios;
 pub mod faults;
 pub mod reliability_scenarios;
 pub mod scenarios;
@@ -38,7 +39,18 @@ pub struct Harness {
     pub catalog_args: Vec<String>,
 }
 
+/// The shipped spec's topics' tables, without its derived tables: the spine's scenarios count
+/// files and rows per topic. The derived tables have their own scenarios
+/// (`derived_scenarios.rs`) on the full spec ([`shipped_spec`]).
 pub fn example_spec() -> PipelineSpec {
+    let mut spec = shipped_spec();
+    spec.derived.clear();
+    spec.references.clear();
+    spec
+}
+
+/// `infra/pipeline.toml` as shipped.
+pub fn shipped_spec() -> PipelineSpec {
     PipelineSpec::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml"))
         .expect("example spec")
 }
@@ -203,13 +215,9 @@ impl Harness {
     }
 
     pub fn ingestor_with_state(&self, state: Arc<dyn StateStore>) -> Ingestor {
-        Ingestor::with_parts(
-            &self.spec,
-            self.backend.warehouse.clone(),
-            state,
-            &self.backend.namespace,
-        )
-        .expect("ingestor")
+        let mut backend = self.backend.clone();
+        backend.state = state;
+        Ingestor::new(&self.spec, &backend).expect("ingestor")
     }
 
     /// Every pending file, resolving spilled file lists.

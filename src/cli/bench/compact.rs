@@ -24,7 +24,7 @@ const CURRENCIES: [&str; 8] = ["USD", "EUR", "EUR", "GBP", "JPY", "BRL", "INR", 
 const STATUS: [&str; 4] = ["placed", "paid", "paid", "shipped"];
 
 fn bench_spec(config: &Config, target_mb: u64) -> Result<PipelineSpec> {
-    let mut spec = config.load_pipeline()?;
+    let mut spec = crate::cli::bench::spine_spec(config)?;
     for t in &mut spec.tables {
         t.target_file_size_mb = target_mb;
     }
@@ -269,7 +269,7 @@ pub(super) async fn compact_once(
 }
 
 pub(super) async fn commit(config: &Config, files: u64) -> Result<()> {
-    let spec = config.load_pipeline()?;
+    let spec = crate::cli::bench::spine_spec(config)?;
     let home = tempdir("bench-commit")?;
     let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
     let tables = TableSet::new(&spec, &backend.namespace)?;

@@ -155,7 +155,9 @@ pub(super) async fn cost(
             )
         })?;
     let mut spec = config.load_pipeline()?;
-    spec.tables.retain(|t| t.topic == "orders");
+    // The spine's cost: the orders topic landing as one table.
+    spec.retain_tables(|t| t.topic == "orders");
+    spec.derived.clear();
     println!(
         "{batches} ESM batches of {records} orders per width; list prices: S3 $0.005/1000 PUT, $0.0004/1000 GET; \
          DynamoDB $0.625/M WRU, $0.125/M RRU; Glue $1/M requests; Lambda $0.20/M requests, $0.0000133334/GB-s"

@@ -62,7 +62,8 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 /// Runs the benchmark.
 pub(super) async fn freshness(config: &Config, a: &FreshnessArgs) -> Result<()> {
     let mut spec = config.load_pipeline()?;
-    spec.tables.retain(|t| t.topic == "orders");
+    spec.retain_tables(|t| t.topic == "orders");
+    spec.derived.clear();
     let _home;
     let backend = if a.moto {
         let name = format!("fresh-{}-{}", std::process::id(), now_ms() % 100_000);

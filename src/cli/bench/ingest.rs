@@ -32,7 +32,7 @@ pub(super) async fn ingest(
     partitions: i32,
     iterations: usize,
 ) -> Result<()> {
-    let spec = config.load_pipeline()?;
+    let spec = crate::cli::bench::spine_spec(config)?;
     let event = orders_event(records, partitions, 0);
     let mb = event.len() as f64 / 1e6;
     println!("batch: {records} order records over {partitions} partitions, event JSON {mb:.2} MB");
@@ -123,7 +123,7 @@ pub(super) async fn ingest(
 }
 
 pub(super) async fn ingest_once(config: &Config, event: &Path, json: bool) -> Result<()> {
-    let spec = config.load_pipeline()?;
+    let spec = crate::cli::bench::spine_spec(config)?;
     let backend = Backend::connect(&config.backend).await?;
     let ingestor = Ingestor::new(&spec, &backend)?;
     let before = peak_rss_kb();

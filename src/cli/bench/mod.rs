@@ -4,6 +4,7 @@ mod compact;
 mod cost;
 mod freshness;
 mod ingest;
+mod process;
 mod reference;
 mod system;
 
@@ -27,6 +28,23 @@ pub enum BenchCommand {
         /// Timed iterations (the median is reported).
         #[arg(long, default_value_t = 15)]
         iterations: usize,
+    },
+    /// Derived tables: the 10,000-order batch with `orders_clean` (lookup join, filter,
+    /// projection) against the topic's table alone; the ingest Lambda's start to its first
+    /// Runtime API poll with the SQL planned; the size of the ingest binary.
+    Process {
+        /// Records per batch.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Kafka partitions in the batch.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Timed iterations (the median is reported).
+        #[arg(long, default_value_t = 15)]
+        iterations: usize,
+        /// The ingest Lambda binary (default: `ingest` next to this executable).
+        #[arg(long)]
+        ingest_binary: Option<PathBuf>,
     },
     /// One invocation on an event file, then the process's peak RSS (used by `bench ingest`).
     #[command(hide = true)]
@@ -119,6 +137,21 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             partitions,
             iterations,
         } => ingest::ingest(config, *records, *partitions, (*iterations).max(1)).await,
+        BenchCommand::Process {
+            records,
+            partitions,
+            iterations,
+            ingest_binary,
+        } => {
+            process::process(
+                config,
+                *records,
+                *partitions,
+                (*iterations).max(1),
+                ingest_binary.as_deref(),
+            )
+            .await
+        }
         BenchCommand::IngestOnce { event, json } => ingest::ingest_once(config, event, *json).await,
         BenchCommand::Compact {
             total_mb,
@@ -195,4 +228,12 @@ fn tempdir(name: &str) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
     Ok(dir)
+}
+
+/// The pipeline spec without derived tables: the spine's benchmarks measure a topic landing as
+/// its own table (as the Python reference does); `bench process` measures derived tables.
+pub(crate) fn spine_spec(config: &Config) -> Result<crate::spec::PipelineSpec> {
+    let mut spec = config.load_pipeline()?;
+    spec.derived.clear();
+    Ok(spec)
 }

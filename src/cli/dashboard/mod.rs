@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use svg::{Series, X};
 
 /// The dashboards shipped in `infra/dashboards`, compiled in as the default.
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 5] = [
     (
         "01_orders_per_minute_by_country",
         include_str!("../../../infra/dashboards/01_orders_per_minute_by_country.sql"),
@@ -41,6 +41,10 @@ pub const BUILTIN: [(&str, &str); 4] = [
     (
         "04_dead_letters_by_kind",
         include_str!("../../../infra/dashboards/04_dead_letters_by_kind.sql"),
+    ),
+    (
+        "05_revenue_eur_by_country",
+        include_str!("../../../infra/dashboards/05_revenue_eur_by_country.sql"),
     ),
 ];
 

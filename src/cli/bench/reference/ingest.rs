@@ -20,7 +20,7 @@ pub(super) async fn ingest(
     dir: &Path,
     rows: &mut Vec<Row>,
 ) -> Result<()> {
-    let spec = config.load_pipeline()?;
+    let spec = crate::cli::bench::spine_spec(config)?;
     let (records, batches) = (args.records.max(1), args.batches.max(1));
 
     // The same input for every contestant: files of ESM event JSON, one batch each.
