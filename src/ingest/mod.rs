@@ -18,6 +18,7 @@ mod batch;
 mod derive;
 pub mod encode;
 mod options;
+mod pending;
 mod records;
 mod summary;
 
@@ -33,9 +34,7 @@ use crate::esm::{EsmEvent, EsmRecord};
 use futures::future::join_all;
 use parquet::file::properties::WriterProperties;
 
-use crate::checkpoint::{
-    Advance, Checkpoint, PendingBatch, PendingFile, SourceAdvance, SourcePartition, plan,
-};
+use crate::checkpoint::{Advance, Checkpoint, SourceAdvance, SourcePartition, plan};
 use crate::clock::Clock;
 use crate::config::Backend;
 use crate::decode::{DeadLetterBuilder, RecordDecoder, RowBuilder};
@@ -463,57 +462,6 @@ impl Ingestor {
             );
         }
         Ok((files, counts))
-    }
-
-    /// The pending record of the files, spilled to the warehouse when too large to keep inline.
-    async fn pending_batch(
-        &self,
-        planned: &[Planned<'_>],
-        files: &[EncodedFile],
-    ) -> Result<PendingBatch> {
-        let mut pending = Vec::with_capacity(files.len());
-        for f in files {
-            let layout = if f.table == DEAD_LETTER_TABLE {
-                &self.dead_letters
-            } else {
-                self.layouts
-                    .get(&f.table)
-                    .ok_or_else(|| Error::Internal(format!("no table {}", f.table)))?
-            };
-            pending.push(PendingFile {
-                table: f.table.clone(),
-                data_file: f.data_file_json(layout)?,
-                rows: f.data_file.record_count(),
-                bytes: f.bytes.len() as u64,
-                partitioning: Some(layout.partitioning()),
-            });
-        }
-        let first = &planned[0];
-        let (first_offset, last_offset) = (first.first_offset(), first.last_offset());
-        let mut batch = PendingBatch {
-            source: first.source.clone(),
-            first_offset,
-            last_offset,
-            more: planned[1..].iter().map(Planned::range).collect(),
-            created_at_ms: self.clock.now_ms(),
-            files: pending,
-            files_location: None,
-        };
-        let json = serde_json::to_vec(&batch.files)
-            .map_err(|e| Error::Internal(format!("pending files: {e}")))?;
-        if json.len() > self.options.max_inline_files_bytes {
-            let hash = xxhash_rust::xxh3::xxh3_64(&json);
-            let location = format!(
-                "{}/_pending/{}/{}/{first_offset:020}-{last_offset:020}-{hash:016x}.json",
-                self.warehouse.root(),
-                crate::partition::topic_in_name(&first.source.topic),
-                first.source.partition
-            );
-            self.warehouse.write(&location, json.into()).await?;
-            batch.files.clear();
-            batch.files_location = Some(location);
-        }
-        Ok(batch)
     }
 }
 

@@ -9,7 +9,8 @@
 //! table's expression (a division by zero, a failed cast) is a dead letter naming that table;
 //! the topic's table and the other derived tables still get it.
 //!
-//! - `plan.rs`: SQL → logical plan → the supported shape, or the refused construct named;
+//! - `plan.rs`: SQL → logical plan → the supported shape;
+//! - `refuse.rs`: everything else, refused with the construct named and where it is;
 //! - `lookup.rs`: the lookup join against an in-memory reference table;
 //! - `reference.rs`: reading reference tables from the catalog, refreshed on an interval;
 //! - `run.rs`: a plan evaluated on a batch, row by row where the batch fails.
@@ -23,6 +24,8 @@ mod lookup;
 mod plan;
 #[cfg(feature = "sql")]
 pub mod reference;
+#[cfg(feature = "sql")]
+mod refuse;
 #[cfg(feature = "sql")]
 mod run;
 
