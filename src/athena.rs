@@ -90,11 +90,17 @@ mod tests {
         let spec =
             crate::spec::PipelineSpec::parse(crate::config::BUILTIN_PIPELINE, Path::new("builtin"))
                 .expect("spec");
+        // Topics' tables, derived tables (their columns inferred from SQL), reference tables.
         let mut layouts: Vec<_> = spec
-            .tables
-            .iter()
+            .landed_tables()
             .map(|t| TableLayout::for_table(t).expect("layout"))
             .collect();
+        assert!(layouts.iter().any(|l| l.name == "orders_clean"));
+        layouts.extend(
+            spec.references
+                .iter()
+                .map(|r| TableLayout::for_reference(r).expect("layout")),
+        );
         layouts.push(TableLayout::dead_letters().expect("dead letters"));
         for l in layouts {
             let m = metadata(l.schema.as_ref().clone());
