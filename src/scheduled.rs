@@ -155,7 +155,7 @@ impl ScheduledReport {
         )];
         for t in &self.commit.tables {
             out.push(format!(
-                "  {:<14} +{} files, +{} rows",
+                "  {:<16} +{} files, +{} rows",
                 t.table, t.files, t.rows
             ));
         }
