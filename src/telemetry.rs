@@ -75,6 +75,16 @@ pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) ->
             ("RecordsAccepted", summary.accepted as f64, "Count"),
             ("RecordsAlreadySeen", summary.already_seen as f64, "Count"),
             ("RecordsDeadLettered", summary.dead_lettered as f64, "Count"),
+            (
+                "RecordsFailedTransform",
+                summary
+                    .dead_letters_by_kind
+                    .get(crate::decode::RejectKind::Transform.as_str())
+                    .copied()
+                    .unwrap_or(0) as f64,
+                "Count",
+            ),
+            ("RowsDerived", summary.derived_rows as f64, "Count"),
             ("FilesWritten", summary.files_written as f64, "Count"),
             ("BytesWritten", summary.bytes_written as f64, "Bytes"),
             ("CheckpointConflicts", summary.conflicts as f64, "Count"),
@@ -146,6 +156,10 @@ mod tests {
             accepted: 8,
             dead_lettered: 2,
             newest_timestamp_ms: Some(1_000),
+            derived_rows: 7,
+            dead_letters_by_kind: [("transform".to_string(), 1), ("not_json".to_string(), 1)]
+                .into_iter()
+                .collect(),
             ..Default::default()
         };
         let line = ingest_metrics(&summary, 4_000, 12.5);
@@ -157,6 +171,8 @@ mod tests {
             assert!(v.get(name).is_some(), "{name} declared but absent");
         }
         assert_eq!(v["RecordsDeadLettered"], 2.0);
+        assert_eq!(v["RowsDerived"], 7.0);
+        assert_eq!(v["RecordsFailedTransform"], 1.0);
         assert_eq!(v["OffsetLagMs"], 3000.0);
         assert_eq!(v["function"], "ingest");
     }

@@ -151,6 +151,10 @@ async fn a_topic_with_land_false_feeds_its_derived_tables_only() {
         (20, 1),
         "one file: readings_alerts"
     );
+    assert_eq!(
+        s.derived_rows, 15,
+        "35.5 to 49.5: 15 readings at or above 35"
+    );
     streamtable::commit::commit_pending(&h.backend, &tables)
         .await
         .expect("commit");

@@ -40,6 +40,7 @@ pub(super) async fn derived_files(
     let mut files = Vec::new();
     for d in processor.derive(source_table, rows)? {
         if let Some(batch) = &d.rows {
+            counts.derived_rows += batch.num_rows() as u64;
             let location = out
                 .locations
                 .get(&d.table)

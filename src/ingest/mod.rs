@@ -300,6 +300,7 @@ impl Ingestor {
                 Advance::Advanced => {
                     summary.accepted = counts.accepted;
                     summary.dead_lettered = counts.rejected;
+                    summary.derived_rows = counts.derived_rows;
                     summary.files_written = files.len() as u64;
                     summary.bytes_written = files.iter().map(|f| f.bytes.len() as u64).sum();
                     summary.dead_letters_by_kind = counts

@@ -16,6 +16,8 @@ pub(super) struct Counts {
     pub accepted: u64,
     pub rejected: u64,
     pub rejected_by_kind: Vec<(RejectKind, u64)>,
+    /// Rows written to derived tables.
+    pub derived_rows: u64,
 }
 
 impl Counts {

@@ -27,6 +27,8 @@ pub struct IngestSummary {
     pub newest_timestamp_ms: Option<i64>,
     /// Dead letters by kind.
     pub dead_letters_by_kind: BTreeMap<String, u64>,
+    /// Rows written to derived tables.
+    pub derived_rows: u64,
 }
 
 impl IngestSummary {
@@ -40,6 +42,7 @@ impl IngestSummary {
         self.bytes_written += o.bytes_written;
         self.partitions += o.partitions;
         self.conflicts += o.conflicts;
+        self.derived_rows += o.derived_rows;
         self.newest_timestamp_ms = self.newest_timestamp_ms.max(o.newest_timestamp_ms);
         for (k, n) in &o.dead_letters_by_kind {
             *self.dead_letters_by_kind.entry(k.clone()).or_default() += n;
