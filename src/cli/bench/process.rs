@@ -129,14 +129,7 @@ pub(super) async fn process(
     let raw_spec = dir.join("orders-only.toml");
     std::fs::write(&raw_spec, RAW_ONLY).map_err(|e| Error::io("write", &raw_spec, e))?;
     let env = |pipeline: Option<&Path>| {
-        let mut v = vec![
-            ("STREAMTABLE_BACKEND", "aws".to_string()),
-            ("STREAMTABLE_BUCKET", "bench-bucket".to_string()),
-            ("STREAMTABLE_STATE_TABLE", "bench-state".to_string()),
-            ("AWS_REGION", "us-east-1".to_string()),
-            ("AWS_ACCESS_KEY_ID", "bench".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "bench".to_string()),
-        ];
+        let mut v = system::aws_init_env();
         if let Some(p) = pipeline {
             v.push(("STREAMTABLE_PIPELINE", p.display().to_string()));
         }

@@ -82,6 +82,19 @@ pub(super) fn init_ms(binary: &Path, env: &[(&str, String)], runs: usize) -> Res
     Ok(out)
 }
 
+/// The environment of an ingest Lambda on the AWS backend at start (nothing is called before
+/// the first invocation, so no endpoint is needed).
+pub(super) fn aws_init_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("STREAMTABLE_BACKEND", "aws".to_string()),
+        ("STREAMTABLE_BUCKET", "bench-bucket".to_string()),
+        ("STREAMTABLE_STATE_TABLE", "bench-state".to_string()),
+        ("AWS_REGION", "us-east-1".to_string()),
+        ("AWS_ACCESS_KEY_ID", "bench".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "bench".to_string()),
+    ]
+}
+
 /// Wall milliseconds of `program args…` run to completion, once per run.
 pub(super) fn run_ms(program: &Path, args: &[&str], runs: usize) -> Result<Vec<f64>> {
     let name = program.display().to_string();

@@ -64,14 +64,7 @@ pub(super) fn init(args: &ReferenceArgs, dir: &Path, rows: &mut Vec<Row>) -> Res
         ("STREAMTABLE_BACKEND", "embedded".to_string()),
         ("STREAMTABLE_HOME", dir.join("init").display().to_string()),
     ];
-    let aws = [
-        ("STREAMTABLE_BACKEND", "aws".to_string()),
-        ("STREAMTABLE_BUCKET", "bench-bucket".to_string()),
-        ("STREAMTABLE_STATE_TABLE", "bench-state".to_string()),
-        ("AWS_REGION", "us-east-1".to_string()),
-        ("AWS_ACCESS_KEY_ID", "bench".to_string()),
-        ("AWS_SECRET_ACCESS_KEY", "bench".to_string()),
-    ];
+    let aws = system::aws_init_env();
     let runs = 11;
     let init_embedded = median(system::init_ms(&binary, &embedded, runs)?);
     let init_aws = median(system::init_ms(&binary, &aws, runs)?);
