@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::reliability_layout_scenarios as layout;
 use common::reliability_scenarios as r;
 
 #[tokio::test]
@@ -33,15 +34,15 @@ async fn batches_that_cannot_be_committed_do_not_block_the_others() {
 
 #[tokio::test]
 async fn partition_values_are_escaped_and_grouped_by_value() {
-    r::partition_values_are_escaped_and_grouped_by_value(&mut common::moto().await).await;
+    layout::partition_values_are_escaped_and_grouped_by_value(&mut common::moto().await).await;
 }
 
 #[tokio::test]
 async fn a_batch_given_up_on_is_replayed_exactly_once() {
-    r::a_batch_given_up_on_is_replayed_exactly_once(&common::moto().await).await;
+    layout::a_batch_given_up_on_is_replayed_exactly_once(&common::moto().await).await;
 }
 
 #[tokio::test]
 async fn commit_intents_stay_within_their_size() {
-    r::commit_intents_stay_within_their_size(&mut common::moto().await).await;
+    layout::commit_intents_stay_within_their_size(&mut common::moto().await).await;
 }
