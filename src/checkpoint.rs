@@ -177,6 +177,27 @@ pub struct SourceAdvance {
     pub from: Checkpoint,
     /// Its next offset afterwards.
     pub to_next_offset: i64,
+    /// The state of its stateful derived tables afterwards (written in the same conditional
+    /// write, on the condition that the stored state is still at `seq - 1`), if it has any.
+    pub state: Option<StoredState>,
+}
+
+/// The state of a partition's stateful derived tables as the state store keeps it, beside the
+/// checkpoint ([`crate::process::state::PartitionState`], encoded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredState {
+    /// The checkpoint's next offset this state goes with.
+    pub next_offset: i64,
+    /// Incremented by every write; the write is conditioned on the previous value.
+    pub seq: u64,
+    /// The encoded state, when kept inline.
+    pub body: Option<Vec<u8>>,
+    /// Where the encoded state was written instead, when it was too large for the item.
+    pub location: Option<String>,
+    /// Size of the encoded state, bytes.
+    pub bytes: u64,
+    /// When it was written, epoch ms.
+    pub updated_at_ms: i64,
 }
 
 impl SourceAdvance {

@@ -49,11 +49,14 @@ pub enum RejectKind {
     UnknownTopic,
     /// The record decoded, but a derived table's SQL failed on it (the message names the table).
     Transform,
+    /// The record came later than a window's allowed lateness: the window's result was final
+    /// (the message names the table, the window and the watermark).
+    Late,
 }
 
 impl RejectKind {
     /// Every kind, for documentation and tests.
-    pub const ALL: [RejectKind; 13] = [
+    pub const ALL: [RejectKind; 14] = [
         RejectKind::InvalidBase64,
         RejectKind::Tombstone,
         RejectKind::EmptyValue,
@@ -67,6 +70,7 @@ impl RejectKind {
         RejectKind::OutOfRange,
         RejectKind::UnknownTopic,
         RejectKind::Transform,
+        RejectKind::Late,
     ];
 
     /// The value stored in the `error_kind` column.
@@ -85,6 +89,7 @@ impl RejectKind {
             RejectKind::OutOfRange => "out_of_range",
             RejectKind::UnknownTopic => "unknown_topic",
             RejectKind::Transform => "transform",
+            RejectKind::Late => "late",
         }
     }
 }

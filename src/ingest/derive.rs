@@ -2,7 +2,7 @@
 //! like the topic's own table, and the rows a derived table's SQL failed on dead-lettered with
 //! the table's name in the reason.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
@@ -16,6 +16,7 @@ use crate::decode::{DeadLetterBuilder, RejectKind, Rejection};
 use crate::error::{Error, Result};
 use crate::esm::EsmRecord;
 use crate::process::Processor;
+use crate::process::state::PartitionState;
 
 /// Where the derived tables' files go, and how they are written.
 pub(super) struct Output<'a> {
@@ -34,11 +35,14 @@ pub(super) async fn derived_files(
     topic: &str,
     rows: &RecordBatch,
     planned: &[Planned<'_>],
+    states: &mut BTreeMap<i32, PartitionState>,
+    now_ms: i64,
     dead: &mut DeadLetterBuilder,
     counts: &mut Counts,
 ) -> Result<Vec<EncodedFile>> {
     let mut files = Vec::new();
-    for d in processor.derive(source_table, rows)? {
+    for d in processor.derive(source_table, rows, states, now_ms)? {
+        counts.deduplicated += d.deduplicated;
         if let Some(batch) = &d.rows {
             counts.derived_rows += batch.num_rows() as u64;
             let location = out
@@ -47,7 +51,7 @@ pub(super) async fn derived_files(
                 .ok_or_else(|| Error::Internal(format!("no location for table {}", d.table)))?;
             files.extend(encode(&d.layout, batch, location, out.stem, out.props).await?);
         }
-        if d.failures.is_empty() {
+        if d.failures.is_empty() && d.late.is_empty() {
             continue;
         }
         let records = records_of(topic, planned);
@@ -63,7 +67,9 @@ pub(super) async fn derived_files(
             )));
         };
         let (mut value_buf, mut key_buf) = (Vec::new(), Vec::new());
-        for (row, reason) in &d.failures {
+        let failures = d.failures.iter().map(|(r, m)| (r, RejectKind::Transform, format!("derived table {}: {m}", d.table)));
+        let late = d.late.iter().map(|(r, m)| (r, RejectKind::Late, m.clone()));
+        for (row, kind, reason) in failures.chain(late) {
             if *row >= rows.num_rows() || partitions.is_null(*row) {
                 return Err(Error::Internal(format!(
                     "derived table {} reported row {row} of {}",
@@ -78,10 +84,7 @@ pub(super) async fn derived_files(
                     key.0, key.1
                 )));
             };
-            let rejection = Rejection::new(
-                RejectKind::Transform,
-                format!("derived table {}: {reason}", d.table),
-            );
+            let rejection = Rejection::new(kind, reason);
             dead_letter(
                 record,
                 source,
@@ -90,7 +93,7 @@ pub(super) async fn derived_files(
                 &mut value_buf,
                 &mut key_buf,
             );
-            counts.reject(RejectKind::Transform);
+            counts.reject(kind);
         }
     }
     Ok(files)

@@ -20,11 +20,13 @@ pub mod encode;
 mod options;
 mod pending;
 mod records;
+mod state;
 mod summary;
 
 use batch::Planned;
 pub use batch::group_by_partition;
 pub use options::IngestOptions;
+pub use state::MAX_INLINE_STATE_BYTES;
 pub use summary::IngestSummary;
 
 use std::collections::{BTreeMap, HashMap};
@@ -40,6 +42,7 @@ use crate::config::Backend;
 use crate::decode::{DeadLetterBuilder, RecordDecoder, RowBuilder};
 use crate::error::{Error, Result};
 use crate::process::Processor;
+use crate::process::state::PartitionState;
 use crate::schema::TableLayout;
 use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec, TableSpec};
 use crate::state::StateStore;
@@ -63,6 +66,10 @@ pub struct EncodedEvent {
     pub files: Vec<EncodedFile>,
     /// Dead letters written because a derived table's SQL failed on a record.
     pub transform_failures: u64,
+    /// Rows dropped by derived tables' dedup.
+    pub deduplicated: u64,
+    /// Encoded size of each stateful partition's state after the event, bytes.
+    pub state_bytes: Vec<u64>,
 }
 
 /// A table fed by a topic, with what decoding and writing it needs.
@@ -189,9 +196,13 @@ impl Ingestor {
         let mut total = IngestSummary::default();
         let mut first_error = None;
         let sources: Vec<SourcePartition> = groups.iter().map(|(s, _)| s.clone()).collect();
+        let stateful: Vec<bool> = sources
+            .iter()
+            .map(|s| self.is_stateful_topic(&s.topic))
+            .collect();
         let mut chunks = Vec::new();
         let mut at = 0;
-        for size in self.state.groups(&sources).await? {
+        for size in self.state.groups(&sources, &stateful).await? {
             let end = (at + size).min(groups.len());
             chunks.extend(groups[at..end].chunks(self.options.max_partitions_per_batch.max(1)));
             at = end;
@@ -235,7 +246,16 @@ impl Ingestor {
                 continue;
             }
             out.records += planned.iter().map(|p| p.records.len() as u64).sum::<u64>();
-            let (files, counts) = self.encode_group(&planned).await?;
+            let mut states: HashMap<SourcePartition, PartitionState> = planned
+                .iter()
+                .filter(|p| self.is_stateful_topic(&p.source.topic))
+                .map(|p| (p.source.clone(), PartitionState::default()))
+                .collect();
+            let (files, counts) = self.encode_group(&planned, &mut states).await?;
+            for s in states.values() {
+                out.state_bytes.push(s.encode()?.len() as u64);
+            }
+            out.deduplicated += counts.deduplicated;
             out.files.extend(files);
             out.transform_failures += counts
                 .rejected_by_kind
@@ -278,7 +298,11 @@ impl Ingestor {
             if planned.is_empty() {
                 return Ok(summary);
             }
-            let (files, counts) = self.encode_group(&planned).await?;
+            let Some(mut loaded) = self.load_states(&planned).await? else {
+                summary.conflicts += 1;
+                continue;
+            };
+            let (files, counts) = self.encode_group(&planned, &mut loaded.states).await?;
             join_all(
                 files
                     .iter()
@@ -288,19 +312,26 @@ impl Ingestor {
             .into_iter()
             .collect::<Result<Vec<()>>>()?;
             let batch = self.pending_batch(&planned, &files).await?;
-            let advances: Vec<SourceAdvance> = planned
-                .iter()
-                .map(|p| SourceAdvance {
+            let mut advances: Vec<SourceAdvance> = Vec::with_capacity(planned.len());
+            let mut state_bytes_max = 0;
+            for p in &planned {
+                let state = self.state_write(p, &loaded).await?;
+                state_bytes_max = state.as_ref().map_or(0, |s| s.bytes).max(state_bytes_max);
+                advances.push(SourceAdvance {
                     source: p.source.clone(),
                     from: p.checkpoint,
                     to_next_offset: p.next_offset,
-                })
-                .collect();
+                    state,
+                });
+            }
             match self.state.advance(&advances, &batch).await? {
                 Advance::Advanced => {
                     summary.accepted = counts.accepted;
                     summary.dead_lettered = counts.rejected;
                     summary.derived_rows = counts.derived_rows;
+                    summary.deduplicated = counts.deduplicated;
+                    summary.state_bytes_max = state_bytes_max;
+                    self.drop_replaced_states(&loaded, &advances).await;
                     summary.files_written = files.len() as u64;
                     summary.bytes_written = files.iter().map(|f| f.bytes.len() as u64).sum();
                     summary.dead_letters_by_kind = counts
@@ -344,7 +375,15 @@ impl Ingestor {
         };
         self.processor.refresh(self.clock.now_ms()).await?;
         let planned = [planned];
-        let (files, counts) = self.encode_group(&planned).await?;
+        // Replayed records are below the checkpoint, behind the partition's state: stateful
+        // tables count them on a state of their own, every window closed at the end (as
+        // corrections), so that none is lost.
+        let mut states: HashMap<SourcePartition, PartitionState> = HashMap::new();
+        if self.is_stateful_topic(&source.topic) {
+            states.insert(source.clone(), PartitionState::default());
+        }
+        let (mut files, counts) = self.encode_group(&planned, &mut states).await?;
+        files.extend(self.close_all(&planned, &mut states).await?);
         join_all(
             files
                 .iter()
@@ -374,6 +413,7 @@ impl Ingestor {
     async fn encode_group(
         &self,
         planned: &[Planned<'_>],
+        states: &mut HashMap<SourcePartition, PartitionState>,
     ) -> Result<(Vec<EncodedFile>, records::Counts)> {
         let mut dead =
             DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
@@ -435,6 +475,17 @@ impl Ingestor {
                 stem: &stem,
                 props: &self.props,
             };
+            let mut topic_states: BTreeMap<i32, PartitionState> = BTreeMap::new();
+            let keys: Vec<SourcePartition> = states
+                .keys()
+                .filter(|s| s.topic == topic)
+                .cloned()
+                .collect();
+            for k in &keys {
+                if let Some(s) = states.remove(k) {
+                    topic_states.insert(k.partition, s);
+                }
+            }
             files.extend(
                 derive::derived_files(
                     &self.processor,
@@ -443,11 +494,16 @@ impl Ingestor {
                     topic,
                     &batch,
                     planned,
+                    &mut topic_states,
+                    self.clock.now_ms(),
                     &mut dead,
                     &mut counts,
                 )
                 .await?,
             );
+            for (partition, s) in topic_states {
+                states.insert(SourcePartition::new(topic, partition), s);
+            }
         }
         if !dead.is_empty() {
             let batch = dead.finish()?;

@@ -20,6 +20,9 @@ pub struct IngestOptions {
     /// Most topic-partitions of one invocation landed as one batch (one file set, one
     /// transaction); more are split into several batches.
     pub max_partitions_per_batch: usize,
+    /// A partition's encoded state (windows, dedup keys) larger than this is written to the
+    /// warehouse, and the state item refers to it.
+    pub max_inline_state_bytes: usize,
 }
 
 impl IngestOptions {
@@ -31,6 +34,7 @@ impl IngestOptions {
             max_inline_files_bytes: MAX_INLINE_FILES_BYTES,
             zstd_level: 1,
             max_partitions_per_batch: MAX_PARTITIONS_PER_BATCH,
+            max_inline_state_bytes: super::state::MAX_INLINE_STATE_BYTES,
         }
     }
 

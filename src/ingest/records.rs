@@ -18,6 +18,8 @@ pub(super) struct Counts {
     pub rejected_by_kind: Vec<(RejectKind, u64)>,
     /// Rows written to derived tables.
     pub derived_rows: u64,
+    /// Rows a derived table's dedup dropped.
+    pub deduplicated: u64,
 }
 
 impl Counts {

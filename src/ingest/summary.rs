@@ -29,6 +29,10 @@ pub struct IngestSummary {
     pub dead_letters_by_kind: BTreeMap<String, u64>,
     /// Rows written to derived tables.
     pub derived_rows: u64,
+    /// Rows dropped as duplicates by derived tables' dedup.
+    pub deduplicated: u64,
+    /// Largest encoded state of a partition written (windows, dedup keys), bytes.
+    pub state_bytes_max: u64,
 }
 
 impl IngestSummary {
@@ -43,6 +47,8 @@ impl IngestSummary {
         self.partitions += o.partitions;
         self.conflicts += o.conflicts;
         self.derived_rows += o.derived_rows;
+        self.deduplicated += o.deduplicated;
+        self.state_bytes_max = self.state_bytes_max.max(o.state_bytes_max);
         self.newest_timestamp_ms = self.newest_timestamp_ms.max(o.newest_timestamp_ms);
         for (k, n) in &o.dead_letters_by_kind {
             *self.dead_letters_by_kind.entry(k.clone()).or_default() += n;

@@ -18,6 +18,9 @@
 //! Built only with feature `sql` (DataFusion); without it a spec with derived tables is
 //! refused when it loads.
 
+pub mod cell;
+#[cfg(feature = "sql")]
+mod dedup;
 #[cfg(feature = "sql")]
 mod lookup;
 #[cfg(feature = "sql")]
@@ -28,6 +31,11 @@ pub mod reference;
 mod refuse;
 #[cfg(feature = "sql")]
 mod run;
+#[cfg(feature = "sql")]
+mod stateful;
+pub mod state;
+#[cfg(feature = "sql")]
+pub mod window;
 
 #[cfg(feature = "sql")]
 mod processor;
@@ -56,9 +64,16 @@ pub struct Inferred {
     pub source: String,
     /// The reference tables it joins to.
     pub references: Vec<String>,
-    /// Its columns and their types, in order (the Kafka columns come on top).
+    /// Its columns and their types, in order (the Kafka columns come on top). For a windowed
+    /// table, the columns of its partial rows.
     pub columns: Vec<(String, ColumnType)>,
+    /// For a windowed table: the SQL of the view that merges its partial rows, over the table
+    /// named [`PARTIALS_PLACEHOLDER`].
+    pub view: Option<String>,
 }
+
+/// Stands for the partial table's name in [`Inferred::view`].
+pub const PARTIALS_PLACEHOLDER: &str = "{partials}";
 
 /// Plans `sql` over the topics' `tables` and the `references`: its source, its columns, or
 /// why it cannot run on a stream.
@@ -71,9 +86,10 @@ pub fn infer(
     {
         let p = plan::plan(tables, references, sql)?;
         Ok(Inferred {
-            source: p.source.clone(),
-            references: p.lookup.iter().map(|l| l.reference.clone()).collect(),
-            columns: p.columns(),
+            source: p.source().to_string(),
+            references: p.references(),
+            columns: p.columns()?,
+            view: p.view_sql(),
         })
     }
     #[cfg(not(feature = "sql"))]

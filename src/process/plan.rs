@@ -52,6 +52,48 @@ pub(crate) struct LookupPlan {
     pub reference_keys: Vec<Arc<dyn PhysicalExpr>>,
 }
 
+/// A derived table's SQL, planned: rows per batch, or windows with state.
+pub(crate) enum Plan {
+    /// Projection, filter, lookup join: no state.
+    Rows(SqlPlan),
+    /// Windows over event time, with state per partition.
+    Window(super::window::WindowPlan),
+}
+
+impl Plan {
+    /// The topic's table it reads.
+    pub fn source(&self) -> &str {
+        match self {
+            Plan::Rows(p) => &p.source,
+            Plan::Window(w) => &w.source,
+        }
+    }
+
+    /// The reference tables it joins to.
+    pub fn references(&self) -> Vec<String> {
+        match self {
+            Plan::Rows(p) => p.lookup.iter().map(|l| l.reference.clone()).collect(),
+            Plan::Window(_) => Vec::new(),
+        }
+    }
+
+    /// The columns of the table it lands (for windows: the partial rows).
+    pub fn columns(&self) -> Result<Vec<(String, ColumnType)>, SqlError> {
+        match self {
+            Plan::Rows(p) => Ok(p.columns()),
+            Plan::Window(w) => w.partial_columns().map_err(|m| err(m, None)),
+        }
+    }
+
+    /// For windows: the view merging the partial rows.
+    pub fn view_sql(&self) -> Option<String> {
+        match self {
+            Plan::Rows(_) => None,
+            Plan::Window(w) => Some(w.view_sql()),
+        }
+    }
+}
+
 impl SqlPlan {
     /// The columns the derived table has, in order.
     pub fn columns(&self) -> Vec<(String, ColumnType)> {
@@ -67,7 +109,7 @@ pub(crate) fn plan(
     tables: &[TableSpec],
     references: &[ReferenceSpec],
     sql: &str,
-) -> Result<SqlPlan, SqlError> {
+) -> Result<Plan, SqlError> {
     let ctx = SessionContext::new();
     for t in tables {
         let layout = TableLayout::for_table(t).map_err(|e| err(e.to_string(), None))?;
@@ -76,6 +118,9 @@ pub(crate) fn plan(
     for r in references {
         let layout = TableLayout::for_reference(r).map_err(|e| err(e.to_string(), None))?;
         register(&ctx, &r.name, super::reference::nullable(&layout))?;
+    }
+    if let Some(w) = super::window::plan::plan_window(&ctx, tables, references, sql)? {
+        return Ok(Plan::Window(w));
     }
     let state = ctx.state();
     let logical = futures::executor::block_on(state.create_logical_plan(sql))
@@ -90,6 +135,7 @@ pub(crate) fn plan(
         tables,
     }
     .plan(&logical)
+    .map(Plan::Rows)
 }
 
 fn register(ctx: &SessionContext, name: &str, schema: SchemaRef) -> Result<(), SqlError> {
@@ -328,14 +374,14 @@ impl Planner<'_> {
         ))
     }
 
-    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>, SqlError> {
+    pub(super) fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>, SqlError> {
         self.state
             .create_physical_expr(expr.clone(), schema)
             .map_err(|e| err(format!("expression `{expr}`: {e}"), None))
     }
 }
 
-fn strip_alias(mut plan: &LogicalPlan) -> &LogicalPlan {
+pub(super) fn strip_alias(mut plan: &LogicalPlan) -> &LogicalPlan {
     while let LogicalPlan::SubqueryAlias(a) = plan {
         plan = a.input.as_ref();
     }
@@ -343,7 +389,7 @@ fn strip_alias(mut plan: &LogicalPlan) -> &LogicalPlan {
 }
 
 /// The column type a table stores for an Arrow type, if it has one.
-fn column_type(t: &DataType) -> Option<ColumnType> {
+pub(super) fn column_type(t: &DataType) -> Option<ColumnType> {
     Some(match t {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::String,
         DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {

@@ -1,16 +1,18 @@
 //! The derived tables of a pipeline, planned, with the reference tables they join to.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 
 use super::lookup::LookupIndex;
-use super::plan::{SqlPlan, plan};
+use super::plan::{Plan, plan};
 use super::reference::{ReferenceSource, References};
 use super::run::evaluate;
+use super::state::PartitionState;
 use crate::error::{Error, Result};
 use crate::schema::TableLayout;
-use crate::spec::PipelineSpec;
+use crate::spec::{Dedup, PipelineSpec};
 
 /// What one derived table got from a batch of its source's rows.
 pub struct Derived {
@@ -22,21 +24,46 @@ pub struct Derived {
     pub rows: Option<RecordBatch>,
     /// Source rows (indices into the batch) that failed its SQL, with the reason.
     pub failures: Vec<(usize, String)>,
+    /// Source rows later than a window's allowed lateness, with the reason (dead letters of
+    /// kind `late`).
+    pub late: Vec<(usize, String)>,
+    /// Source rows dropped as duplicates by the table's dedup.
+    pub deduplicated: u64,
 }
 
-struct DerivedTable {
-    name: String,
-    source: String,
-    layout: Arc<TableLayout>,
-    plan: SqlPlan,
+pub(super) struct DerivedTable {
+    pub name: String,
+    pub source: String,
+    pub layout: Arc<TableLayout>,
+    pub plan: Plan,
+    /// Dedup before the SQL, with the key columns' indices in the source's rows.
+    pub dedup: Option<(Dedup, Vec<usize>)>,
+    /// How long after a window closed a record still corrects it, ms.
+    pub lateness_ms: i64,
     /// The lookup index, built for one generation of the reference table's rows.
     index: Mutex<Option<(u64, Arc<LookupIndex>)>>,
 }
 
+impl DerivedTable {
+    /// Whether the table keeps state per partition (windows, dedup).
+    pub fn is_stateful(&self) -> bool {
+        self.dedup.is_some() || matches!(self.plan, Plan::Window(_))
+    }
+}
+
+/// A source's event time: its column in the source's rows and the out-of-orderness, µs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SourceTime {
+    pub column: usize,
+    pub out_of_orderness_us: i64,
+}
+
 /// Every derived table of a pipeline, planned once (at cold start).
 pub struct Processor {
-    tables: Vec<DerivedTable>,
+    pub(super) tables: Vec<DerivedTable>,
     references: References,
+    /// Event time of the sources that have a watermark, by table name.
+    pub(super) times: HashMap<String, SourceTime>,
 }
 
 impl Processor {
@@ -53,13 +80,52 @@ impl Processor {
                     e.message
                 ))
             })?;
+            let dedup = match &d.dedup {
+                Some(dd) => {
+                    let source = spec.table(&d.source).ok_or_else(|| {
+                        Error::Spec(format!("derived table {}: no table {}", d.table.name, d.source))
+                    })?;
+                    let layout = TableLayout::for_table(source)?;
+                    let columns = dd
+                        .key
+                        .iter()
+                        .map(|k| {
+                            layout.arrow_schema.index_of(k).map_err(|_| {
+                                Error::Spec(format!(
+                                    "derived table {}: dedup key {k} is not a column of {}",
+                                    d.table.name, d.source
+                                ))
+                            })
+                        })
+                        .collect::<Result<Vec<usize>>>()?;
+                    Some((dd.clone(), columns))
+                }
+                None => None,
+            };
             tables.push(DerivedTable {
                 name: d.table.name.clone(),
                 source: d.source.clone(),
                 layout: Arc::new(TableLayout::for_table(&d.table)?),
                 plan,
+                dedup,
+                lateness_ms: d.allowed_lateness_ms,
                 index: Mutex::new(None),
             });
+        }
+        let mut times = HashMap::new();
+        for t in &spec.tables {
+            if let Some(et) = &t.event_time {
+                let layout = TableLayout::for_table(t)?;
+                if let Ok(column) = layout.arrow_schema.index_of(&et.column) {
+                    times.insert(
+                        t.name.clone(),
+                        SourceTime {
+                            column,
+                            out_of_orderness_us: et.out_of_orderness_ms.saturating_mul(1000),
+                        },
+                    );
+                }
+            }
         }
         let mut used = Vec::new();
         for r in &spec.references {
@@ -70,6 +136,7 @@ impl Processor {
         Ok(Processor {
             tables,
             references: References::new(used),
+            times,
         })
     }
 
@@ -88,7 +155,34 @@ impl Processor {
     pub fn describe(&self, name: &str) -> Option<String> {
         let t = self.tables.iter().find(|t| t.name == name)?;
         let mut steps = Vec::new();
-        if let Some(l) = &t.plan.lookup {
+        if let Some((d, _)) = &t.dedup {
+            steps.push(format!(
+                "dedup by {} within {}",
+                d.key.join(", "),
+                super::window::tvf::human(d.within_ms)
+            ));
+        }
+        let p = match &t.plan {
+            Plan::Rows(p) => p,
+            Plan::Window(w) => {
+                steps.push(format!(
+                    "{} windows on event time, {} key{}, {} aggregate{}, allowed lateness {}",
+                    w.window,
+                    w.keys.len(),
+                    if w.keys.len() == 1 { "" } else { "s" },
+                    w.aggs.len(),
+                    if w.aggs.len() == 1 { "" } else { "s" },
+                    super::window::tvf::human(t.lateness_ms)
+                ));
+                return Some(format!(
+                    "stateful, per partition in the ingest function: {}; partial rows in {}, merged by the view; state checkpointed with each batch of {}, exactly once",
+                    steps.join(", "),
+                    t.name,
+                    t.source
+                ));
+            }
+        };
+        if let Some(l) = &p.lookup {
             steps.push(format!(
                 "{} lookup join to reference table {} on {} key{}",
                 if l.inner { "inner" } else { "left" },
@@ -97,15 +191,21 @@ impl Processor {
                 if l.source_keys.len() == 1 { "" } else { "s" }
             ));
         }
-        if t.plan.filter.is_some() {
+        if p.filter.is_some() {
             steps.push("filter".into());
         }
-        steps.push(format!("{} columns", t.plan.projection.len()));
+        steps.push(format!("{} columns", p.projection.len()));
         Some(format!(
-            "stateless, per batch in the ingest function: {}; lands with each batch of {}, exactly once",
+            "{}, per batch in the ingest function: {}; lands with each batch of {}, exactly once",
+            if t.is_stateful() { "stateful (dedup keys checkpointed)" } else { "stateless" },
             steps.join(", "),
             t.source
         ))
+    }
+
+    /// Whether derived tables fed by table `source` keep state per partition.
+    pub fn is_stateful(&self, source: &str) -> bool {
+        self.tables.iter().any(|t| t.source == source && t.is_stateful())
     }
 
     /// Reads the reference tables not read yet, and those due for a refresh.
@@ -113,23 +213,48 @@ impl Processor {
         self.references.refresh(now_ms).await
     }
 
-    /// Runs every derived table fed by table `source` on `rows` (rows of `source`'s layout).
-    pub fn derive(&self, source: &str, rows: &RecordBatch) -> Result<Vec<Derived>> {
+    /// Runs every derived table fed by table `source` on `rows` (rows of `source`'s layout, each
+    /// partition's in offset order), with the state of its partitions in `states` (updated;
+    /// untouched when no table of `source` is stateful). `now_ms` stamps the states.
+    pub fn derive(
+        &self,
+        source: &str,
+        rows: &RecordBatch,
+        states: &mut BTreeMap<i32, PartitionState>,
+        now_ms: i64,
+    ) -> Result<Vec<Derived>> {
         let mut out = Vec::new();
-        for t in self.tables.iter().filter(|t| t.source == source) {
-            let index = match &t.plan.lookup {
-                Some(lookup) => Some(self.index(t, &lookup.reference)?),
-                None => None,
-            };
-            let e = evaluate(&t.plan, &t.layout, rows, index.as_deref());
+        for t in self.tables.iter().filter(|t| t.source == source && !t.is_stateful()) {
+            let e = self.evaluate_rows(t, rows)?;
             out.push(Derived {
                 table: t.name.clone(),
                 layout: t.layout.clone(),
                 rows: e.rows,
                 failures: e.failures,
+                late: Vec::new(),
+                deduplicated: 0,
             });
         }
+        if self.is_stateful(source) {
+            out.extend(self.derive_stateful(source, rows, states, now_ms)?);
+        }
         Ok(out)
+    }
+
+    /// A row-by-row table (projection, filter, lookup) on `rows`.
+    pub(super) fn evaluate_rows(
+        &self,
+        t: &DerivedTable,
+        rows: &RecordBatch,
+    ) -> Result<super::run::Evaluated> {
+        let Plan::Rows(plan) = &t.plan else {
+            return Err(Error::Internal(format!("{} is not a row-by-row table", t.name)));
+        };
+        let index = match &plan.lookup {
+            Some(lookup) => Some(self.index(t, &lookup.reference)?),
+            None => None,
+        };
+        Ok(evaluate(plan, &t.layout, rows, index.as_deref()))
     }
 
     fn index(&self, t: &DerivedTable, reference: &str) -> Result<Arc<LookupIndex>> {
@@ -148,8 +273,10 @@ impl Processor {
         {
             return Ok(index.clone());
         }
-        let lookup = t
-            .plan
+        let Plan::Rows(plan) = &t.plan else {
+            return Err(Error::Internal(format!("{} has no lookup", t.name)));
+        };
+        let lookup = plan
             .lookup
             .as_ref()
             .ok_or_else(|| Error::Internal(format!("{} has no lookup", t.name)))?;

@@ -335,7 +335,9 @@ sql = """{sql}"""
             .expect("plans")
             .with_reference_source(Arc::new(Fixed(rates())));
         p.refresh(0).await.expect("loads");
-        let out = p.derive("orders", &orders(&spec)).expect("derives");
+        let out = p
+            .derive("orders", &orders(&spec), &mut Default::default(), 0)
+            .expect("derives");
         let rows = out[0].rows.as_ref().expect("rows");
         let id = rows.column(0).as_string::<i32>();
         let rate = rows

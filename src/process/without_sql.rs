@@ -19,6 +19,10 @@ pub struct Derived {
     pub rows: Option<RecordBatch>,
     /// Source rows that failed its SQL, with the reason.
     pub failures: Vec<(usize, String)>,
+    /// Source rows later than a window's allowed lateness.
+    pub late: Vec<(usize, String)>,
+    /// Source rows dropped as duplicates.
+    pub deduplicated: u64,
 }
 
 /// The derived tables of a pipeline: none in a build without SQL.
@@ -51,8 +55,19 @@ impl Processor {
         Ok(())
     }
 
+    /// No state.
+    pub fn is_stateful(&self, _source: &str) -> bool {
+        false
+    }
+
     /// No derived table.
-    pub fn derive(&self, _source: &str, _rows: &RecordBatch) -> Result<Vec<Derived>> {
+    pub fn derive(
+        &self,
+        _source: &str,
+        _rows: &RecordBatch,
+        _states: &mut std::collections::BTreeMap<i32, crate::process::state::PartitionState>,
+        _now_ms: i64,
+    ) -> Result<Vec<Derived>> {
         Ok(Vec::new())
     }
 }

@@ -30,6 +30,15 @@ pub(super) struct RawDerived {
     #[serde(default)]
     partition_by: Vec<Spanned<String>>,
     target_file_size_mb: Option<Spanned<u64>>,
+    allowed_lateness: Option<Spanned<String>>,
+    dedup: Option<Spanned<RawDedup>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDedup {
+    key: Vec<String>,
+    within: String,
 }
 
 /// What checking a derived table needs from the rest of the spec.
@@ -130,6 +139,34 @@ pub(super) fn parse_derived(
             };
             at_line(l, c, format!("derived table {name:?}: {}", e.message))
         })?;
+        let source_spec = cx.tables.iter().find(|t| t.name == inferred.source);
+        let dedup = match &d.dedup {
+            Some(raw) => Some(parse_dedup(raw.get_ref(), source_spec, name).map_err(|m| at(raw.span(), m))?),
+            None => None,
+        };
+        let allowed_lateness_ms = match &d.allowed_lateness {
+            Some(_) if inferred.view.is_none() => {
+                return Err(at(
+                    d.name.span(),
+                    format!("derived table {name:?}: allowed_lateness applies to windowed tables (FROM TABLE(TUMBLE(…)) or HOP); remove it"),
+                ));
+            }
+            Some(v) => parse_duration_ms(v.get_ref()).map_err(|m| at(v.span(), m))?,
+            None => 0,
+        };
+        let table_name = match &inferred.view {
+            Some(_) => {
+                let partials = format!("{name}{PARTIALS_SUFFIX}");
+                if !names.insert(partials.clone()) {
+                    return Err(at(
+                        d.name.span(),
+                        format!("windowed table {name:?} keeps its partial rows in table {partials:?}, which is defined elsewhere; rename one"),
+                    ));
+                }
+                partials
+            }
+            None => name.clone(),
+        };
         let columns: Vec<ColumnSpec> = inferred
             .columns
             .iter()
@@ -145,28 +182,64 @@ pub(super) fn parse_derived(
             Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
             None => cx.settings.target_file_size_mb,
         };
-        let topic = cx
-            .tables
-            .iter()
-            .find(|t| t.name == inferred.source)
-            .map(|t| t.topic.clone())
-            .unwrap_or_default();
+        let topic = source_spec.map(|t| t.topic.clone()).unwrap_or_default();
         out.push(DerivedSpec {
             table: TableSpec {
-                name: name.clone(),
+                name: table_name.clone(),
                 topic,
                 columns,
                 partition_by,
                 target_file_size_mb,
                 land: true,
+                event_time: None,
             },
             source: inferred.source,
             references: inferred.references,
             sql: sql.clone(),
             line,
+            allowed_lateness_ms,
+            dedup,
+            view: inferred.view.map(|sql| ViewSpec {
+                name: name.clone(),
+                sql: sql.replace(crate::process::PARTIALS_PLACEHOLDER, &table_name),
+            }),
         });
     }
     Ok(out)
+}
+
+/// The suffix of the table that holds a windowed table's partial rows.
+pub const PARTIALS_SUFFIX: &str = "_partials";
+
+fn parse_dedup(raw: &RawDedup, source: Option<&TableSpec>, name: &str) -> std::result::Result<Dedup, String> {
+    let Some(source) = source else {
+        return Err(format!("derived table {name:?}: dedup needs a topic's table as source"));
+    };
+    if source.event_time.is_none() {
+        return Err(format!(
+            "derived table {name:?}: dedup bounds keys in event time; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" to table {:?}",
+            source.name
+        ));
+    }
+    if raw.key.is_empty() {
+        return Err(format!("derived table {name:?}: dedup needs at least one key column"));
+    }
+    for k in &raw.key {
+        if !source.columns.iter().any(|c| &c.name == k) {
+            return Err(format!(
+                "derived table {name:?}: dedup key {k:?} is not a column of {:?}",
+                source.name
+            ));
+        }
+    }
+    let within_ms = parse_duration_ms(&raw.within)?;
+    if within_ms == 0 {
+        return Err(format!("derived table {name:?}: dedup within must be more than 0"));
+    }
+    Ok(Dedup {
+        key: raw.key.clone(),
+        within_ms,
+    })
 }
 
 /// Line of the `sql = …` value, and the line its first character of SQL is on (a multi-line

@@ -79,6 +79,8 @@ struct RawTable {
     target_file_size_mb: Option<Spanned<u64>>,
     #[serde(default = "yes")]
     land: bool,
+    watermark: Option<Spanned<String>>,
+    idle_timeout_seconds: Option<Spanned<u64>>,
 }
 
 fn yes() -> bool {
@@ -200,6 +202,31 @@ impl PipelineSpec {
                 Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
                 None => settings.target_file_size_mb,
             };
+            let idle_timeout_ms = match &t.idle_timeout_seconds {
+                Some(v) if *v.get_ref() == 0 || *v.get_ref() > 86_400 => {
+                    return Err(at(
+                        v.span(),
+                        "idle_timeout_seconds must be between 1 and 86400 (a day)".into(),
+                    ));
+                }
+                Some(v) => *v.get_ref() as i64 * 1000,
+                None => super::event_time::DEFAULT_IDLE_TIMEOUT_SECONDS as i64 * 1000,
+            };
+            let event_time = match &t.watermark {
+                Some(w) => Some(
+                    super::event_time::parse_watermark(w.get_ref(), &columns, idle_timeout_ms)
+                        .map_err(|m| at(w.span(), m))?,
+                ),
+                None => {
+                    if let Some(v) = &t.idle_timeout_seconds {
+                        return Err(at(
+                            v.span(),
+                            "idle_timeout_seconds needs a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\"".into(),
+                        ));
+                    }
+                    None
+                }
+            };
             tables.push(TableSpec {
                 name: name.clone(),
                 topic: topic.clone(),
@@ -207,6 +234,7 @@ impl PipelineSpec {
                 partition_by,
                 target_file_size_mb,
                 land: t.land,
+                event_time,
             });
         }
         let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;

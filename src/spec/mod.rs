@@ -22,7 +22,11 @@
 //! ```
 
 mod derived;
+mod event_time;
 mod load;
+
+pub use derived::PARTIALS_SUFFIX;
+pub use event_time::{DEFAULT_IDLE_TIMEOUT_SECONDS, Dedup, EventTime, parse_duration_ms};
 
 pub use load::is_identifier;
 
@@ -94,6 +98,23 @@ pub struct DerivedSpec {
     pub sql: String,
     /// Line of the SQL in the spec file (for messages).
     pub line: usize,
+    /// How long after a window closed a record still corrects it (`allowed_lateness`), ms.
+    pub allowed_lateness_ms: i64,
+    /// Duplicates dropped by key before the SQL runs (`dedup = { key = [...], within = ... }`).
+    pub dedup: Option<Dedup>,
+    /// For a windowed table: the name analysts query, and the SQL of the view that merges the
+    /// per-partition partial rows of `table` (named `{name}_partials`) into one row per window
+    /// and key.
+    pub view: Option<ViewSpec>,
+}
+
+/// A view over a table: a name and its SQL (valid in DataFusion and Athena).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewSpec {
+    /// The view's name (the derived table's name in the spec).
+    pub name: String,
+    /// `SELECT …` over the partial table.
+    pub sql: String,
 }
 
 /// Settings shared by every table.
@@ -130,6 +151,9 @@ pub struct TableSpec {
     /// Whether the topic lands in a table of its own (`land = false`: decoded only to feed
     /// derived tables).
     pub land: bool,
+    /// The event-time column and how far out of order records arrive (`watermark = "created_at -
+    /// INTERVAL '30' SECOND"`); needed by windows and dedup.
+    pub event_time: Option<EventTime>,
 }
 
 /// One column: where its value comes from in the JSON record and what type it has.

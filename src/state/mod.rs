@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{
     Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
+    StoredState,
 };
 use crate::error::Result;
 #[cfg(feature = "aws")]
@@ -39,10 +40,14 @@ pub trait CheckpointStore: Send + Sync {
         Ok(out)
     }
 
+    /// The stored state of the stateful derived tables of `sources`, in their order (`None`:
+    /// none yet). Written by [`CheckpointStore::advance`] with the checkpoint.
+    async fn partition_states(&self, sources: &[SourcePartition]) -> Result<Vec<Option<StoredState>>>;
+
     /// How the consecutive `sources` of one invocation are split into advances: the length of
     /// each group, in order (a store whose transactions are bounded splits; the default takes
-    /// them all at once).
-    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
+    /// them all at once). `stateful[i]`: source `i`'s advance writes a state too.
+    async fn groups(&self, sources: &[SourcePartition], _stateful: &[bool]) -> Result<Vec<usize>> {
         Ok(if sources.is_empty() {
             Vec::new()
         } else {
@@ -51,7 +56,9 @@ pub trait CheckpointStore: Send + Sync {
     }
 
     /// Moves every checkpoint of `advances` and records `batch`, atomically, if and only if
-    /// each checkpoint is still at its `from` version; otherwise changes nothing.
+    /// each checkpoint is still at its `from` version (and each state given is still at its
+    /// previous `seq`); otherwise changes nothing. An advance that keeps `next_offset` and
+    /// writes a state (an idle partition's windows closed) is fenced by the state's `seq`.
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance>;
 
     /// Records `batch` as pending without moving the checkpoint (records replayed from below

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::checkpoint::{
     Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
-    decode_ranges, encode_ranges,
+    StoredState, decode_ranges, encode_ranges,
 };
 use crate::error::{Error, Result};
 use crate::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
@@ -37,6 +37,17 @@ CREATE TABLE IF NOT EXISTS pending (
     sort_key      TEXT,
     more          TEXT,
     PRIMARY KEY (topic, partition, first_offset)
+);
+CREATE TABLE IF NOT EXISTS partition_state (
+    topic         TEXT    NOT NULL,
+    partition     INTEGER NOT NULL,
+    next_offset   INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    body          BLOB,
+    location      TEXT,
+    bytes         INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
 );
 CREATE TABLE IF NOT EXISTS status (
     key           TEXT    PRIMARY KEY,
@@ -227,6 +238,40 @@ impl CheckpointStore for SqliteStateStore {
         })
         .await
     }
+    async fn partition_states(
+        &self,
+        sources: &[SourcePartition],
+    ) -> Result<Vec<Option<StoredState>>> {
+        let sources = sources.to_vec();
+        self.with_conn(move |conn, path| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT next_offset, seq, body, location, bytes, updated_at_ms FROM partition_state
+                     WHERE topic = ?1 AND partition = ?2",
+                )
+                .map_err(|e| db_error("read partition state", path, e))?;
+            let mut out = Vec::with_capacity(sources.len());
+            for s in &sources {
+                out.push(
+                    stmt.query_row(params![s.topic, s.partition], |r| {
+                        Ok(StoredState {
+                            next_offset: r.get(0)?,
+                            seq: r.get::<_, i64>(1)? as u64,
+                            body: r.get(2)?,
+                            location: r.get(3)?,
+                            bytes: r.get::<_, i64>(4)? as u64,
+                            updated_at_ms: r.get(5)?,
+                        })
+                    })
+                    .optional()
+                    .map_err(|e| db_error("read partition state", path, e))?,
+                );
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         let advances = advances.to_vec();
         let batch = batch.clone();
@@ -250,7 +295,34 @@ impl CheckpointStore for SqliteStateStore {
                 if current.unwrap_or(0) as u64 != a.from.version {
                     return Ok(Advance::Conflict);
                 }
+                if let Some(state) = &a.state {
+                    let seq: Option<i64> = tx
+                        .query_row(
+                            "SELECT seq FROM partition_state WHERE topic = ?1 AND partition = ?2",
+                            params![a.source.topic, a.source.partition],
+                            |r| r.get(0),
+                        )
+                        .optional()
+                        .map_err(err("read partition state"))?;
+                    if seq.unwrap_or(0) as u64 + 1 != state.seq {
+                        return Ok(Advance::Conflict);
+                    }
+                    tx.execute(
+                        "INSERT INTO partition_state (topic, partition, next_offset, seq, body, location, bytes, updated_at_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                         ON CONFLICT (topic, partition) DO UPDATE SET
+                           next_offset = excluded.next_offset, seq = excluded.seq, body = excluded.body,
+                           location = excluded.location, bytes = excluded.bytes, updated_at_ms = excluded.updated_at_ms",
+                        params![a.source.topic, a.source.partition, state.next_offset, state.seq as i64,
+                            state.body, state.location, state.bytes as i64, state.updated_at_ms],
+                    )
+                    .map_err(err("write partition state"))?;
+                }
                 let next = a.to();
+                if next.next_offset == a.from.next_offset && a.state.is_some() {
+                    // Only the state moves (an idle partition's windows closed).
+                    continue;
+                }
                 tx.execute(
                     "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5)

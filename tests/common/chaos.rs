@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use streamtable::catalog::{Pointer, PointerStore};
 use streamtable::checkpoint::{
     Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
+    StoredState,
 };
 use streamtable::generate::Rng;
 use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
@@ -127,8 +128,14 @@ impl CheckpointStore for ChaosState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         chaotic!(self.chaos, "read checkpoint", self.inner.checkpoint(source))
     }
-    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
-        self.inner.groups(sources).await
+    async fn groups(&self, sources: &[SourcePartition], stateful: &[bool]) -> Result<Vec<usize>> {
+        self.inner.groups(sources, stateful).await
+    }
+    async fn partition_states(
+        &self,
+        sources: &[SourcePartition],
+    ) -> Result<Vec<Option<StoredState>>> {
+        chaotic!(self.chaos, "read partition state", self.inner.partition_states(sources))
     }
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         chaotic!(

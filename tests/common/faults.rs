@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use streamtable::checkpoint::{
     Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
+    StoredState,
 };
 use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::{Error, Result};
@@ -53,8 +54,14 @@ impl CheckpointStore for FaultyState {
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         self.inner.checkpoint(source).await
     }
-    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
-        self.inner.groups(sources).await
+    async fn groups(&self, sources: &[SourcePartition], stateful: &[bool]) -> Result<Vec<usize>> {
+        self.inner.groups(sources, stateful).await
+    }
+    async fn partition_states(
+        &self,
+        sources: &[SourcePartition],
+    ) -> Result<Vec<Option<StoredState>>> {
+        self.inner.partition_states(sources).await
     }
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         let fault = {

@@ -356,9 +356,13 @@ impl DynamoStateStore {
     }
 
     /// How many consecutive `sources` each transaction takes (see [`split`]).
-    pub(super) async fn group_sizes(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
+    pub(super) async fn group_sizes(
+        &self,
+        sources: &[SourcePartition],
+        stateful: &[bool],
+    ) -> Result<Vec<usize>> {
         let per_partition = usize::from(self.mode().await? == Mode::Mirror);
-        Ok(split(sources, per_partition))
+        Ok(split(sources, per_partition, stateful))
     }
 
     /// The transaction items that move the checkpoints of `advances`.
@@ -444,15 +448,16 @@ impl DynamoStateStore {
 }
 
 /// Splits consecutive `sources` into groups of at most 100 transaction items each: the buckets
-/// a group touches, `per_partition` more items per partition (mirror mode), and the pending
-/// batch.
-pub(super) fn split(sources: &[SourcePartition], per_partition: usize) -> Vec<usize> {
+/// a group touches, `per_partition` more items per partition (mirror mode), one state item per
+/// stateful partition, and the pending batch.
+pub(super) fn split(sources: &[SourcePartition], per_partition: usize, stateful: &[bool]) -> Vec<usize> {
     let mut sizes = Vec::new();
     let (mut len, mut items) = (0usize, 1usize);
     let mut seen: Vec<String> = Vec::new();
-    for s in sources {
+    for (i, s) in sources.iter().enumerate() {
         let key = bucket_key(s);
         let new_bucket = usize::from(!seen.contains(&key));
+        let per_partition = per_partition + usize::from(stateful.get(i).copied().unwrap_or(false));
         if len > 0 && items + new_bucket + per_partition > super::MAX_TRANSACTION_ITEMS {
             sizes.push(len);
             (len, items) = (0, 1);
@@ -496,12 +501,15 @@ mod tests {
                 .collect()
         };
         // 1,000 consecutive partitions: 11 buckets, one transaction.
-        assert_eq!(split(&topic(1000, 1), 0), vec![1000]);
+        assert_eq!(split(&topic(1000, 1), 0, &[]), vec![1000]);
         // One bucket per partition: 99 buckets and the pending batch.
-        assert_eq!(split(&topic(250, 96), 0), vec![99, 99, 52]);
+        assert_eq!(split(&topic(250, 96), 0, &[]), vec![99, 99, 52]);
         // Mirror mode: an item per partition too.
-        assert_eq!(split(&topic(100, 1), 1), vec![97, 3]);
-        assert!(split(&[], 0).is_empty());
+        assert_eq!(split(&topic(100, 1), 1, &[]), vec![97, 3]);
+        assert!(split(&[], 0, &[]).is_empty());
+        // A state item per stateful partition: 100 partitions of one bucket with state take
+        // 1 bucket + 97 states + the pending batch, then the rest.
+        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![98, 2]);
     }
 
     #[test]

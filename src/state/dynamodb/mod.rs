@@ -9,6 +9,7 @@
 //! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON), `files_location` |
 //! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
 //! | layout | `meta` | `layout` | `version`, `since_ms`, `synced` |
+//! | partition state | `state#{topic}#{partition}` | `state` | `next`, `seq`, `body` (zstd JSON) or `location`, `bytes`, `updated_at_ms` |
 //!
 //! Pending batches live in [`PENDING_SHARDS`] partitions (`shard` = a hash of the topic-partition,
 //! two digits), sorted by age: the commit stage reads the oldest ones with one strongly
@@ -35,7 +36,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWrite
 use crate::aws::SdkFault;
 use crate::checkpoint::{
     Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
-    decode_ranges, encode_ranges,
+    StoredState, decode_ranges, encode_ranges,
 };
 use crate::error::{Error, Result};
 use crate::state::{CheckpointStore, CommitIntent};
@@ -43,6 +44,7 @@ use crate::state::{CheckpointStore, CommitIntent};
 mod body;
 mod checkpoints;
 mod intents_and_locks;
+mod partition_state;
 mod upgrade;
 
 pub use checkpoints::BUCKET_PARTITIONS;
@@ -290,8 +292,14 @@ impl CheckpointStore for DynamoStateStore {
     async fn checkpoints(&self, sources: &[SourcePartition]) -> Result<Vec<Checkpoint>> {
         self.read_checkpoints(sources).await
     }
-    async fn groups(&self, sources: &[SourcePartition]) -> Result<Vec<usize>> {
-        self.group_sizes(sources).await
+    async fn partition_states(
+        &self,
+        sources: &[SourcePartition],
+    ) -> Result<Vec<Option<StoredState>>> {
+        self.read_states(sources).await
+    }
+    async fn groups(&self, sources: &[SourcePartition], stateful: &[bool]) -> Result<Vec<usize>> {
+        self.group_sizes(sources, stateful).await
     }
 
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
@@ -299,6 +307,11 @@ impl CheckpointStore for DynamoStateStore {
             Error::Internal(format!("DynamoDB request: {e}"))
         };
         let mut items = self.advance_items(advances, batch.created_at_ms).await?;
+        for a in advances {
+            if let Some(state) = &a.state {
+                items.push(self.state_put(&a.source, state)?);
+            }
+        }
         items.push(
             TransactWriteItem::builder()
                 .put(self.pending_put(batch).await?.build().map_err(build)?)

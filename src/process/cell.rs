@@ -1,0 +1,220 @@
+//! One value of a column, owned and serializable: the group keys of windows, the keys of
+//! dedup, and the minimum or maximum an aggregate keeps, as they are stored in state between
+//! invocations. A stable representation of our own (Arrow's row format may change between
+//! releases; state written by one release is read by the next).
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types;
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder,
+    Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::{DataType, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+/// A value of one of the column types a table holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Cell {
+    /// SQL NULL.
+    Null,
+    /// boolean
+    Bool(bool),
+    /// int, long, date (days), timestamp (microseconds)
+    Int(i64),
+    /// float and double, as the bits of an `f64` (so that cells are `Eq` and `Hash`).
+    Float(u64),
+    /// string
+    Str(String),
+    /// decimal, unscaled
+    Dec(i128),
+}
+
+impl Cell {
+    /// The value of `array` at `row`; `None` for a type no table column has.
+    pub fn of(array: &dyn Array, row: usize) -> Option<Cell> {
+        if array.is_null(row) {
+            return Some(Cell::Null);
+        }
+        Some(match array.data_type() {
+            DataType::Boolean => Cell::Bool(array.as_boolean().value(row)),
+            DataType::Int8 => Cell::Int(array.as_primitive::<types::Int8Type>().value(row).into()),
+            DataType::Int16 => {
+                Cell::Int(array.as_primitive::<types::Int16Type>().value(row).into())
+            }
+            DataType::Int32 => {
+                Cell::Int(array.as_primitive::<types::Int32Type>().value(row).into())
+            }
+            DataType::Int64 => Cell::Int(array.as_primitive::<types::Int64Type>().value(row)),
+            DataType::Date32 => {
+                Cell::Int(array.as_primitive::<types::Date32Type>().value(row).into())
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => Cell::Int(
+                array
+                    .as_primitive::<types::TimestampMicrosecondType>()
+                    .value(row),
+            ),
+            DataType::Float32 => Cell::Float(
+                f64::from(array.as_primitive::<types::Float32Type>().value(row)).to_bits(),
+            ),
+            DataType::Float64 => {
+                Cell::Float(array.as_primitive::<types::Float64Type>().value(row).to_bits())
+            }
+            DataType::Utf8 => Cell::Str(array.as_string::<i32>().value(row).to_string()),
+            DataType::LargeUtf8 => Cell::Str(array.as_string::<i64>().value(row).to_string()),
+            DataType::Utf8View => Cell::Str(array.as_string_view().value(row).to_string()),
+            DataType::Decimal128(_, _) => {
+                Cell::Dec(array.as_primitive::<types::Decimal128Type>().value(row))
+            }
+            _ => return None,
+        })
+    }
+
+    /// The number, as a float (for averages).
+    pub fn as_f64(&self, scale: i8) -> Option<f64> {
+        match self {
+            Cell::Int(v) => Some(*v as f64),
+            Cell::Float(b) => Some(f64::from_bits(*b)),
+            Cell::Dec(v) => Some(*v as f64 / 10f64.powi(scale.into())),
+            _ => None,
+        }
+    }
+
+    /// SQL order of two non-NULL values of one type (NaN above every number, as in DataFusion).
+    pub fn compare(&self, other: &Cell) -> Ordering {
+        match (self, other) {
+            (Cell::Float(a), Cell::Float(b)) => f64::from_bits(*a).total_cmp(&f64::from_bits(*b)),
+            _ => self.cmp(other),
+        }
+    }
+}
+
+/// Builds an array of `data_type` from `cells`; `None` when a cell does not fit the type.
+pub fn build(data_type: &DataType, cells: &[&Cell]) -> Option<ArrayRef> {
+    macro_rules! ints {
+        ($builder:ty, $t:ty) => {{
+            let mut b = <$builder>::with_capacity(cells.len());
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Int(v) => b.append_value(<$t>::try_from(*v).ok()?),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish()) as ArrayRef
+        }};
+    }
+    Some(match data_type {
+        DataType::Boolean => {
+            let mut b = BooleanBuilder::with_capacity(cells.len());
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Bool(v) => b.append_value(*v),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Int32 => ints!(Int32Builder, i32),
+        DataType::Int64 => ints!(Int64Builder, i64),
+        DataType::Date32 => ints!(Date32Builder, i32),
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+            let mut b =
+                TimestampMicrosecondBuilder::with_capacity(cells.len()).with_timezone_opt(tz.clone());
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Int(v) => b.append_value(*v),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Float32 => {
+            let mut b = Float32Builder::with_capacity(cells.len());
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Float(v) => b.append_value(f64::from_bits(*v) as f32),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Float64 => {
+            let mut b = Float64Builder::with_capacity(cells.len());
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Float(v) => b.append_value(f64::from_bits(*v)),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Utf8 => {
+            let mut b = StringBuilder::with_capacity(cells.len(), cells.len() * 8);
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Str(v) => b.append_value(v),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Decimal128(p, s) => {
+            let mut b = Decimal128Builder::with_capacity(cells.len())
+                .with_precision_and_scale(*p, *s)
+                .ok()?;
+            for c in cells {
+                match c {
+                    Cell::Null => b.append_null(),
+                    Cell::Dec(v) => b.append_value(*v),
+                    _ => return None,
+                }
+            }
+            Arc::new(b.finish())
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Decimal128Array, Float64Array, StringArray};
+
+    #[test]
+    fn cells_round_trip_through_arrays_and_json() {
+        let strings: ArrayRef = Arc::new(StringArray::from(vec![Some("DE"), None]));
+        let floats: ArrayRef = Arc::new(Float64Array::from(vec![1.5, f64::NAN]));
+        let decimals: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![12345i128, -1])
+                .with_precision_and_scale(18, 2)
+                .unwrap(),
+        );
+        for a in [strings, floats, decimals] {
+            let cells: Vec<Cell> = (0..2).map(|i| Cell::of(&a, i).unwrap()).collect();
+            let json = serde_json::to_string(&cells).unwrap();
+            let back: Vec<Cell> = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, cells);
+            let refs: Vec<&Cell> = back.iter().collect();
+            let rebuilt = build(a.data_type(), &refs).unwrap();
+            assert_eq!(rebuilt.len(), 2);
+            assert_eq!(Cell::of(&rebuilt, 0), Cell::of(&a, 0));
+            assert_eq!(Cell::of(&rebuilt, 1), Cell::of(&a, 1));
+        }
+    }
+
+    #[test]
+    fn floats_compare_numerically() {
+        let a = Cell::Float((-2.0f64).to_bits());
+        let b = Cell::Float(1.0f64.to_bits());
+        assert_eq!(a.compare(&b), Ordering::Less);
+    }
+}

@@ -1,0 +1,217 @@
+//! The stateful derived tables of a source, run partition by partition: each partition's rows
+//! (in offset order) with that partition's watermark and state. The watermark before each row
+//! is computed once and shared by every table, so lateness depends only on the records before
+//! a row in its partition, never on how the records were split into batches.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{Array, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::{concat_batches, filter_record_batch};
+
+use super::dedup::first_occurrences;
+use super::plan::Plan;
+use super::processor::{Derived, Processor};
+use super::state::PartitionState;
+use super::window::{PartitionInput, run};
+use crate::error::{Error, Result};
+
+/// Consecutive runs of rows of one Kafka partition.
+fn partition_runs(rows: &RecordBatch) -> Result<Vec<(i32, Range<usize>)>> {
+    let partitions = rows
+        .column_by_name("kafka_partition")
+        .and_then(|c| c.as_primitive_opt::<Int32Type>())
+        .ok_or_else(|| Error::Internal("rows carry no kafka_partition".into()))?;
+    let mut runs: Vec<(i32, Range<usize>)> = Vec::new();
+    for i in 0..rows.num_rows() {
+        let p = partitions.value(i);
+        match runs.last_mut() {
+            Some((q, r)) if *q == p => r.end = i + 1,
+            _ => runs.push((p, i..i + 1)),
+        }
+    }
+    Ok(runs)
+}
+
+fn max_of<T: arrow_array::ArrowPrimitiveType<Native = i64>>(
+    rows: &RecordBatch,
+    name: &str,
+) -> i64 {
+    rows.column_by_name(name)
+        .and_then(|c| c.as_primitive_opt::<T>())
+        .and_then(|a| a.iter().flatten().max())
+        .unwrap_or(0)
+}
+
+impl Processor {
+    pub(super) fn derive_stateful(
+        &self,
+        source: &str,
+        rows: &RecordBatch,
+        states: &mut BTreeMap<i32, PartitionState>,
+        now_ms: i64,
+    ) -> Result<Vec<Derived>> {
+        let time = *self.times.get(source).ok_or_else(|| {
+            Error::Internal(format!("stateful tables of {source}, which has no event time"))
+        })?;
+        let tables: Vec<_> = self
+            .tables
+            .iter()
+            .filter(|t| t.source == source && t.is_stateful())
+            .collect();
+        let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); tables.len()];
+        let mut out: Vec<Derived> = tables
+            .iter()
+            .map(|t| Derived {
+                table: t.name.clone(),
+                layout: t.layout.clone(),
+                rows: None,
+                failures: Vec::new(),
+                late: Vec::new(),
+                deduplicated: 0,
+            })
+            .collect();
+        for (partition, range) in partition_runs(rows)? {
+            let slice = rows.slice(range.start, range.len());
+            let times: Vec<Option<i64>> = {
+                let c = slice.column(time.column);
+                let ts = c.as_primitive_opt::<TimestampMicrosecondType>().ok_or_else(|| {
+                    Error::Internal(format!("event time of {source} is of type {}", c.data_type()))
+                })?;
+                (0..ts.len()).map(|i| ts.is_valid(i).then(|| ts.value(i))).collect()
+            };
+            let state = states.entry(partition).or_default();
+            let wm = |max: Option<i64>| max.map(|m| m.saturating_sub(time.out_of_orderness_us));
+            let mut max = state.max_event_time;
+            let mut watermarks = Vec::with_capacity(times.len());
+            for t in &times {
+                watermarks.push(wm(max));
+                if let Some(t) = t {
+                    max = Some(max.map_or(*t, |m| m.max(*t)));
+                }
+            }
+            let (closed_through, watermark) = (wm(state.max_event_time), wm(max));
+            let last_offset = max_of::<Int64Type>(&slice, "kafka_offset");
+            let kafka_timestamp = max_of::<TimestampMicrosecondType>(&slice, "kafka_timestamp");
+            for (k, t) in tables.iter().enumerate() {
+                let table_state = state.tables.entry(t.name.clone()).or_default();
+                // Dedup first: the rows kept, and where they were in the slice.
+                let (kept, positions, kept_times, kept_marks) = match &t.dedup {
+                    Some((dedup, columns)) => {
+                        let keep = first_occurrences(
+                            dedup,
+                            columns,
+                            &slice,
+                            &times,
+                            watermark,
+                            &mut table_state.seen,
+                        );
+                        out[k].deduplicated += keep.iter().filter(|k| !**k).count() as u64;
+                        let positions: Vec<usize> = (0..keep.len()).filter(|i| keep[*i]).collect();
+                        let mask = BooleanArray::from(keep);
+                        let kept = filter_record_batch(&slice, &mask)
+                            .map_err(|e| Error::Internal(format!("dedup of {source}: {e}")))?;
+                        let kt = positions.iter().map(|&i| times[i]).collect::<Vec<_>>();
+                        let km = positions.iter().map(|&i| watermarks[i]).collect::<Vec<_>>();
+                        (kept, positions, kt, km)
+                    }
+                    None => (
+                        slice.clone(),
+                        (0..slice.num_rows()).collect(),
+                        times.clone(),
+                        watermarks.clone(),
+                    ),
+                };
+                let at = |i: usize| range.start + positions[i];
+                match &t.plan {
+                    Plan::Window(plan) => {
+                        let input = PartitionInput {
+                            rows: &kept,
+                            times: &kept_times,
+                            watermarks: &kept_marks,
+                            closed_through,
+                            watermark,
+                            partition,
+                            last_offset,
+                            kafka_timestamp,
+                        };
+                        let w = run(plan, &t.layout, &t.name, t.lateness_ms, &input, &mut table_state.open);
+                        parts[k].extend(w.rows);
+                        out[k].failures.extend(w.failures.into_iter().map(|(i, r)| (at(i), r)));
+                        out[k].late.extend(w.late.into_iter().map(|(i, r)| (at(i), r)));
+                    }
+                    Plan::Rows(_) => {
+                        let e = self.evaluate_rows(t, &kept)?;
+                        parts[k].extend(e.rows);
+                        out[k].failures.extend(e.failures.into_iter().map(|(i, r)| (at(i), r)));
+                    }
+                }
+            }
+            state.max_event_time = max;
+            state.updated_at_ms = now_ms;
+            state
+                .tables
+                .retain(|name, _| tables.iter().any(|t| &t.name == name));
+        }
+        for (k, batches) in parts.into_iter().enumerate() {
+            if batches.is_empty() {
+                continue;
+            }
+            let rows = concat_batches(&out[k].layout.arrow_schema, &batches)
+                .map_err(|e| Error::Internal(format!("rows of {}: {e}", out[k].table)))?;
+            out[k].rows = Some(rows).filter(|r| r.num_rows() > 0);
+        }
+        Ok(out)
+    }
+}
+
+impl Processor {
+    /// Closes every open window of `state` (partition `partition` of table `source`) into
+    /// partial rows, whatever the watermark.
+    pub fn close_all(
+        &self,
+        source: &str,
+        partition: i32,
+        last_offset: i64,
+        state: &mut PartitionState,
+    ) -> Result<Vec<Derived>> {
+        let mut out = Vec::new();
+        for t in self.tables.iter().filter(|t| t.source == source) {
+            let (Plan::Window(plan), Some(table_state)) = (&t.plan, state.tables.get_mut(&t.name))
+            else {
+                continue;
+            };
+            let empty = RecordBatch::new_empty(plan_source_schema(plan));
+            let input = PartitionInput {
+                rows: &empty,
+                times: &[],
+                watermarks: &[],
+                closed_through: None,
+                watermark: Some(i64::MAX),
+                partition,
+                last_offset,
+                kafka_timestamp: state.updated_at_ms.saturating_mul(1000),
+            };
+            let w = run(plan, &t.layout, &t.name, t.lateness_ms, &input, &mut table_state.open);
+            out.push(Derived {
+                table: t.name.clone(),
+                layout: t.layout.clone(),
+                rows: w.rows,
+                failures: Vec::new(),
+                late: Vec::new(),
+                deduplicated: 0,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// The source's columns of a window plan's input (without `window_start`, `window_end`).
+fn plan_source_schema(plan: &super::window::WindowPlan) -> arrow_schema::SchemaRef {
+    let fields = plan.input_schema.fields();
+    std::sync::Arc::new(arrow_schema::Schema::new(
+        fields.iter().take(fields.len().saturating_sub(2)).cloned().collect::<Vec<_>>(),
+    ))
+}

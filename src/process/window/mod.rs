@@ -1,0 +1,141 @@
+//! Event-time windows: tumbling and hopping windows grouped by keys, run per Kafka partition
+//! with their accumulators in the partition's state.
+//!
+//! Semantics (Flink SQL's window TVFs): windows are [start, end); a partition's watermark is the
+//! highest event time it has seen minus the table's out-of-orderness; when it passes a window's
+//! end, the partition emits its **partial row** for that window and key and forgets it. A later
+//! record of that window, while the watermark has not passed the window's end plus the allowed
+//! lateness, is emitted as a **correction** (a partial row of its own). A record later than
+//! that is a dead letter of kind `late` naming the window and the watermark. Whether a record
+//! is late depends only on the records before it in its partition, so re-deliveries and other
+//! batch boundaries give the same answer.
+//!
+//! Partial rows of every partition and every correction add up: the view registered under the
+//! derived table's name (`SUM` of counts and sums, `MIN`/`MAX`, `SUM(sum)/SUM(count)`) is one
+//! row per window and key with the exact totals.
+
+mod acc;
+pub(crate) mod plan;
+mod run;
+pub(crate) mod tvf;
+
+pub(crate) use run::{PartitionInput, run};
+pub(crate) use tvf::WindowKind;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::plan::column_type;
+use crate::spec::ColumnType;
+
+/// An aggregate function a window computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AggFn {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+/// One aggregate of a window.
+pub(crate) struct AggPlan {
+    pub func: AggFn,
+    /// The argument (`None`: `count(*)`).
+    pub arg: Option<Arc<dyn PhysicalExpr>>,
+    /// The argument's type.
+    pub arg_type: DataType,
+    /// The aggregate's type in SQL.
+    pub result: DataType,
+}
+
+/// Where an output column comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    WindowStart,
+    WindowEnd,
+    /// A `GROUP BY` key (index into [`WindowPlan::keys`]).
+    Key(usize),
+    /// An aggregate (index into [`WindowPlan::aggs`]).
+    Agg(usize),
+}
+
+/// A windowed derived table, planned.
+pub(crate) struct WindowPlan {
+    /// The topic's table it reads.
+    pub source: String,
+    pub window: WindowKind,
+    /// The source's columns, then `window_start` and `window_end` (NULL while evaluating).
+    pub input_schema: SchemaRef,
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// `GROUP BY` expressions besides the window.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub aggs: Vec<AggPlan>,
+    /// The output columns: name, source, type.
+    pub outputs: Vec<(String, Output, ColumnType)>,
+}
+
+/// The columns one output contributes to a partial row.
+fn partial_of(name: &str, out: Output, ty: ColumnType, plan: &WindowPlan) -> Vec<(String, ColumnType)> {
+    match out {
+        Output::Agg(i) if plan.aggs[i].func == AggFn::Avg => vec![
+            (format!("{name}__sum"), ColumnType::Double),
+            (format!("{name}__count"), ColumnType::Long),
+        ],
+        Output::Agg(i) if plan.aggs[i].func == AggFn::Count => vec![(name.to_string(), ColumnType::Long)],
+        _ => vec![(name.to_string(), ty)],
+    }
+}
+
+impl WindowPlan {
+    /// The columns of the partial rows, in order.
+    pub fn partial_columns(&self) -> Result<Vec<(String, ColumnType)>, String> {
+        let mut out = Vec::new();
+        for (name, o, ty) in &self.outputs {
+            if let Output::Agg(i) = o
+                && matches!(self.aggs[*i].func, AggFn::Sum | AggFn::Min | AggFn::Max)
+                && column_type(&self.aggs[*i].result).is_none()
+            {
+                return Err(format!("{name}: a {} cannot be stored", self.aggs[*i].result));
+            }
+            out.extend(partial_of(name, *o, *ty, self));
+        }
+        Ok(out)
+    }
+
+    /// The view that merges the partial rows of the table named
+    /// [`crate::process::PARTIALS_PLACEHOLDER`] into one row per window and key (DataFusion and
+    /// Athena read it alike).
+    pub fn view_sql(&self) -> String {
+        let q = |n: &str| format!("\"{n}\"");
+        let mut select = Vec::new();
+        let mut group = Vec::new();
+        for (name, o, _) in &self.outputs {
+            match o {
+                Output::Agg(i) => select.push(match self.aggs[*i].func {
+                    AggFn::Count | AggFn::Sum => format!("SUM({}) AS {}", q(name), q(name)),
+                    AggFn::Min => format!("MIN({}) AS {}", q(name), q(name)),
+                    AggFn::Max => format!("MAX({}) AS {}", q(name), q(name)),
+                    AggFn::Avg => format!(
+                        "SUM({}) / SUM({}) AS {}",
+                        q(&format!("{name}__sum")),
+                        q(&format!("{name}__count")),
+                        q(name)
+                    ),
+                }),
+                _ => {
+                    select.push(q(name));
+                    group.push(q(name));
+                }
+            }
+        }
+        format!(
+            "SELECT {} FROM {} GROUP BY {}",
+            select.join(", "),
+            crate::process::PARTIALS_PLACEHOLDER,
+            group.join(", ")
+        )
+    }
+}

@@ -1,0 +1,310 @@
+//! A windowed table on one partition's rows of one batch: assign windows, accumulate, emit the
+//! windows the watermark passed and the corrections, dead-letter records past the lateness.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, new_null_array,
+};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::acc::typed;
+use super::{Output, WindowPlan, tvf::human};
+use crate::process::state::{Acc, OpenWindow, WindowState};
+use crate::process::cell::{Cell, build};
+use crate::schema::TableLayout;
+
+/// One partition's rows of a batch, with their event times and watermarks.
+pub(crate) struct PartitionInput<'a> {
+    /// The rows (the source table's layout), in offset order.
+    pub rows: &'a RecordBatch,
+    /// Event time of each row, µs (`None`: NULL).
+    pub times: &'a [Option<i64>],
+    /// The partition's watermark before each row, µs.
+    pub watermarks: &'a [Option<i64>],
+    /// The watermark before the batch (every window ending at or before it was emitted).
+    pub closed_through: Option<i64>,
+    /// The watermark after the batch.
+    pub watermark: Option<i64>,
+    /// The Kafka partition.
+    pub partition: i32,
+    /// The batch's last offset in the partition, and its latest Kafka timestamp (µs): the
+    /// partial rows' Kafka columns.
+    pub last_offset: i64,
+    pub kafka_timestamp: i64,
+}
+
+/// What a windowed table got from one partition's rows.
+#[derive(Default)]
+pub(crate) struct WindowOutput {
+    /// Partial rows (windows closed by this batch, and corrections).
+    pub rows: Option<RecordBatch>,
+    /// Rows (indices into the input) the SQL failed on.
+    pub failures: Vec<(usize, String)>,
+    /// Rows later than the allowed lateness for some window, with the reason.
+    pub late: Vec<(usize, String)>,
+}
+
+/// What one row contributes: its keys and its aggregates' arguments.
+struct RowValues {
+    pass: bool,
+    key: Vec<Cell>,
+    args: Vec<Option<Cell>>,
+}
+
+/// Runs `plan` on one partition's rows, updating its open windows.
+pub(crate) fn run(
+    plan: &WindowPlan,
+    layout: &TableLayout,
+    table: &str,
+    lateness_ms: i64,
+    input: &PartitionInput<'_>,
+    open_windows: &mut WindowState,
+) -> WindowOutput {
+    let mut out = WindowOutput::default();
+    let values = match values(plan, input.rows) {
+        Ok(v) => v,
+        Err(reason) => {
+            out.failures = (0..input.rows.num_rows()).map(|i| (i, reason.clone())).collect();
+            return out;
+        }
+    };
+    let size = plan.window.size_ms() * 1000;
+    let lateness = lateness_ms * 1000;
+    let closed = input.closed_through.unwrap_or(i64::MIN);
+    let mut index: HashMap<(i64, Vec<Cell>), usize> = open_windows
+        .iter()
+        .enumerate()
+        .map(|(i, w)| ((w.start, w.key.clone()), i))
+        .collect();
+    let mut corrections: BTreeMap<(i64, Vec<Cell>), Vec<Acc>> = BTreeMap::new();
+    let empty = || plan.aggs.iter().map(Acc::new).collect::<Vec<_>>();
+    for (i, v) in values.into_iter().enumerate() {
+        let v = match v {
+            Ok(v) if !v.pass => continue,
+            Ok(v) => v,
+            Err(reason) => {
+                out.failures.push((i, reason));
+                continue;
+            }
+        };
+        let Some(t) = input.times[i] else {
+            out.failures.push((i, "its event time is NULL; a window needs it".into()));
+            continue;
+        };
+        let wm = input.watermarks[i];
+        let mut missed = Vec::new();
+        let mut updates: Vec<(i64, Vec<Acc>)> = Vec::new();
+        let mut failed = None;
+        for start in plan.window.starts(t) {
+            let end = start.saturating_add(size);
+            if wm.is_some_and(|wm| end.saturating_add(lateness) <= wm) {
+                missed.push(start);
+                continue;
+            }
+            let current = if end > closed {
+                index.get(&(start, v.key.clone())).map(|&j| open_windows[j].accs.clone())
+            } else {
+                corrections.get(&(start, v.key.clone())).cloned()
+            }
+            .unwrap_or_else(empty);
+            let mut next = current.clone();
+            for (k, agg) in plan.aggs.iter().enumerate() {
+                match current[k].updated(agg, v.args[k].as_ref()) {
+                    Ok(Some(a)) => next[k] = a,
+                    Ok(None) => {}
+                    Err(e) => failed = Some(e),
+                }
+            }
+            updates.push((start, next));
+        }
+        if let Some(e) = failed {
+            out.failures.push((i, e));
+            continue;
+        }
+        for (start, accs) in updates {
+            let key = (start, v.key.clone());
+            if start.saturating_add(size) > closed {
+                match index.get(&key) {
+                    Some(&j) => open_windows[j].accs = accs,
+                    None => {
+                        index.insert(key, open_windows.len());
+                        open_windows.push(OpenWindow {
+                            start,
+                            key: v.key.clone(),
+                            accs,
+                        });
+                    }
+                }
+            } else {
+                corrections.insert(key, accs);
+            }
+        }
+        if let (Some(&start), Some(wm)) = (missed.first(), wm) {
+            out.late.push((
+                i,
+                format!(
+                    "derived table {table}: event time {} is late for window [{}, {}): the partition's watermark was {}, past the window's end plus the allowed lateness ({})",
+                    iso(t),
+                    iso(start),
+                    iso(start.saturating_add(size)),
+                    iso(wm),
+                    human(lateness_ms)
+                ),
+            ));
+        }
+    }
+    // Emit the windows the watermark passed, oldest first, then the corrections.
+    let wm = input.watermark.unwrap_or(i64::MIN);
+    let (mut done, open): (Vec<OpenWindow>, Vec<OpenWindow>) = std::mem::take(open_windows)
+        .into_iter()
+        .partition(|w| w.start.saturating_add(size) <= wm);
+    *open_windows = open;
+    done.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
+    done.extend(
+        corrections
+            .into_iter()
+            .map(|((start, key), accs)| OpenWindow { start, key, accs }),
+    );
+    if !done.is_empty() {
+        match partial_rows(plan, layout, &done, input) {
+            Ok(rows) => out.rows = Some(rows),
+            Err(e) => tracing::error!(table, error = %e, "partial rows could not be built"),
+        }
+    }
+    out
+}
+
+/// Each row's filter result, keys and aggregate arguments; evaluated on the whole batch, and
+/// row by row when that fails (so that only failing rows are reported).
+fn values(plan: &WindowPlan, rows: &RecordBatch) -> Result<Vec<Result<RowValues, String>>, String> {
+    let n = rows.num_rows();
+    let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+    for f in plan.input_schema.fields().iter().skip(columns.len()) {
+        columns.push(new_null_array(f.data_type(), n));
+    }
+    let input = RecordBatch::try_new_with_options(
+        plan.input_schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )
+    .map_err(|e| e.to_string())?;
+    match evaluate(plan, &input) {
+        Ok(v) => Ok(v.into_iter().map(Ok).collect()),
+        Err(_) => Ok((0..n)
+            .map(|i| {
+                evaluate(plan, &input.slice(i, 1))
+                    .and_then(|mut v| v.pop().ok_or_else(|| "no value".to_string()))
+            })
+            .collect()),
+    }
+}
+
+fn evaluate(plan: &WindowPlan, input: &RecordBatch) -> Result<Vec<RowValues>, String> {
+    let n = input.num_rows();
+    let eval = |e: &Arc<dyn PhysicalExpr>| {
+        e.evaluate(input)
+            .and_then(|v| v.into_array(n))
+            .map_err(|e| e.to_string())
+    };
+    let pass = match &plan.filter {
+        Some(f) => {
+            let a = eval(f)?;
+            let b = a
+                .as_any()
+                .downcast_ref::<BooleanArray>()
+                .ok_or_else(|| format!("WHERE is of type {}, not boolean", a.data_type()))?
+                .clone();
+            Some(b)
+        }
+        None => None,
+    };
+    let keys: Vec<ArrayRef> = plan.keys.iter().map(eval).collect::<Result<_, _>>()?;
+    let args: Vec<Option<ArrayRef>> = plan
+        .aggs
+        .iter()
+        .map(|a| a.arg.as_ref().map(eval).transpose())
+        .collect::<Result<_, _>>()?;
+    let cell = |a: &ArrayRef, i: usize| {
+        Cell::of(a.as_ref(), i).ok_or_else(|| format!("a value of type {} cannot be grouped", a.data_type()))
+    };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(RowValues {
+            pass: pass.as_ref().is_none_or(|p| p.is_valid(i) && p.value(i)),
+            key: keys.iter().map(|k| cell(k, i)).collect::<Result<_, _>>()?,
+            args: args
+                .iter()
+                .map(|a| a.as_ref().map(|a| cell(a, i)).transpose())
+                .collect::<Result<_, _>>()?,
+        });
+    }
+    Ok(out)
+}
+
+/// Partial rows for `windows`, in `layout`'s schema (partial columns, then the Kafka columns).
+fn partial_rows(
+    plan: &WindowPlan,
+    layout: &TableLayout,
+    windows: &[OpenWindow],
+    input: &PartitionInput<'_>,
+) -> Result<RecordBatch, String> {
+    let size = plan.window.size_ms() * 1000;
+    let mut cells: Vec<Vec<Cell>> = Vec::new();
+    for (_, o, _) in &plan.outputs {
+        match o {
+            Output::WindowStart => cells.push(windows.iter().map(|w| Cell::Int(w.start)).collect()),
+            Output::WindowEnd => cells.push(
+                windows
+                    .iter()
+                    .map(|w| Cell::Int(w.start.saturating_add(size)))
+                    .collect(),
+            ),
+            Output::Key(k) => cells.push(windows.iter().map(|w| w.key[*k].clone()).collect()),
+            Output::Agg(a) => {
+                let parts: Vec<Vec<Cell>> = windows.iter().map(|w| w.accs[*a].partial()).collect();
+                let width = parts.first().map_or(0, Vec::len);
+                for c in 0..width {
+                    cells.push(parts.iter().map(|p| p[c].clone()).collect());
+                }
+            }
+        }
+    }
+    let fields = layout.arrow_schema.fields();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+    for (column, field) in cells.into_iter().zip(fields.iter()) {
+        let column: Vec<Cell> = column.into_iter().map(|c| typed(c, field.data_type())).collect();
+        let refs: Vec<&Cell> = column.iter().collect();
+        columns.push(build(field.data_type(), &refs).ok_or_else(|| {
+            format!("column {} cannot hold the window's values", field.name())
+        })?);
+    }
+    let n = windows.len();
+    let kafka = [
+        Cell::Int(input.partition.into()),
+        Cell::Int(input.last_offset),
+        Cell::Int(input.kafka_timestamp),
+    ];
+    for value in kafka {
+        let Some(field) = fields.get(columns.len()) else {
+            break;
+        };
+        let refs = vec![&value; n];
+        columns.push(
+            build(field.data_type(), &refs)
+                .ok_or_else(|| format!("column {} cannot hold {value:?}", field.name()))?,
+        );
+    }
+    for f in fields.iter().skip(columns.len()) {
+        columns.push(new_null_array(f.data_type(), n));
+    }
+    RecordBatch::try_new(layout.arrow_schema.clone(), columns).map_err(|e| e.to_string())
+}
+
+/// `2026-11-30T10:00:00Z` for µs since the epoch.
+pub(crate) fn iso(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_else(|| format!("{us} µs"))
+}
