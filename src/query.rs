@@ -49,11 +49,19 @@ impl QueryEngine {
         let schema = Arc::new(MemorySchemaProvider::new());
         let names = backend.catalog.pointers().list_tables(&ns).await?;
         let mut found_snapshot = false;
+        let mut views = Vec::new();
         for name in names {
             let ident = TableIdent::new(NamespaceIdent::new(ns.clone()), name.clone());
             let Some((table, _)) = backend.catalog.load(&ident).await? else {
                 continue;
             };
+            let props = table.metadata().properties();
+            if let (Some(view), Some(sql)) = (
+                props.get(crate::tables::VIEW_NAME_PROPERTY),
+                props.get(crate::tables::VIEW_SQL_PROPERTY),
+            ) {
+                views.push((view.clone(), sql.clone()));
+            }
             let provider: Arc<dyn datafusion::catalog::TableProvider> =
                 match travel {
                     TimeTravel::Current => Arc::new(static_provider(table, None).await?),
@@ -87,9 +95,20 @@ impl QueryEngine {
             )));
         }
         let catalog = Arc::new(MemoryCatalogProvider::new());
-        datafusion::catalog::CatalogProvider::register_schema(catalog.as_ref(), &ns, schema)
+        datafusion::catalog::CatalogProvider::register_schema(catalog.as_ref(), &ns, schema.clone())
             .map_err(|e| Error::Internal(format!("register namespace {ns}: {e}")))?;
         ctx.register_catalog(CATALOG, catalog);
+        // Windowed tables: the view merging their partial rows, under the derived table's name.
+        for (name, sql) in views {
+            let view = ctx
+                .sql(&sql)
+                .await
+                .map_err(|e| Error::Internal(format!("view {name} ({sql}): {e}")))?
+                .into_view();
+            schema
+                .register_table(name.clone(), view)
+                .map_err(|e| Error::Internal(format!("register view {name}: {e}")))?;
+        }
         Ok(QueryEngine { ctx })
     }
 

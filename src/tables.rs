@@ -21,6 +21,9 @@ pub struct TableDef {
     pub layout: Arc<TableLayout>,
     /// The compaction target.
     pub target_file_size_bytes: u64,
+    /// For a windowed table's partial rows: the view analysts query (kept in the table's
+    /// properties, where `streamtable query` finds it).
+    pub view: Option<crate::spec::ViewSpec>,
 }
 
 /// Every table of a pipeline, the dead-letter table included, by name.
@@ -45,6 +48,11 @@ impl TableSet {
                 TableDef {
                     layout: Arc::new(TableLayout::for_table(t)?),
                     target_file_size_bytes: t.target_file_size_mb * 1024 * 1024,
+                    view: spec
+                        .derived
+                        .iter()
+                        .find(|d| d.table.name == t.name)
+                        .and_then(|d| d.view.clone()),
                 },
             );
         }
@@ -53,6 +61,7 @@ impl TableSet {
             TableDef {
                 layout: Arc::new(TableLayout::dead_letters()?),
                 target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
+                view: None,
             },
         );
         let mut references = BTreeMap::new();
@@ -62,6 +71,7 @@ impl TableSet {
                 TableDef {
                     layout: Arc::new(TableLayout::for_reference(r)?),
                     target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
+                    view: None,
                 },
             );
         }
@@ -123,7 +133,7 @@ impl TableSet {
             .schema(def.layout.schema.as_ref().clone())
             .partition_spec(def.layout.partition_spec.as_ref().clone().into_unbound())
             .format_version(FormatVersion::V2)
-            .properties(table_properties(def.target_file_size_bytes))
+            .properties(def.properties())
             .build();
         let table = backend
             .catalog
@@ -135,6 +145,23 @@ impl TableSet {
         Ok(table)
     }
 }
+
+impl TableDef {
+    /// The properties the table is created with.
+    pub fn properties(&self) -> HashMap<String, String> {
+        let mut p = table_properties(self.target_file_size_bytes);
+        if let Some(v) = &self.view {
+            p.insert(VIEW_NAME_PROPERTY.into(), v.name.clone());
+            p.insert(VIEW_SQL_PROPERTY.into(), v.sql.clone());
+        }
+        p
+    }
+}
+
+/// Table property: the view over a windowed table's partial rows (its name).
+pub const VIEW_NAME_PROPERTY: &str = "streamtable.view.name";
+/// Table property: the view's SQL.
+pub const VIEW_SQL_PROPERTY: &str = "streamtable.view.sql";
 
 /// Properties of every table streamtable creates.
 pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> {

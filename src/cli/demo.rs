@@ -11,7 +11,7 @@ use std::time::Instant;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::checkpoint::SourcePartition;
-use crate::cli::synthetic_records;
+use crate::cli::{Disorder, synthetic_stream};
 use crate::clock::now_ms;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
@@ -108,11 +108,21 @@ async fn feed(
     let first_id: u64 = offsets.iter().map(|o| *o as u64).sum();
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
     let start_ms = now_ms() - 3_600_000;
+    // An hour of events, out of order by up to 10 s either way, one in 997 late (alternately
+    // 7 minutes: past the windows' allowed lateness; and 2 minutes: a correction), one in 211
+    // re-sent by its producer.
+    let disorder = Disorder {
+        step_ms: (3_600_000 / events.max(1) as i64).max(1),
+        jitter_ms: 20_000,
+        late_every: 997,
+        late_by_ms: 420_000,
+        duplicate_every: 211,
+    };
     let mut total = IngestSummary::default();
     let (mut sent, mut n) = (0u64, 0u64);
     while sent < events {
         let count = batch.min(events - sent);
-        let records = synthetic_records(
+        let records = synthetic_stream(
             &mut factory,
             &topic,
             count,
@@ -120,6 +130,7 @@ async fn feed(
             first_id + sent,
             BAD_EVERY,
             start_ms,
+            &disorder,
         );
         let event = kafka_event(&records);
         total.add(&ingestor.handle(&event).await?);

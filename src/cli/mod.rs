@@ -176,6 +176,21 @@ pub struct GenerateArgs {
     pub out: Option<PathBuf>,
 }
 
+/// How a stream's event times and copies deviate from a clean feed (the demo's streams).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Disorder {
+    /// Event time advances by this per business id, ms (0: the plain feed's hour-long cycle).
+    pub step_ms: i64,
+    /// Event times are shifted by up to ± half of this, ms (out of order).
+    pub jitter_ms: i64,
+    /// Every n-th record is late: alternately by `late_by_ms` and by a third of it (0: none).
+    pub late_every: u64,
+    /// How late those records are, ms.
+    pub late_by_ms: i64,
+    /// Every n-th record is re-sent at the next offset, as a producer retry does (0: none).
+    pub duplicate_every: u64,
+}
+
 /// Records for one topic, spread round-robin over the partitions whose next offsets are in
 /// `next_offsets` (advanced as records are made), every `bad_every`-th one bad. `first_id`
 /// numbers the business ids.
@@ -188,17 +203,51 @@ pub fn synthetic_records(
     bad_every: u64,
     start_ms: i64,
 ) -> Vec<SourceRecord> {
+    synthetic_stream(
+        factory,
+        topic,
+        count,
+        next_offsets,
+        first_id,
+        bad_every,
+        start_ms,
+        &Disorder::default(),
+    )
+}
+
+/// [`synthetic_records`] with event times and producer retries as `disorder` says.
+#[allow(clippy::too_many_arguments)]
+pub fn synthetic_stream(
+    factory: &mut EventFactory,
+    topic: &str,
+    count: u64,
+    next_offsets: &mut [i64],
+    first_id: u64,
+    bad_every: u64,
+    start_ms: i64,
+    disorder: &Disorder,
+) -> Vec<SourceRecord> {
     let partitions = next_offsets.len().max(1);
     let mut rng = Rng::new(first_id ^ count);
-    (0..count)
-        .map(|i| {
+    let mut out = Vec::with_capacity(count as usize);
+    for i in 0..count {
             let p = (i % partitions as u64) as usize;
             let offset = next_offsets.get(p).copied().unwrap_or(0);
             if let Some(o) = next_offsets.get_mut(p) {
                 *o += 1;
             }
             let n = first_id + i;
-            let at = start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64;
+            let mut at = if disorder.step_ms > 0 {
+                start_ms + n as i64 * disorder.step_ms
+                    + rng.below(disorder.jitter_ms.max(1) as u64) as i64
+                    - disorder.jitter_ms / 2
+            } else {
+                start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64
+            };
+            if disorder.late_every > 0 && n % disorder.late_every == disorder.late_every - 1 {
+                let k = n / disorder.late_every;
+                at -= if k % 2 == 0 { disorder.late_by_ms } else { disorder.late_by_ms / 3 };
+            }
             let record = SourceRecord {
                 topic: topic.to_string(),
                 partition: p as i32,
@@ -208,13 +257,24 @@ pub fn synthetic_records(
                 value: Some(factory.event(topic, n, at).into_bytes()),
                 raw_value_field: None,
             };
-            if bad_every > 0 && i % bad_every == bad_every - 1 {
+            let record = if bad_every > 0 && i % bad_every == bad_every - 1 {
                 factory.bad_record(n / bad_every, record)
             } else {
                 record
+            };
+            if disorder.duplicate_every > 0 && n % disorder.duplicate_every == 0 {
+                let mut copy = record.clone();
+                if let Some(o) = next_offsets.get_mut(p) {
+                    copy.offset = *o;
+                    *o += 1;
+                }
+                out.push(record);
+                out.push(copy);
+            } else {
+                out.push(record);
             }
-        })
-        .collect()
+    }
+    out
 }
 
 /// `streamtable generate`.

@@ -67,7 +67,13 @@ pub(super) async fn derived_files(
             )));
         };
         let (mut value_buf, mut key_buf) = (Vec::new(), Vec::new());
-        let failures = d.failures.iter().map(|(r, m)| (r, RejectKind::Transform, format!("derived table {}: {m}", d.table)));
+        let name = d
+            .table
+            .strip_suffix(crate::spec::PARTIALS_SUFFIX)
+            .unwrap_or(&d.table);
+        let failures = d.failures.iter().map(|(r, m)| {
+            (r, RejectKind::Transform, format!("derived table {name}: {m}"))
+        });
         let late = d.late.iter().map(|(r, m)| (r, RejectKind::Late, m.clone()));
         for (row, kind, reason) in failures.chain(late) {
             if *row >= rows.num_rows() || partitions.is_null(*row) {

@@ -137,7 +137,8 @@ impl Processor {
                             last_offset,
                             kafka_timestamp,
                         };
-                        let w = run(plan, &t.layout, &t.name, t.lateness_ms, &input, &mut table_state.open);
+                        let label = t.name.strip_suffix(crate::spec::PARTIALS_SUFFIX).unwrap_or(&t.name);
+                        let w = run(plan, &t.layout, label, t.lateness_ms, &input, &mut table_state.open);
                         parts[k].extend(w.rows);
                         out[k].failures.extend(w.failures.into_iter().map(|(i, r)| (at(i), r)));
                         out[k].late.extend(w.late.into_iter().map(|(i, r)| (at(i), r)));

@@ -3,10 +3,6 @@
 
 use super::{ColumnSpec, ColumnType};
 
-/// Default: how long a partition may receive nothing before its open windows are closed at
-/// the topic's watermark (seconds).
-pub const DEFAULT_IDLE_TIMEOUT_SECONDS: u64 = 300;
-
 /// A table's event time: the column, and the watermark it yields per Kafka partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventTime {
@@ -14,8 +10,6 @@ pub struct EventTime {
     pub column: String,
     /// How far out of order records may arrive: watermark = highest event time seen − this, ms.
     pub out_of_orderness_ms: i64,
-    /// A partition that received nothing for this long no longer holds windows back, ms.
-    pub idle_timeout_ms: i64,
 }
 
 /// Duplicates dropped by key within a time bound: the first occurrence wins.
@@ -75,7 +69,6 @@ pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
 pub(super) fn parse_watermark(
     text: &str,
     columns: &[ColumnSpec],
-    idle_timeout_ms: i64,
 ) -> Result<EventTime, String> {
     let (column, delay) = match text.split_once('-') {
         Some((c, d)) => (c.trim(), parse_duration_ms(d)?),
@@ -95,7 +88,6 @@ pub(super) fn parse_watermark(
     Ok(EventTime {
         column: column.to_string(),
         out_of_orderness_ms: delay,
-        idle_timeout_ms,
     })
 }
 

@@ -80,7 +80,6 @@ struct RawTable {
     #[serde(default = "yes")]
     land: bool,
     watermark: Option<Spanned<String>>,
-    idle_timeout_seconds: Option<Spanned<u64>>,
 }
 
 fn yes() -> bool {
@@ -202,30 +201,12 @@ impl PipelineSpec {
                 Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
                 None => settings.target_file_size_mb,
             };
-            let idle_timeout_ms = match &t.idle_timeout_seconds {
-                Some(v) if *v.get_ref() == 0 || *v.get_ref() > 86_400 => {
-                    return Err(at(
-                        v.span(),
-                        "idle_timeout_seconds must be between 1 and 86400 (a day)".into(),
-                    ));
-                }
-                Some(v) => *v.get_ref() as i64 * 1000,
-                None => super::event_time::DEFAULT_IDLE_TIMEOUT_SECONDS as i64 * 1000,
-            };
             let event_time = match &t.watermark {
                 Some(w) => Some(
-                    super::event_time::parse_watermark(w.get_ref(), &columns, idle_timeout_ms)
+                    super::event_time::parse_watermark(w.get_ref(), &columns)
                         .map_err(|m| at(w.span(), m))?,
                 ),
-                None => {
-                    if let Some(v) = &t.idle_timeout_seconds {
-                        return Err(at(
-                            v.span(),
-                            "idle_timeout_seconds needs a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\"".into(),
-                        ));
-                    }
-                    None
-                }
+                None => None,
             };
             tables.push(TableSpec {
                 name: name.clone(),

@@ -26,7 +26,7 @@ mod event_time;
 mod load;
 
 pub use derived::PARTIALS_SUFFIX;
-pub use event_time::{DEFAULT_IDLE_TIMEOUT_SECONDS, Dedup, EventTime, parse_duration_ms};
+pub use event_time::{Dedup, EventTime, parse_duration_ms};
 
 pub use load::is_identifier;
 

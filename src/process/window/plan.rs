@@ -78,8 +78,8 @@ pub(crate) fn plan_window(
     let layout = TableLayout::for_table(source).map_err(|e| err(e.to_string(), None))?;
     let mut fields: Vec<Arc<Field>> = layout.arrow_schema.fields().iter().cloned().collect();
     let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
-    fields.push(Arc::new(Field::new("window_start", ts.clone(), false)));
-    fields.push(Arc::new(Field::new("window_end", ts, false)));
+    fields.push(Arc::new(Field::new("window_start", ts.clone(), true)));
+    fields.push(Arc::new(Field::new("window_end", ts, true)));
     let widened = Arc::new(Schema::new(fields));
     ctx.register_table(
         scan_name(&source.name),
@@ -195,10 +195,10 @@ impl Planner<'_> {
         let mut outputs = Vec::new();
         for (i, e) in projection.expr.iter().enumerate() {
             let name = projection.schema.field(i).name().clone();
-            let inner = match e {
-                Expr::Alias(a) => a.expr.as_ref(),
-                other => other,
-            };
+            let mut inner = e;
+            while let Expr::Alias(a) = inner {
+                inner = a.expr.as_ref();
+            }
             let Expr::Column(c) = inner else {
                 return Err(err(
                     format!(

@@ -507,9 +507,9 @@ mod tests {
         // Mirror mode: an item per partition too.
         assert_eq!(split(&topic(100, 1), 1, &[]), vec![97, 3]);
         assert!(split(&[], 0, &[]).is_empty());
-        // A state item per stateful partition: 100 partitions of one bucket with state take
-        // 1 bucket + 97 states + the pending batch, then the rest.
-        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![98, 2]);
+        // A state item per stateful partition: 97 partitions take 2 buckets, 97 states and
+        // the pending batch; the rest go in a second transaction.
+        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![97, 3]);
     }
 
     #[test]
