@@ -11,6 +11,7 @@ pub mod reliability_layout_scenarios;
 pub mod reliability_scenarios;
 pub mod scenarios;
 pub mod table_scenarios;
+pub mod window_scenarios;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,0 +1,235 @@
+//! Windows and dedup against a brute-force oracle: for any history of wide deliveries,
+//! re-deliveries, zombies and crashes around the checkpoint write, with event times out of
+//! order (within and beyond the out-of-orderness), late records and producer duplicates:
+//!
+//! - the view `orders_per_minute` holds, for every window a partition closed, exactly the count
+//!   and sum of that partition's records which were not late — computed here from all input by
+//!   simulating each partition's watermark — added up over partitions and corrections;
+//! - every record later than the allowed lateness is one dead letter of kind `late`;
+//! - `orders_clean` (dedup by order_id) holds each order once, and every copy a producer re-sent
+//!   is gone (the raw `orders` table keeps it).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arrow_array::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use proptest::prelude::*;
+use streamtable::generate::SourceRecord;
+use streamtable::query::{QueryEngine, TimeTravel};
+
+use super::derived_scenarios::{Step, step};
+use super::faults::{Fault, FaultyState};
+use super::{Harness, event};
+
+const PARTITIONS: i32 = 3;
+const TOTAL: i64 = 48;
+const BASE_MS: i64 = 1_795_946_400_000;
+const OUT_OF_ORDER_US: i64 = 30_000_000;
+const LATENESS_US: i64 = 300_000_000;
+const WINDOW_US: i64 = 60_000_000;
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The order at (`partition`, `offset`): every 6th is a producer's copy of the one before;
+/// event times advance 10 s per offset, out of order by up to ±25 s, and one in 9 is 2 to 9
+/// minutes late. A pure function of its coordinates and `seed`.
+fn order(seed: u64, partition: i32, offset: i64) -> (String, i64) {
+    let original = if offset % 6 == 5 { offset - 1 } else { offset };
+    let r = mix(seed ^ mix(((partition as u64) << 32) | original as u64));
+    let mut at = BASE_MS + original * 10_000 + (r % 50_000) as i64 - 25_000;
+    if (r >> 20) % 9 == 0 {
+        at -= 120_000 + ((r >> 30) % 420_000) as i64;
+    }
+    let country = ["DE", "FR", "US"][((r >> 8) % 3) as usize];
+    let value = format!(
+        r#"{{"order_id":"o-{partition}-{original}","amount":"{}.{:02}","currency":"EUR","country":"{country}","status":"paid","created_at":"{}"}}"#,
+        (r >> 12) % 300,
+        (r >> 40) % 100,
+        streamtable::generate::rfc3339_ms(at)
+    );
+    (value, at * 1000)
+}
+
+fn records(seed: u64, mask: u8, range: impl Fn(i32) -> (i64, i64)) -> Vec<SourceRecord> {
+    let mut out = Vec::new();
+    for p in (0..PARTITIONS).filter(|p| mask & (1 << p) != 0) {
+        let (start, end) = range(p);
+        for offset in start..end {
+            out.push(SourceRecord {
+                topic: "orders".into(),
+                partition: p,
+                offset,
+                timestamp_ms: BASE_MS + offset * 1000,
+                key: Some(format!("o-{p}-{offset}").into_bytes()),
+                value: Some(order(seed, p, offset).0.into_bytes()),
+                raw_value_field: None,
+            });
+        }
+    }
+    out
+}
+
+fn rows(batches: &[RecordBatch]) -> Vec<String> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let f: Vec<ArrayFormatter> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+            .collect();
+        for i in 0..b.num_rows() {
+            out.push(f.iter().map(|f| f.value(i).to_string()).collect::<Vec<_>>().join(" | "));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The oracle: per partition in offset order, the watermark before each record; records later
+/// than the lateness are late, the others count in their window once the partition's final
+/// watermark passed its end. Returns the expected view rows and the late (partition, offset)s.
+fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
+    let mut windows: BTreeMap<(i64, String), (i64, i128)> = BTreeMap::new();
+    let mut late = Vec::new();
+    for p in 0..PARTITIONS {
+        let events: Vec<(i64, i64, String, i128)> = (0..TOTAL)
+            .map(|o| {
+                let (value, t) = order(seed, p, o);
+                let v: serde_json::Value = serde_json::from_str(&value).expect("json");
+                let amount = v["amount"].as_str().expect("amount").replace('.', "");
+                (o, t, v["country"].as_str().expect("country").to_string(), amount.parse().expect("cents"))
+            })
+            .collect();
+        let mut max: Option<i64> = None;
+        let mut counted = Vec::new();
+        for (o, t, country, cents) in &events {
+            let wm = max.map(|m| m - OUT_OF_ORDER_US);
+            let start = t - t.rem_euclid(WINDOW_US);
+            if wm.is_some_and(|wm| start + WINDOW_US + LATENESS_US <= wm) {
+                late.push(format!("{p} | {o}"));
+            } else {
+                counted.push((start, country.clone(), *cents));
+            }
+            max = Some(max.map_or(*t, |m| m.max(*t)));
+        }
+        let final_wm = max.map_or(i64::MIN, |m| m - OUT_OF_ORDER_US);
+        for (start, country, cents) in counted {
+            if start + WINDOW_US <= final_wm {
+                let e = windows.entry((start, country)).or_default();
+                e.0 += 1;
+                e.1 += cents;
+            }
+        }
+    }
+    let fmt = |us: i64| {
+        chrono::DateTime::from_timestamp_micros(us)
+            .expect("time")
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let expected = windows
+        .into_iter()
+        .map(|((start, country), (n, cents))| {
+            format!(
+                "{} | {} | {country} | {n} | {}.{:02}",
+                fmt(start),
+                fmt(start + WINDOW_US),
+                cents / 100,
+                cents % 100
+            )
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    late.sort();
+    (expected, late)
+}
+
+pub fn steps() -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(step(), 1..10)
+}
+
+/// Runs the history on `h` with the shipped spec and checks the property.
+pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step>) {
+    h.spec = super::shipped_spec();
+    h.spec.retain_tables(|t| t.name == "orders");
+    let tables = h.tables();
+    let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+    for s in steps {
+        let (recs, faults) = match s {
+            Step::Deliver { mask, len, fault } => {
+                let recs = records(seed, mask, |p| {
+                    let c = committed.get(&p).copied().unwrap_or(0);
+                    (c, (c + len).min(TOTAL))
+                });
+                let faults = match fault {
+                    0 => vec![Fault::CrashBeforeAdvance],
+                    1 => vec![Fault::CrashAfterAdvance],
+                    _ => vec![],
+                };
+                (recs, faults)
+            }
+            Step::Redeliver { mask, back, len } => {
+                let recs = records(seed, mask, |p| {
+                    let start = (committed.get(&p).copied().unwrap_or(0) - back).max(0);
+                    (start, (start + len).min(TOTAL))
+                });
+                (recs, vec![])
+            }
+        };
+        if recs.is_empty() {
+            continue;
+        }
+        let ingestor = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), faults));
+        if ingestor.handle(&event(&recs)).await.is_ok() {
+            for r in &recs {
+                let e = committed.entry(r.partition).or_insert(0);
+                *e = (*e).max(r.offset + 1);
+            }
+        }
+    }
+    let rest = records(seed, 0b111, |p| (committed.get(&p).copied().unwrap_or(0), TOTAL));
+    if !rest.is_empty() {
+        h.ingestor().handle(&event(&rest)).await.expect("final delivery");
+    }
+    streamtable::commit::commit_pending(&h.backend, &tables)
+        .await
+        .expect("commit");
+    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
+        .await
+        .expect("query engine");
+    let q = |sql: &'static str| {
+        let engine = &engine;
+        async move { rows(&engine.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))) }
+    };
+    let (expected, late) = oracle(seed);
+    assert!(!expected.is_empty(), "the history closes windows");
+    let streamed = q("SELECT window_start, window_end, country, orders, revenue FROM orders_per_minute").await;
+    assert_eq!(streamed, expected, "every closed window: the exact count and sum of its on-time records");
+    let dead = q("SELECT kafka_partition, kafka_offset FROM dead_letters \
+                  WHERE error_kind = 'late' AND error_message LIKE 'derived table orders_per_minute: %'")
+        .await;
+    let mut dead_sorted = dead.clone();
+    dead_sorted.sort();
+    let mut late_sorted = late.clone();
+    late_sorted.sort();
+    assert_eq!(dead_sorted, late_sorted, "every late record is one dead letter of kind late");
+    assert_eq!(
+        q("SELECT count(*) FROM orders").await,
+        [(PARTITIONS as i64 * TOTAL).to_string()],
+        "the raw table keeps every record, copies included"
+    );
+    let originals = PARTITIONS as i64 * (TOTAL - TOTAL / 6);
+    assert_eq!(
+        q("SELECT count(*), count(DISTINCT order_id) FROM orders_clean").await,
+        [format!("{originals} | {originals}")],
+        "orders_clean: each order once, the producer's copies dropped"
+    );
+}

@@ -1,0 +1,16 @@
+//! Windows and dedup on the embedded backend against a brute-force oracle, for any history of
+//! deliveries, re-deliveries, zombies and crashes (see `common/window_scenarios.rs`).
+
+mod common;
+
+use common::window_scenarios::{steps, windows_equal_the_oracle};
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #[test]
+    fn windows_and_dedup_equal_a_brute_force_oracle(seed in any::<u64>(), steps in steps()) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async { windows_equal_the_oracle(common::embedded().await, seed, steps).await });
+    }
+}
