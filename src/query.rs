@@ -95,8 +95,12 @@ impl QueryEngine {
             )));
         }
         let catalog = Arc::new(MemoryCatalogProvider::new());
-        datafusion::catalog::CatalogProvider::register_schema(catalog.as_ref(), &ns, schema.clone())
-            .map_err(|e| Error::Internal(format!("register namespace {ns}: {e}")))?;
+        datafusion::catalog::CatalogProvider::register_schema(
+            catalog.as_ref(),
+            &ns,
+            schema.clone(),
+        )
+        .map_err(|e| Error::Internal(format!("register namespace {ns}: {e}")))?;
         ctx.register_catalog(CATALOG, catalog);
         // Windowed tables: the view merging their partial rows, under the derived table's name.
         for (name, sql) in views {

@@ -85,6 +85,17 @@ pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) ->
                 "Count",
             ),
             ("RowsDerived", summary.derived_rows as f64, "Count"),
+            (
+                "RecordsLate",
+                summary
+                    .dead_letters_by_kind
+                    .get(crate::decode::RejectKind::Late.as_str())
+                    .copied()
+                    .unwrap_or(0) as f64,
+                "Count",
+            ),
+            ("RecordsDeduplicated", summary.deduplicated as f64, "Count"),
+            ("StateBytesMax", summary.state_bytes_max as f64, "Bytes"),
             ("FilesWritten", summary.files_written as f64, "Count"),
             ("BytesWritten", summary.bytes_written as f64, "Bytes"),
             ("CheckpointConflicts", summary.conflicts as f64, "Count"),
@@ -157,9 +168,15 @@ mod tests {
             dead_lettered: 2,
             newest_timestamp_ms: Some(1_000),
             derived_rows: 7,
-            dead_letters_by_kind: [("transform".to_string(), 1), ("not_json".to_string(), 1)]
-                .into_iter()
-                .collect(),
+            deduplicated: 3,
+            state_bytes_max: 900,
+            dead_letters_by_kind: [
+                ("transform".to_string(), 1),
+                ("not_json".to_string(), 1),
+                ("late".to_string(), 4),
+            ]
+            .into_iter()
+            .collect(),
             ..Default::default()
         };
         let line = ingest_metrics(&summary, 4_000, 12.5);
@@ -173,6 +190,9 @@ mod tests {
         assert_eq!(v["RecordsDeadLettered"], 2.0);
         assert_eq!(v["RowsDerived"], 7.0);
         assert_eq!(v["RecordsFailedTransform"], 1.0);
+        assert_eq!(v["RecordsLate"], 4.0);
+        assert_eq!(v["RecordsDeduplicated"], 3.0);
+        assert_eq!(v["StateBytesMax"], 900.0);
         assert_eq!(v["OffsetLagMs"], 3000.0);
         assert_eq!(v["function"], "ingest");
     }

@@ -91,13 +91,21 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         for line in d.sql.trim().lines() {
             let _ = writeln!(out, "    {line}");
         }
-        out.push_str("  columns (inferred, all optional):\n");
+        if d.view.is_some() {
+            out.push_str("  columns of the partial rows (inferred, all optional):\n");
+        } else {
+            out.push_str("  columns (inferred, all optional):\n");
+        }
         columns(&mut out, &d.table.columns, false);
         let _ = writeln!(
             out,
-            "    + {} (of the source row)\n",
+            "    + {} (of the source row)",
             KAFKA_COLUMNS.join(", ")
         );
+        if let Some(v) = &d.view {
+            let _ = writeln!(out, "  view {} (what analysts query): {}", v.name, v.sql);
+        }
+        out.push('\n');
     }
     for r in &spec.references {
         let users: Vec<&str> = spec
@@ -142,7 +150,10 @@ mod tests {
         for expected in [
             "table orders <- topic orders; feeds orders_clean",
             "table orders_clean <- SQL over orders (line ",
-            "runs: stateless, per batch in the ingest function: left lookup join to reference table currency_rates on 1 key, filter, 7 columns",
+            "runs: stateful (dedup keys checkpointed), per batch in the ingest function: dedup by order_id within 1 h, left lookup join to reference table currency_rates on 1 key, filter, 7 columns",
+            "runs: stateful, per partition in the ingest function: tumbling 1 min windows on event time, 1 key, 2 aggregates, allowed lateness 5 min",
+            "    revenue          decimal(28,2)",
+            "  view orders_per_minute (what analysts query): SELECT \"window_start\", \"window_end\", \"country\", SUM(\"orders\") AS \"orders\", SUM(\"revenue\") AS \"revenue\" FROM orders_per_minute_partials GROUP BY \"window_start\", \"window_end\", \"country\"",
             "    amount_eur       decimal(18,2)",
             "    severity         string",
             "reference table currency_rates (read by orders_clean; re-read every 300 s",

@@ -231,48 +231,53 @@ pub fn synthetic_stream(
     let mut rng = Rng::new(first_id ^ count);
     let mut out = Vec::with_capacity(count as usize);
     for i in 0..count {
-            let p = (i % partitions as u64) as usize;
-            let offset = next_offsets.get(p).copied().unwrap_or(0);
+        let p = (i % partitions as u64) as usize;
+        let offset = next_offsets.get(p).copied().unwrap_or(0);
+        if let Some(o) = next_offsets.get_mut(p) {
+            *o += 1;
+        }
+        let n = first_id + i;
+        let mut at = if disorder.step_ms > 0 {
+            start_ms
+                + n as i64 * disorder.step_ms
+                + rng.below(disorder.jitter_ms.max(1) as u64) as i64
+                - disorder.jitter_ms / 2
+        } else {
+            start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64
+        };
+        if disorder.late_every > 0 && n % disorder.late_every == disorder.late_every - 1 {
+            let k = n / disorder.late_every;
+            at -= if k.is_multiple_of(2) {
+                disorder.late_by_ms
+            } else {
+                disorder.late_by_ms / 3
+            };
+        }
+        let record = SourceRecord {
+            topic: topic.to_string(),
+            partition: p as i32,
+            offset,
+            timestamp_ms: at + 250,
+            key: Some(format!("k-{}", n % 997).into_bytes()),
+            value: Some(factory.event(topic, n, at).into_bytes()),
+            raw_value_field: None,
+        };
+        let record = if bad_every > 0 && i % bad_every == bad_every - 1 {
+            factory.bad_record(n / bad_every, record)
+        } else {
+            record
+        };
+        if disorder.duplicate_every > 0 && n.is_multiple_of(disorder.duplicate_every) {
+            let mut copy = record.clone();
             if let Some(o) = next_offsets.get_mut(p) {
+                copy.offset = *o;
                 *o += 1;
             }
-            let n = first_id + i;
-            let mut at = if disorder.step_ms > 0 {
-                start_ms + n as i64 * disorder.step_ms
-                    + rng.below(disorder.jitter_ms.max(1) as u64) as i64
-                    - disorder.jitter_ms / 2
-            } else {
-                start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64
-            };
-            if disorder.late_every > 0 && n % disorder.late_every == disorder.late_every - 1 {
-                let k = n / disorder.late_every;
-                at -= if k % 2 == 0 { disorder.late_by_ms } else { disorder.late_by_ms / 3 };
-            }
-            let record = SourceRecord {
-                topic: topic.to_string(),
-                partition: p as i32,
-                offset,
-                timestamp_ms: at + 250,
-                key: Some(format!("k-{}", n % 997).into_bytes()),
-                value: Some(factory.event(topic, n, at).into_bytes()),
-                raw_value_field: None,
-            };
-            let record = if bad_every > 0 && i % bad_every == bad_every - 1 {
-                factory.bad_record(n / bad_every, record)
-            } else {
-                record
-            };
-            if disorder.duplicate_every > 0 && n % disorder.duplicate_every == 0 {
-                let mut copy = record.clone();
-                if let Some(o) = next_offsets.get_mut(p) {
-                    copy.offset = *o;
-                    *o += 1;
-                }
-                out.push(record);
-                out.push(copy);
-            } else {
-                out.push(record);
-            }
+            out.push(record);
+            out.push(copy);
+        } else {
+            out.push(record);
+        }
     }
     out
 }

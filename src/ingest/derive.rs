@@ -72,7 +72,11 @@ pub(super) async fn derived_files(
             .strip_suffix(crate::spec::PARTIALS_SUFFIX)
             .unwrap_or(&d.table);
         let failures = d.failures.iter().map(|(r, m)| {
-            (r, RejectKind::Transform, format!("derived table {name}: {m}"))
+            (
+                r,
+                RejectKind::Transform,
+                format!("derived table {name}: {m}"),
+            )
         });
         let late = d.late.iter().map(|(r, m)| (r, RejectKind::Late, m.clone()));
         for (row, kind, reason) in failures.chain(late) {

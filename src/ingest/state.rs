@@ -46,7 +46,9 @@ impl Ingestor {
         let stored = self.state.partition_states(&keys).await?;
         for (p, stored) in sources.into_iter().zip(stored) {
             let Some(stored) = stored else {
-                loaded.states.insert(p.source.clone(), PartitionState::default());
+                loaded
+                    .states
+                    .insert(p.source.clone(), PartitionState::default());
                 continue;
             };
             if stored.next_offset > p.checkpoint.next_offset {
@@ -142,7 +144,9 @@ impl Ingestor {
                 else {
                     continue;
                 };
-                files.extend(super::encode::encode(&d.layout, rows, location, &stem, &self.props).await?);
+                files.extend(
+                    super::encode::encode(&d.layout, rows, location, &stem, &self.props).await?,
+                );
             }
         }
         Ok(files)
@@ -156,7 +160,11 @@ impl Ingestor {
         advances: &[crate::checkpoint::SourceAdvance],
     ) {
         for a in advances {
-            let Some(old) = loaded.stored.get(&a.source).and_then(|s| s.location.as_ref()) else {
+            let Some(old) = loaded
+                .stored
+                .get(&a.source)
+                .and_then(|s| s.location.as_ref())
+            else {
                 continue;
             };
             if a.state.as_ref().and_then(|s| s.location.as_ref()) == Some(old) {

@@ -6,12 +6,12 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
+    Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
 use arrow_array::cast::AsArray;
 use arrow_array::types;
-use arrow_array::builder::{
-    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder,
-    Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
-};
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, TimeUnit};
 use serde::{Deserialize, Serialize};
@@ -60,9 +60,12 @@ impl Cell {
             DataType::Float32 => Cell::Float(
                 f64::from(array.as_primitive::<types::Float32Type>().value(row)).to_bits(),
             ),
-            DataType::Float64 => {
-                Cell::Float(array.as_primitive::<types::Float64Type>().value(row).to_bits())
-            }
+            DataType::Float64 => Cell::Float(
+                array
+                    .as_primitive::<types::Float64Type>()
+                    .value(row)
+                    .to_bits(),
+            ),
             DataType::Utf8 => Cell::Str(array.as_string::<i32>().value(row).to_string()),
             DataType::LargeUtf8 => Cell::Str(array.as_string::<i64>().value(row).to_string()),
             DataType::Utf8View => Cell::Str(array.as_string_view().value(row).to_string()),
@@ -123,8 +126,8 @@ pub fn build(data_type: &DataType, cells: &[&Cell]) -> Option<ArrayRef> {
         DataType::Int64 => ints!(Int64Builder, i64),
         DataType::Date32 => ints!(Date32Builder, i32),
         DataType::Timestamp(TimeUnit::Microsecond, tz) => {
-            let mut b =
-                TimestampMicrosecondBuilder::with_capacity(cells.len()).with_timezone_opt(tz.clone());
+            let mut b = TimestampMicrosecondBuilder::with_capacity(cells.len())
+                .with_timezone_opt(tz.clone());
             for c in cells {
                 match c {
                     Cell::Null => b.append_null(),

@@ -79,7 +79,14 @@ mod tests {
             key: vec!["id".into()],
             within_ms: 10,
         };
-        let times = [Some(0), Some(1_000), Some(5_000), Some(1), Some(1), Some(20_000)];
+        let times = [
+            Some(0),
+            Some(1_000),
+            Some(5_000),
+            Some(1),
+            Some(1),
+            Some(20_000),
+        ];
         let mut seen = Vec::new();
         let keep = first_occurrences(&dedup, &[0], &rows, &times, Some(15_000), &mut seen);
         // The second "a" is within 10 ms of the first; NULL keys are never duplicates; the

@@ -31,9 +31,9 @@ pub mod reference;
 mod refuse;
 #[cfg(feature = "sql")]
 mod run;
+pub mod state;
 #[cfg(feature = "sql")]
 mod stateful;
-pub mod state;
 #[cfg(feature = "sql")]
 pub mod window;
 

@@ -374,7 +374,11 @@ impl Planner<'_> {
         ))
     }
 
-    pub(super) fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>, SqlError> {
+    pub(super) fn physical(
+        &self,
+        expr: &Expr,
+        schema: &DFSchema,
+    ) -> Result<Arc<dyn PhysicalExpr>, SqlError> {
         self.state
             .create_physical_expr(expr.clone(), schema)
             .map_err(|e| err(format!("expression `{expr}`: {e}"), None))

@@ -83,7 +83,10 @@ impl Processor {
             let dedup = match &d.dedup {
                 Some(dd) => {
                     let source = spec.table(&d.source).ok_or_else(|| {
-                        Error::Spec(format!("derived table {}: no table {}", d.table.name, d.source))
+                        Error::Spec(format!(
+                            "derived table {}: no table {}",
+                            d.table.name, d.source
+                        ))
                     })?;
                     let layout = TableLayout::for_table(source)?;
                     let columns = dd
@@ -197,7 +200,11 @@ impl Processor {
         steps.push(format!("{} columns", p.projection.len()));
         Some(format!(
             "{}, per batch in the ingest function: {}; lands with each batch of {}, exactly once",
-            if t.is_stateful() { "stateful (dedup keys checkpointed)" } else { "stateless" },
+            if t.is_stateful() {
+                "stateful (dedup keys checkpointed)"
+            } else {
+                "stateless"
+            },
             steps.join(", "),
             t.source
         ))
@@ -205,7 +212,9 @@ impl Processor {
 
     /// Whether derived tables fed by table `source` keep state per partition.
     pub fn is_stateful(&self, source: &str) -> bool {
-        self.tables.iter().any(|t| t.source == source && t.is_stateful())
+        self.tables
+            .iter()
+            .any(|t| t.source == source && t.is_stateful())
     }
 
     /// Reads the reference tables not read yet, and those due for a refresh.
@@ -224,7 +233,11 @@ impl Processor {
         now_ms: i64,
     ) -> Result<Vec<Derived>> {
         let mut out = Vec::new();
-        for t in self.tables.iter().filter(|t| t.source == source && !t.is_stateful()) {
+        for t in self
+            .tables
+            .iter()
+            .filter(|t| t.source == source && !t.is_stateful())
+        {
             let e = self.evaluate_rows(t, rows)?;
             out.push(Derived {
                 table: t.name.clone(),
@@ -248,7 +261,10 @@ impl Processor {
         rows: &RecordBatch,
     ) -> Result<super::run::Evaluated> {
         let Plan::Rows(plan) = &t.plan else {
-            return Err(Error::Internal(format!("{} is not a row-by-row table", t.name)));
+            return Err(Error::Internal(format!(
+                "{} is not a row-by-row table",
+                t.name
+            )));
         };
         let index = match &plan.lookup {
             Some(lookup) => Some(self.index(t, &lookup.reference)?),

@@ -105,7 +105,10 @@ impl PartitionState {
 
     /// Open windows and dedup keys held, for reports.
     pub fn entries(&self) -> usize {
-        self.tables.values().map(|t| t.open.len() + t.seen.len()).sum()
+        self.tables
+            .values()
+            .map(|t| t.open.len() + t.seen.len())
+            .sum()
     }
 }
 
@@ -126,7 +129,14 @@ mod tests {
                 open: vec![OpenWindow {
                     start: 60_000_000,
                     key: vec![Cell::Str("DE".into())],
-                    accs: vec![Acc::Count(3), Acc::SumInt(Some(i128::MAX)), Acc::Avg { sum: f64::NAN.to_bits(), count: 1 }],
+                    accs: vec![
+                        Acc::Count(3),
+                        Acc::SumInt(Some(i128::MAX)),
+                        Acc::Avg {
+                            sum: f64::NAN.to_bits(),
+                            count: 1,
+                        },
+                    ],
                 }],
                 seen: vec![(vec![Cell::Str("o-1".into())], 7)],
             },
@@ -135,6 +145,11 @@ mod tests {
         let back = PartitionState::decode(&bytes, "test").unwrap();
         assert_eq!(back.tables, s.tables);
         assert_eq!(back.v, VERSION);
-        assert!(PartitionState::decode(b"nope", "p").unwrap_err().to_string().contains("p: state"));
+        assert!(
+            PartitionState::decode(b"nope", "p")
+                .unwrap_err()
+                .to_string()
+                .contains("p: state")
+        );
     }
 }

@@ -35,10 +35,7 @@ fn partition_runs(rows: &RecordBatch) -> Result<Vec<(i32, Range<usize>)>> {
     Ok(runs)
 }
 
-fn max_of<T: arrow_array::ArrowPrimitiveType<Native = i64>>(
-    rows: &RecordBatch,
-    name: &str,
-) -> i64 {
+fn max_of<T: arrow_array::ArrowPrimitiveType<Native = i64>>(rows: &RecordBatch, name: &str) -> i64 {
     rows.column_by_name(name)
         .and_then(|c| c.as_primitive_opt::<T>())
         .and_then(|a| a.iter().flatten().max())
@@ -54,7 +51,9 @@ impl Processor {
         now_ms: i64,
     ) -> Result<Vec<Derived>> {
         let time = *self.times.get(source).ok_or_else(|| {
-            Error::Internal(format!("stateful tables of {source}, which has no event time"))
+            Error::Internal(format!(
+                "stateful tables of {source}, which has no event time"
+            ))
         })?;
         let tables: Vec<_> = self
             .tables
@@ -77,10 +76,17 @@ impl Processor {
             let slice = rows.slice(range.start, range.len());
             let times: Vec<Option<i64>> = {
                 let c = slice.column(time.column);
-                let ts = c.as_primitive_opt::<TimestampMicrosecondType>().ok_or_else(|| {
-                    Error::Internal(format!("event time of {source} is of type {}", c.data_type()))
-                })?;
-                (0..ts.len()).map(|i| ts.is_valid(i).then(|| ts.value(i))).collect()
+                let ts = c
+                    .as_primitive_opt::<TimestampMicrosecondType>()
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "event time of {source} is of type {}",
+                            c.data_type()
+                        ))
+                    })?;
+                (0..ts.len())
+                    .map(|i| ts.is_valid(i).then(|| ts.value(i)))
+                    .collect()
             };
             let state = states.entry(partition).or_default();
             let wm = |max: Option<i64>| max.map(|m| m.saturating_sub(time.out_of_orderness_us));
@@ -137,16 +143,32 @@ impl Processor {
                             last_offset,
                             kafka_timestamp,
                         };
-                        let label = t.name.strip_suffix(crate::spec::PARTIALS_SUFFIX).unwrap_or(&t.name);
-                        let w = run(plan, &t.layout, label, t.lateness_ms, &input, &mut table_state.open);
+                        let label = t
+                            .name
+                            .strip_suffix(crate::spec::PARTIALS_SUFFIX)
+                            .unwrap_or(&t.name);
+                        let w = run(
+                            plan,
+                            &t.layout,
+                            label,
+                            t.lateness_ms,
+                            &input,
+                            &mut table_state.open,
+                        );
                         parts[k].extend(w.rows);
-                        out[k].failures.extend(w.failures.into_iter().map(|(i, r)| (at(i), r)));
-                        out[k].late.extend(w.late.into_iter().map(|(i, r)| (at(i), r)));
+                        out[k]
+                            .failures
+                            .extend(w.failures.into_iter().map(|(i, r)| (at(i), r)));
+                        out[k]
+                            .late
+                            .extend(w.late.into_iter().map(|(i, r)| (at(i), r)));
                     }
                     Plan::Rows(_) => {
                         let e = self.evaluate_rows(t, &kept)?;
                         parts[k].extend(e.rows);
-                        out[k].failures.extend(e.failures.into_iter().map(|(i, r)| (at(i), r)));
+                        out[k]
+                            .failures
+                            .extend(e.failures.into_iter().map(|(i, r)| (at(i), r)));
                     }
                 }
             }
@@ -195,7 +217,14 @@ impl Processor {
                 last_offset,
                 kafka_timestamp: state.updated_at_ms.saturating_mul(1000),
             };
-            let w = run(plan, &t.layout, &t.name, t.lateness_ms, &input, &mut table_state.open);
+            let w = run(
+                plan,
+                &t.layout,
+                &t.name,
+                t.lateness_ms,
+                &input,
+                &mut table_state.open,
+            );
             out.push(Derived {
                 table: t.name.clone(),
                 layout: t.layout.clone(),
@@ -213,6 +242,10 @@ impl Processor {
 fn plan_source_schema(plan: &super::window::WindowPlan) -> arrow_schema::SchemaRef {
     let fields = plan.input_schema.fields();
     std::sync::Arc::new(arrow_schema::Schema::new(
-        fields.iter().take(fields.len().saturating_sub(2)).cloned().collect::<Vec<_>>(),
+        fields
+            .iter()
+            .take(fields.len().saturating_sub(2))
+            .cloned()
+            .collect::<Vec<_>>(),
     ))
 }

@@ -141,14 +141,18 @@ pub(super) fn parse_derived(
         })?;
         let source_spec = cx.tables.iter().find(|t| t.name == inferred.source);
         let dedup = match &d.dedup {
-            Some(raw) => Some(parse_dedup(raw.get_ref(), source_spec, name).map_err(|m| at(raw.span(), m))?),
+            Some(raw) => {
+                Some(parse_dedup(raw.get_ref(), source_spec, name).map_err(|m| at(raw.span(), m))?)
+            }
             None => None,
         };
         let allowed_lateness_ms = match &d.allowed_lateness {
             Some(_) if inferred.view.is_none() => {
                 return Err(at(
                     d.name.span(),
-                    format!("derived table {name:?}: allowed_lateness applies to windowed tables (FROM TABLE(TUMBLE(…)) or HOP); remove it"),
+                    format!(
+                        "derived table {name:?}: allowed_lateness applies to windowed tables (FROM TABLE(TUMBLE(…)) or HOP); remove it"
+                    ),
                 ));
             }
             Some(v) => parse_duration_ms(v.get_ref()).map_err(|m| at(v.span(), m))?,
@@ -160,7 +164,9 @@ pub(super) fn parse_derived(
                 if !names.insert(partials.clone()) {
                     return Err(at(
                         d.name.span(),
-                        format!("windowed table {name:?} keeps its partial rows in table {partials:?}, which is defined elsewhere; rename one"),
+                        format!(
+                            "windowed table {name:?} keeps its partial rows in table {partials:?}, which is defined elsewhere; rename one"
+                        ),
                     ));
                 }
                 partials
@@ -211,9 +217,15 @@ pub(super) fn parse_derived(
 /// The suffix of the table that holds a windowed table's partial rows.
 pub const PARTIALS_SUFFIX: &str = "_partials";
 
-fn parse_dedup(raw: &RawDedup, source: Option<&TableSpec>, name: &str) -> std::result::Result<Dedup, String> {
+fn parse_dedup(
+    raw: &RawDedup,
+    source: Option<&TableSpec>,
+    name: &str,
+) -> std::result::Result<Dedup, String> {
     let Some(source) = source else {
-        return Err(format!("derived table {name:?}: dedup needs a topic's table as source"));
+        return Err(format!(
+            "derived table {name:?}: dedup needs a topic's table as source"
+        ));
     };
     if source.event_time.is_none() {
         return Err(format!(
@@ -222,7 +234,9 @@ fn parse_dedup(raw: &RawDedup, source: Option<&TableSpec>, name: &str) -> std::r
         ));
     }
     if raw.key.is_empty() {
-        return Err(format!("derived table {name:?}: dedup needs at least one key column"));
+        return Err(format!(
+            "derived table {name:?}: dedup needs at least one key column"
+        ));
     }
     for k in &raw.key {
         if !source.columns.iter().any(|c| &c.name == k) {
@@ -234,7 +248,9 @@ fn parse_dedup(raw: &RawDedup, source: Option<&TableSpec>, name: &str) -> std::r
     }
     let within_ms = parse_duration_ms(&raw.within)?;
     if within_ms == 0 {
-        return Err(format!("derived table {name:?}: dedup within must be more than 0"));
+        return Err(format!(
+            "derived table {name:?}: dedup within must be more than 0"
+        ));
     }
     Ok(Dedup {
         key: raw.key.clone(),

@@ -66,10 +66,7 @@ pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
 }
 
 /// The event time of a table from `watermark = "<column> [- INTERVAL …]"`.
-pub(super) fn parse_watermark(
-    text: &str,
-    columns: &[ColumnSpec],
-) -> Result<EventTime, String> {
+pub(super) fn parse_watermark(text: &str, columns: &[ColumnSpec]) -> Result<EventTime, String> {
     let (column, delay) = match text.split_once('-') {
         Some((c, d)) => (c.trim(), parse_duration_ms(d)?),
         None => (text.trim(), 0),
@@ -103,8 +100,16 @@ mod tests {
         assert_eq!(parse_duration_ms("2 days"), Ok(172_800_000));
         assert_eq!(parse_duration_ms("250 ms"), Ok(250));
         assert_eq!(parse_duration_ms("10 milliseconds"), Ok(10));
-        assert!(parse_duration_ms("soon").unwrap_err().contains("INTERVAL '30' SECOND"));
-        assert!(parse_duration_ms("5 fortnights").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration_ms("soon")
+                .unwrap_err()
+                .contains("INTERVAL '30' SECOND")
+        );
+        assert!(
+            parse_duration_ms("5 fortnights")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
         assert!(parse_duration_ms("400 days").unwrap_err().contains("year"));
         assert!(parse_duration_ms("INTERVAL '-1' SECOND").is_err());
     }

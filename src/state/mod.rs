@@ -42,7 +42,10 @@ pub trait CheckpointStore: Send + Sync {
 
     /// The stored state of the stateful derived tables of `sources`, in their order (`None`:
     /// none yet). Written by [`CheckpointStore::advance`] with the checkpoint.
-    async fn partition_states(&self, sources: &[SourcePartition]) -> Result<Vec<Option<StoredState>>>;
+    async fn partition_states(
+        &self,
+        sources: &[SourcePartition],
+    ) -> Result<Vec<Option<StoredState>>>;
 
     /// How the consecutive `sources` of one invocation are split into advances: the length of
     /// each group, in order (a store whose transactions are bounded splits; the default takes

@@ -135,7 +135,11 @@ impl CheckpointStore for ChaosState {
         &self,
         sources: &[SourcePartition],
     ) -> Result<Vec<Option<StoredState>>> {
-        chaotic!(self.chaos, "read partition state", self.inner.partition_states(sources))
+        chaotic!(
+            self.chaos,
+            "read partition state",
+            self.inner.partition_states(sources)
+        )
     }
     async fn advance(&self, advances: &[SourceAdvance], batch: &PendingBatch) -> Result<Advance> {
         chaotic!(

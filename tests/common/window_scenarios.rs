@@ -43,7 +43,7 @@ fn order(seed: u64, partition: i32, offset: i64) -> (String, i64) {
     let original = if offset % 6 == 5 { offset - 1 } else { offset };
     let r = mix(seed ^ mix(((partition as u64) << 32) | original as u64));
     let mut at = BASE_MS + original * 10_000 + (r % 50_000) as i64 - 25_000;
-    if (r >> 20) % 9 == 0 {
+    if (r >> 20).is_multiple_of(9) {
         at -= 120_000 + ((r >> 30) % 420_000) as i64;
     }
     let country = ["DE", "FR", "US"][((r >> 8) % 3) as usize];
@@ -85,7 +85,12 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
             .collect();
         for i in 0..b.num_rows() {
-            out.push(f.iter().map(|f| f.value(i).to_string()).collect::<Vec<_>>().join(" | "));
+            out.push(
+                f.iter()
+                    .map(|f| f.value(i).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+            );
         }
     }
     out.sort();
@@ -104,7 +109,12 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
                 let (value, t) = order(seed, p, o);
                 let v: serde_json::Value = serde_json::from_str(&value).expect("json");
                 let amount = v["amount"].as_str().expect("amount").replace('.', "");
-                (o, t, v["country"].as_str().expect("country").to_string(), amount.parse().expect("cents"))
+                (
+                    o,
+                    t,
+                    v["country"].as_str().expect("country").to_string(),
+                    amount.parse().expect("cents"),
+                )
             })
             .collect();
         let mut max: Option<i64> = None;
@@ -195,9 +205,14 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
             }
         }
     }
-    let rest = records(seed, 0b111, |p| (committed.get(&p).copied().unwrap_or(0), TOTAL));
+    let rest = records(seed, 0b111, |p| {
+        (committed.get(&p).copied().unwrap_or(0), TOTAL)
+    });
     if !rest.is_empty() {
-        h.ingestor().handle(&event(&rest)).await.expect("final delivery");
+        h.ingestor()
+            .handle(&event(&rest))
+            .await
+            .expect("final delivery");
     }
     streamtable::commit::commit_pending(&h.backend, &tables)
         .await
@@ -207,12 +222,23 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
         .expect("query engine");
     let q = |sql: &'static str| {
         let engine = &engine;
-        async move { rows(&engine.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))) }
+        async move {
+            rows(
+                &engine
+                    .query(sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}")),
+            )
+        }
     };
     let (expected, late) = oracle(seed);
     assert!(!expected.is_empty(), "the history closes windows");
-    let streamed = q("SELECT window_start, window_end, country, orders, revenue FROM orders_per_minute").await;
-    assert_eq!(streamed, expected, "every closed window: the exact count and sum of its on-time records");
+    let streamed =
+        q("SELECT window_start, window_end, country, orders, revenue FROM orders_per_minute").await;
+    assert_eq!(
+        streamed, expected,
+        "every closed window: the exact count and sum of its on-time records"
+    );
     let dead = q("SELECT kafka_partition, kafka_offset FROM dead_letters \
                   WHERE error_kind = 'late' AND error_message LIKE 'derived table orders_per_minute: %'")
         .await;
@@ -220,7 +246,10 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
     dead_sorted.sort();
     let mut late_sorted = late.clone();
     late_sorted.sort();
-    assert_eq!(dead_sorted, late_sorted, "every late record is one dead letter of kind late");
+    assert_eq!(
+        dead_sorted, late_sorted,
+        "every late record is one dead letter of kind late"
+    );
     assert_eq!(
         q("SELECT count(*) FROM orders").await,
         [(PARTITIONS as i64 * TOTAL).to_string()],

@@ -26,6 +26,32 @@ pub(super) fn orders_event(records: u64, partitions: i32, start_offset: i64) -> 
     esm_event(&recs)
 }
 
+/// [`orders_event`] as the demo streams them: an hour-long feed of event times out of order by
+/// up to ±10 s, one record in 997 late, one in 211 re-sent by its producer (so the count is a
+/// little above `records`); order ids continue across `start_offset`s.
+pub(super) fn orders_stream_event(records: u64, partitions: i32, start_offset: i64) -> String {
+    let mut factory = EventFactory::new(42);
+    let mut offsets = vec![start_offset; partitions.max(1) as usize];
+    let disorder = crate::cli::Disorder {
+        step_ms: 36,
+        jitter_ms: 20_000,
+        late_every: 997,
+        late_by_ms: 420_000,
+        duplicate_every: 211,
+    };
+    let recs = crate::cli::synthetic_stream(
+        &mut factory,
+        "orders",
+        records,
+        &mut offsets,
+        start_offset.max(0) as u64 * partitions.max(1) as u64,
+        0,
+        now_ms() - 3_600_000,
+        &disorder,
+    );
+    esm_event(&recs)
+}
+
 pub(super) async fn ingest(
     config: &Config,
     records: u64,

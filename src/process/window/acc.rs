@@ -34,14 +34,20 @@ impl Acc {
 
     /// The accumulator after `value` (the argument of one row; `None` for `count(*)`), or why
     /// the value cannot be added (a sum that would leave its type's range).
-    pub(crate) fn updated(&self, plan: &AggPlan, value: Option<&Cell>) -> Result<Option<Acc>, String> {
+    pub(crate) fn updated(
+        &self,
+        plan: &AggPlan,
+        value: Option<&Cell>,
+    ) -> Result<Option<Acc>, String> {
         let value = match value {
             Some(Cell::Null) => return Ok(None),
             v => v,
         };
         Ok(Some(match (self, value) {
             (Acc::Count(n), _) => Acc::Count(n.saturating_add(1)),
-            (Acc::SumInt(s), Some(Cell::Int(v))) => Acc::SumInt(Some(add(*s, i128::from(*v), plan)?)),
+            (Acc::SumInt(s), Some(Cell::Int(v))) => {
+                Acc::SumInt(Some(add(*s, i128::from(*v), plan)?))
+            }
             (Acc::SumInt(s), Some(Cell::Dec(v))) => Acc::SumInt(Some(add(*s, *v, plan)?)),
             (Acc::SumFloat(s), Some(Cell::Float(v))) => Acc::SumFloat(Some(
                 (s.map_or(0.0, f64::from_bits) + f64::from_bits(*v)).to_bits(),

@@ -78,13 +78,20 @@ pub(crate) struct WindowPlan {
 }
 
 /// The columns one output contributes to a partial row.
-fn partial_of(name: &str, out: Output, ty: ColumnType, plan: &WindowPlan) -> Vec<(String, ColumnType)> {
+fn partial_of(
+    name: &str,
+    out: Output,
+    ty: ColumnType,
+    plan: &WindowPlan,
+) -> Vec<(String, ColumnType)> {
     match out {
         Output::Agg(i) if plan.aggs[i].func == AggFn::Avg => vec![
             (format!("{name}__sum"), ColumnType::Double),
             (format!("{name}__count"), ColumnType::Long),
         ],
-        Output::Agg(i) if plan.aggs[i].func == AggFn::Count => vec![(name.to_string(), ColumnType::Long)],
+        Output::Agg(i) if plan.aggs[i].func == AggFn::Count => {
+            vec![(name.to_string(), ColumnType::Long)]
+        }
         _ => vec![(name.to_string(), ty)],
     }
 }
@@ -98,7 +105,10 @@ impl WindowPlan {
                 && matches!(self.aggs[*i].func, AggFn::Sum | AggFn::Min | AggFn::Max)
                 && column_type(&self.aggs[*i].result).is_none()
             {
-                return Err(format!("{name}: a {} cannot be stored", self.aggs[*i].result));
+                return Err(format!(
+                    "{name}: a {} cannot be stored",
+                    self.aggs[*i].result
+                ));
             }
             out.extend(partial_of(name, *o, *ty, self));
         }

@@ -41,22 +41,28 @@ pub(crate) fn plan_window(
     let DFStatement::Statement(mut statement) = statement else {
         return Ok(None);
     };
-    let Some(call) = take_window(&mut statement, sql, scan_name).map_err(|m| {
-        err(m, find(sql, &["tumble", "hop", "session", "cumulate"]))
-    })?
+    let Some(call) = take_window(&mut statement, sql, scan_name)
+        .map_err(|m| err(m, find(sql, &["tumble", "hop", "session", "cumulate"])))?
     else {
         return Ok(None);
     };
-    let source = tables.iter().find(|t| t.name == call.source).ok_or_else(|| {
-        err(
-            format!(
-                "{} is not a topic's table; a window reads one of: {}",
-                call.source,
-                tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-            Some(call.at),
-        )
-    })?;
+    let source = tables
+        .iter()
+        .find(|t| t.name == call.source)
+        .ok_or_else(|| {
+            err(
+                format!(
+                    "{} is not a topic's table; a window reads one of: {}",
+                    call.source,
+                    tables
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(call.at),
+            )
+        })?;
     let Some(event_time) = &source.event_time else {
         return Err(err(
             format!(
@@ -83,14 +89,15 @@ pub(crate) fn plan_window(
     let widened = Arc::new(Schema::new(fields));
     ctx.register_table(
         scan_name(&source.name),
-        Arc::new(datafusion::datasource::empty::EmptyTable::new(widened.clone())),
+        Arc::new(datafusion::datasource::empty::EmptyTable::new(
+            widened.clone(),
+        )),
     )
     .map_err(|e| err(e.to_string(), None))?;
     let state = ctx.state();
-    let logical = futures::executor::block_on(
-        state.statement_to_plan(DFStatement::Statement(statement)),
-    )
-    .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;
+    let logical =
+        futures::executor::block_on(state.statement_to_plan(DFStatement::Statement(statement)))
+            .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;
     let logical = state
         .analyzer()
         .execute_and_check(logical, state.config_options(), |_, _| {})
@@ -171,7 +178,9 @@ impl Planner<'_> {
                 None => {
                     if refers_to_window(g) {
                         return Err(err(
-                            format!("GROUP BY {g}: group by window_start and window_end themselves"),
+                            format!(
+                                "GROUP BY {g}: group by window_start and window_end themselves"
+                            ),
                             find(self.sql, &["group by"]),
                         ));
                     }
@@ -207,7 +216,9 @@ impl Planner<'_> {
                     find(self.sql, &[name.as_str()]),
                 ));
             };
-            let index = agg_schema.index_of_column(c).map_err(|e| err(e.to_string(), None))?;
+            let index = agg_schema
+                .index_of_column(c)
+                .map_err(|e| err(e.to_string(), None))?;
             let output = if index < groups.len() {
                 groups[index]
             } else {
@@ -223,13 +234,17 @@ impl Planner<'_> {
             }
             if name.starts_with("kafka_") || name.contains("__") {
                 return Err(err(
-                    format!("output column {name:?}: names starting kafka_ or holding __ are reserved; rename it"),
+                    format!(
+                        "output column {name:?}: names starting kafka_ or holding __ are reserved; rename it"
+                    ),
                     find(self.sql, &[name.as_str()]),
                 ));
             }
             if outputs.iter().any(|(n, _, _)| n == &name) {
                 return Err(err(
-                    format!("output column {name:?} appears twice; rename one with `… AS other_name`"),
+                    format!(
+                        "output column {name:?} appears twice; rename one with `… AS other_name`"
+                    ),
                     None,
                 ));
             }
@@ -267,8 +282,7 @@ impl Planner<'_> {
             aggs,
             outputs,
         };
-        plan.partial_columns()
-            .map_err(|m| err(m, None))?;
+        plan.partial_columns().map_err(|m| err(m, None))?;
         Ok(plan)
     }
 
@@ -297,14 +311,18 @@ impl Planner<'_> {
             }
             other => {
                 return Err(err(
-                    format!("aggregate {other}() cannot run in a window here; use count, sum, min, max or avg"),
+                    format!(
+                        "aggregate {other}() cannot run in a window here; use count, sum, min, max or avg"
+                    ),
                     at,
                 ));
             }
         };
         if f.params.distinct || f.params.filter.is_some() || !f.params.order_by.is_empty() {
             return Err(err(
-                format!("{name}(DISTINCT …), FILTER and ORDER BY inside an aggregate cannot run in a window here"),
+                format!(
+                    "{name}(DISTINCT …), FILTER and ORDER BY inside an aggregate cannot run in a window here"
+                ),
                 at,
             ));
         }
@@ -317,7 +335,10 @@ impl Planner<'_> {
                     .iter()
                     .any(|c| c.name == "window_start" || c.name == "window_end")
                 {
-                    return Err(err(format!("{name}() of window_start or window_end: select them instead"), at));
+                    return Err(err(
+                        format!("{name}() of window_start or window_end: select them instead"),
+                        at,
+                    ));
                 }
                 Some(self.physical(a, input)?)
             }
@@ -330,9 +351,12 @@ impl Planner<'_> {
             None => DataType::Int64,
         };
         if matches!(func, AggFn::Sum | AggFn::Avg)
-            && !(arg_type.is_numeric() && !matches!(arg_type, DataType::Decimal256(_, _)))
+            && (!arg_type.is_numeric() || matches!(arg_type, DataType::Decimal256(_, _)))
         {
-            return Err(err(format!("{name}() of a {arg_type} value: sum and avg take numbers"), at));
+            return Err(err(
+                format!("{name}() of a {arg_type} value: sum and avg take numbers"),
+                at,
+            ));
         }
         Ok(AggPlan {
             func,

@@ -11,8 +11,8 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::acc::typed;
 use super::{Output, WindowPlan, tvf::human};
-use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::process::cell::{Cell, build};
+use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
 
 /// One partition's rows of a batch, with their event times and watermarks.
@@ -66,7 +66,9 @@ pub(crate) fn run(
     let values = match values(plan, input.rows) {
         Ok(v) => v,
         Err(reason) => {
-            out.failures = (0..input.rows.num_rows()).map(|i| (i, reason.clone())).collect();
+            out.failures = (0..input.rows.num_rows())
+                .map(|i| (i, reason.clone()))
+                .collect();
             return out;
         }
     };
@@ -90,7 +92,8 @@ pub(crate) fn run(
             }
         };
         let Some(t) = input.times[i] else {
-            out.failures.push((i, "its event time is NULL; a window needs it".into()));
+            out.failures
+                .push((i, "its event time is NULL; a window needs it".into()));
             continue;
         };
         let wm = input.watermarks[i];
@@ -104,7 +107,9 @@ pub(crate) fn run(
                 continue;
             }
             let current = if end > closed {
-                index.get(&(start, v.key.clone())).map(|&j| open_windows[j].accs.clone())
+                index
+                    .get(&(start, v.key.clone()))
+                    .map(|&j| open_windows[j].accs.clone())
             } else {
                 corrections.get(&(start, v.key.clone())).cloned()
             }
@@ -227,7 +232,8 @@ fn evaluate(plan: &WindowPlan, input: &RecordBatch) -> Result<Vec<RowValues>, St
         .map(|a| a.arg.as_ref().map(eval).transpose())
         .collect::<Result<_, _>>()?;
     let cell = |a: &ArrayRef, i: usize| {
-        Cell::of(a.as_ref(), i).ok_or_else(|| format!("a value of type {} cannot be grouped", a.data_type()))
+        Cell::of(a.as_ref(), i)
+            .ok_or_else(|| format!("a value of type {} cannot be grouped", a.data_type()))
     };
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
@@ -274,11 +280,16 @@ fn partial_rows(
     let fields = layout.arrow_schema.fields();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
     for (column, field) in cells.into_iter().zip(fields.iter()) {
-        let column: Vec<Cell> = column.into_iter().map(|c| typed(c, field.data_type())).collect();
+        let column: Vec<Cell> = column
+            .into_iter()
+            .map(|c| typed(c, field.data_type()))
+            .collect();
         let refs: Vec<&Cell> = column.iter().collect();
-        columns.push(build(field.data_type(), &refs).ok_or_else(|| {
-            format!("column {} cannot hold the window's values", field.name())
-        })?);
+        columns.push(
+            build(field.data_type(), &refs).ok_or_else(|| {
+                format!("column {} cannot hold the window's values", field.name())
+            })?,
+        );
     }
     let n = windows.len();
     let kafka = [

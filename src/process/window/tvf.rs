@@ -124,8 +124,14 @@ pub(crate) fn blank_table_keywords(sql: &str) -> Option<String> {
                 }
             }
             let outer = significant[n - 2];
-            blanks.push((offset(tokens[outer].span.start)?, offset(tokens[outer].span.end)?));
-            blanks.push((offset(tokens[open].span.start)?, offset(tokens[open].span.end)?));
+            blanks.push((
+                offset(tokens[outer].span.start)?,
+                offset(tokens[outer].span.end)?,
+            ));
+            blanks.push((
+                offset(tokens[open].span.start)?,
+                offset(tokens[open].span.end)?,
+            ));
             if let Some(c) = close {
                 blanks.push((offset(tokens[c].span.start)?, offset(tokens[c].span.end)?));
             }
@@ -143,7 +149,10 @@ pub(crate) fn blank_table_keywords(sql: &str) -> Option<String> {
     }
     let mut out = sql.to_string();
     for (start, end) in blanks {
-        if start <= end && end <= out.len() && out.is_char_boundary(start) && out.is_char_boundary(end)
+        if start <= end
+            && end <= out.len()
+            && out.is_char_boundary(start)
+            && out.is_char_boundary(end)
         {
             out.replace_range(start..end, &" ".repeat(end - start));
         }
@@ -198,13 +207,19 @@ pub(crate) fn take_window(
             .iter()
             .map(|a| match a {
                 FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
-                other => Err(format!("argument {other} of {function} is not a plain argument")),
+                other => Err(format!(
+                    "argument {other} of {function} is not a plain argument"
+                )),
             })
             .map(|e| e.map(arg_text))
             .collect::<Result<_, _>>()?;
         let usage = match function.as_str() {
-            "TUMBLE" => "TABLE(TUMBLE(TABLE <table>, DESCRIPTOR(<event-time column>), INTERVAL '1' MINUTE))",
-            "HOP" => "TABLE(HOP(TABLE <table>, DESCRIPTOR(<event-time column>), INTERVAL '1' MINUTE, INTERVAL '5' MINUTES)) (slide, then size)",
+            "TUMBLE" => {
+                "TABLE(TUMBLE(TABLE <table>, DESCRIPTOR(<event-time column>), INTERVAL '1' MINUTE))"
+            }
+            "HOP" => {
+                "TABLE(HOP(TABLE <table>, DESCRIPTOR(<event-time column>), INTERVAL '1' MINUTE, INTERVAL '5' MINUTES)) (slide, then size)"
+            }
             _ => {
                 return Err(format!(
                     "{function} windows cannot run here yet; use TUMBLE or HOP windows"
@@ -286,7 +301,10 @@ mod tests {
     #[test]
     fn windows_hold_their_event_times() {
         let tumble = WindowKind::Tumble { size_ms: 60_000 };
-        assert_eq!(tumble.starts(61_000_000).collect::<Vec<_>>(), vec![60_000_000]);
+        assert_eq!(
+            tumble.starts(61_000_000).collect::<Vec<_>>(),
+            vec![60_000_000]
+        );
         assert_eq!(tumble.starts(-1).collect::<Vec<_>>(), vec![-60_000_000]);
         let hop = WindowKind::Hop {
             slide_ms: 60_000,

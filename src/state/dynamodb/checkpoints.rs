@@ -450,7 +450,11 @@ impl DynamoStateStore {
 /// Splits consecutive `sources` into groups of at most 100 transaction items each: the buckets
 /// a group touches, `per_partition` more items per partition (mirror mode), one state item per
 /// stateful partition, and the pending batch.
-pub(super) fn split(sources: &[SourcePartition], per_partition: usize, stateful: &[bool]) -> Vec<usize> {
+pub(super) fn split(
+    sources: &[SourcePartition],
+    per_partition: usize,
+    stateful: &[bool],
+) -> Vec<usize> {
     let mut sizes = Vec::new();
     let (mut len, mut items) = (0usize, 1usize);
     let mut seen: Vec<String> = Vec::new();
