@@ -162,13 +162,13 @@ def ingest_scope_findings(template):
                     cond = st.get("Condition") or {}
                     like = cond.get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
                     equal = cond.get("ForAllValues:StringEquals", {}).get("dynamodb:LeadingKeys")
-                    if sorted(like or []) == ["checkpoints#*", "pending#*", "source#*"]:
+                    if sorted(like or []) == ["checkpoints#*", "pending#*", "source#*", "state#*"]:
                         pass
                     elif equal == ["meta"] and actions == ["dynamodb:GetItem"]:
                         pass
                     else:
                         out.append(
-                            f"IngestFunction {st.get('Sid')}: DynamoDB access not limited to checkpoint and "
+                            f"IngestFunction {st.get('Sid')}: DynamoDB access not limited to checkpoint, state and "
                             "pending keys (and reading the layout item)"
                         )
                 if "s3:PutObject" in actions:
