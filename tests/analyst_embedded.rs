@@ -71,7 +71,7 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
         home.path(),
         &[
             "query",
-            "SELECT count(*) AS n FROM orders",
+            "SELECT count(DISTINCT order_id) AS n, count(*) - count(DISTINCT order_id) AS copies FROM orders",
             "--format",
             "json",
         ],
@@ -79,6 +79,12 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
     assert!(out.status.success());
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(rows[0]["n"], 3000 - 3000 / 250, "every good order once");
+    // The demo's producer re-sends one order in 211 (ids 0, 211, …, 2954): the raw table keeps
+    // the copies, orders_clean drops them.
+    assert_eq!(
+        rows[0]["copies"], 15,
+        "the producer's copies land in the raw table"
+    );
 
     let out = streamtable(home.path(), &["tables", "--json"]);
     let tables: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -95,6 +101,7 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
             "dead_letters",
             "orders",
             "orders_clean",
+            "orders_per_minute_partials",
             "payments",
             "readings",
             "readings_alerts"
@@ -109,7 +116,11 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
         &[
             "query",
             "SELECT (SELECT count(*) FROM orders_clean) AS clean, \
-                    (SELECT count(*) FROM orders WHERE status IS DISTINCT FROM 'cancelled') AS expected, \
+                    (SELECT count(DISTINCT order_id) FROM orders WHERE status IS DISTINCT FROM 'cancelled') AS expected, \
+                    (SELECT sum(orders) FROM orders_per_minute) AS windowed, \
+                    (SELECT count(*) FROM orders) AS raw, \
+                    (SELECT count(*) FROM dead_letters WHERE error_kind = 'late' \
+                       AND error_message LIKE 'derived table orders_per_minute: %') AS late, \
                     (SELECT count(DISTINCT order_id) FROM orders_clean) AS distinct_ids, \
                     (SELECT count(*) FROM orders_clean WHERE amount_eur IS NULL) AS unconverted, \
                     (SELECT count(*) FROM readings_alerts) AS alerts, \
@@ -128,6 +139,13 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
     assert!(n("clean") > 0 && n("clean") < 3000 - 3000 / 250, "{r}");
     assert_eq!(n("clean"), n("expected"), "{r}");
     assert_eq!(n("distinct_ids"), n("clean"), "{r}");
+    // orders_per_minute: closed windows hold the orders that were not too late; the demo sends
+    // some 7 minutes late, past the 5 minutes of allowed lateness.
+    assert!(
+        n("windowed") > 0 && n("windowed") <= n("raw") - n("late"),
+        "{r}"
+    );
+    assert!(n("late") > 0, "{r}");
     assert_eq!(n("unconverted"), 0, "{r}");
     assert!(n("alerts") > 0, "{r}");
     assert_eq!(n("alerts"), n("hot"), "{r}");

@@ -76,7 +76,8 @@ pub async fn query_rows(h: &Harness, engine: &QueryEngine, table: &str) -> Vec<V
 }
 
 fn batch_with_bad_records() -> Vec<streamtable::generate::SourceRecord> {
-    let mut recs = records("orders", 0, 0..40);
+    // 150 s of orders: the 1-minute windows of orders_per_minute close (watermark − 30 s).
+    let mut recs = records("orders", 0, 0..150);
     recs.extend(records("payments", 1, 0..30));
     recs.extend(records("readings", 2, 0..20));
     recs[5].value = Some(b"{\"order_id\": true}".to_vec());
