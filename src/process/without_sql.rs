@@ -60,6 +60,17 @@ impl Processor {
         false
     }
 
+    /// No window to close.
+    pub fn close_all(
+        &self,
+        _source: &str,
+        _partition: i32,
+        _last_offset: i64,
+        _state: &mut crate::process::state::PartitionState,
+    ) -> Result<Vec<Derived>> {
+        Ok(Vec::new())
+    }
+
     /// No derived table.
     pub fn derive(
         &self,
