@@ -102,14 +102,6 @@ impl PartitionState {
         }
         Ok(s)
     }
-
-    /// Open windows and dedup keys held, for reports.
-    pub fn entries(&self) -> usize {
-        self.tables
-            .values()
-            .map(|t| t.open.len() + t.seen.len())
-            .sum()
-    }
 }
 
 #[cfg(test)]
