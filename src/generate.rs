@@ -179,6 +179,8 @@ const METHODS: [&str; 4] = ["card", "paypal", "bank_transfer", "apple_pay"];
 const COUNTRY_WEIGHTS: [u64; 8] = [30, 15, 10, 12, 10, 8, 10, 5];
 /// Payment success rate per method, in tenths of a percent (same order as `METHODS`).
 const METHOD_SUCCESS: [u64; 4] = [955, 921, 978, 962];
+/// How many sensors the readings come from.
+pub const SENSORS: u64 = 1000;
 const SITES: [&str; 5] = ["berlin", "lisbon", "oslo", "austin", "osaka"];
 
 /// RFC 3339 UTC text of epoch milliseconds.
@@ -254,7 +256,7 @@ impl EventFactory {
         let temp = 150 + self.rng.below(200) as i64 + site as i64 * 10;
         format!(
             r#"{{"sensor_id":"sen-{:04}","site":"{}","temperature":{}.{},"humidity":{}.{},"reported_at":"{}"}}"#,
-            n % 1000,
+            n % SENSORS,
             SITES[site as usize],
             temp / 10,
             temp % 10,

@@ -231,12 +231,18 @@ pub fn synthetic_stream(
     let mut rng = Rng::new(first_id ^ count);
     let mut out = Vec::with_capacity(count as usize);
     for i in 0..count {
-        let p = (i % partitions as u64) as usize;
+        let n = first_id + i;
+        // Readings are keyed by their sensor, as a producer keying by sensor_id would: a
+        // sensor's readings share a partition (sessions per sensor are exact).
+        let p = if topic == "readings" {
+            ((n % crate::generate::SENSORS) % partitions as u64) as usize
+        } else {
+            (i % partitions as u64) as usize
+        };
         let offset = next_offsets.get(p).copied().unwrap_or(0);
         if let Some(o) = next_offsets.get_mut(p) {
             *o += 1;
         }
-        let n = first_id + i;
         let mut at = if disorder.step_ms > 0 {
             start_ms
                 + n as i64 * disorder.step_ms
@@ -245,6 +251,14 @@ pub fn synthetic_stream(
         } else {
             start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64
         };
+        if topic == "payments" && disorder.step_ms > 0 {
+            // A payment follows its order by 20 s to 40 min; one in 50 is retried two hours
+            // later (outside the order's hour: no match in an interval join).
+            at += 20_000 + rng.below(2_400_000) as i64;
+            if n % 50 == 49 {
+                at += 7_200_000;
+            }
+        }
         if disorder.late_every > 0 && n % disorder.late_every == disorder.late_every - 1 {
             let k = n / disorder.late_every;
             at -= if k.is_multiple_of(2) {

@@ -46,6 +46,10 @@ pub struct TableState {
 pub struct OpenWindow {
     /// Window start, µs since the epoch.
     pub start: i64,
+    /// A session window's end, µs (its last event time plus the gap); tumbling and hopping
+    /// windows end at `start` plus their size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<i64>,
     /// The `GROUP BY` keys' values.
     pub key: Vec<Cell>,
     /// One per aggregate.
@@ -119,6 +123,7 @@ mod tests {
             "orders_per_minute".into(),
             TableState {
                 open: vec![OpenWindow {
+                    end: None,
                     start: 60_000_000,
                     key: vec![Cell::Str("DE".into())],
                     accs: vec![

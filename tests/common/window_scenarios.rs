@@ -6,6 +6,9 @@
 //!   and sum of that partition's records which were not late — computed here from all input by
 //!   simulating each partition's watermark — added up over partitions and corrections;
 //! - every record later than the allowed lateness is one dead letter of kind `late`;
+//! - the session windows of `country_sessions` (per country, 45 s gap, 1 min lateness) are
+//!   exactly the sessions of each partition's on-time records that the final watermark closed,
+//!   and each record behind the watermark minus the lateness is one dead letter of kind `late`;
 //! - `orders_clean` (dedup by order_id) holds each order once, and every copy a producer re-sent
 //!   is gone (the raw `orders` table keeps it).
 
@@ -27,6 +30,21 @@ const BASE_MS: i64 = 1_795_946_400_000;
 const OUT_OF_ORDER_US: i64 = 30_000_000;
 const LATENESS_US: i64 = 300_000_000;
 const WINDOW_US: i64 = 60_000_000;
+const GAP_US: i64 = 45_000_000;
+const SESSION_LATENESS_US: i64 = 60_000_000;
+
+/// A session window over orders, added to the shipped spec for this test.
+const SESSIONS: &str = r#"
+[[derived_tables]]
+name = "country_sessions"
+allowed_lateness = "1 minute"
+sql = """
+SELECT window_start AS session_start, window_end AS session_end, country,
+       COUNT(*) AS orders, SUM(amount) AS revenue
+FROM TABLE(SESSION(TABLE orders PARTITION BY country, DESCRIPTOR(created_at), INTERVAL '45' SECONDS))
+GROUP BY window_start, window_end, country
+"""
+"#;
 
 fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
@@ -99,10 +117,13 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 
 /// The oracle: per partition in offset order, the watermark before each record; records later
 /// than the lateness are late, the others count in their window once the partition's final
-/// watermark passed its end. Returns the expected view rows and the late (partition, offset)s.
-fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
+/// watermark passed its end. Returns the expected view rows and the late (partition, offset)s,
+/// for the tumbling windows and for the sessions.
+fn oracle(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
     let mut windows: BTreeMap<(i64, String), (i64, i128)> = BTreeMap::new();
     let mut late = Vec::new();
+    let mut sessions: BTreeMap<(i64, i64, String), (i64, i128)> = BTreeMap::new();
+    let mut late_sessions = Vec::new();
     for p in 0..PARTITIONS {
         let events: Vec<(i64, i64, String, i128)> = (0..TOTAL)
             .map(|o| {
@@ -119,8 +140,17 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
             .collect();
         let mut max: Option<i64> = None;
         let mut counted = Vec::new();
+        let mut on_time: BTreeMap<String, Vec<(i64, i128)>> = BTreeMap::new();
         for (o, t, country, cents) in &events {
             let wm = max.map(|m| m - OUT_OF_ORDER_US);
+            if wm.is_some_and(|wm| *t < wm - SESSION_LATENESS_US) {
+                late_sessions.push(format!("{p} | {o}"));
+            } else {
+                on_time
+                    .entry(country.clone())
+                    .or_default()
+                    .push((*t, *cents));
+            }
             let start = t - t.rem_euclid(WINDOW_US);
             if wm.is_some_and(|wm| start + WINDOW_US + LATENESS_US <= wm) {
                 late.push(format!("{p} | {o}"));
@@ -130,6 +160,28 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
             max = Some(max.map_or(*t, |m| m.max(*t)));
         }
         let final_wm = max.map_or(i64::MIN, |m| m - OUT_OF_ORDER_US);
+        for (country, mut times) in on_time {
+            times.sort();
+            let mut current: Option<(i64, i64, i64, i128)> = None;
+            let mut all = Vec::new();
+            for (t, cents) in times {
+                current = match current {
+                    Some((s, e, n, c)) if t < e => Some((s, e.max(t + GAP_US), n + 1, c + cents)),
+                    other => {
+                        all.extend(other);
+                        Some((t, t + GAP_US, 1, cents))
+                    }
+                };
+            }
+            all.extend(current);
+            for (s, e, n, c) in all {
+                if e + SESSION_LATENESS_US <= final_wm {
+                    let entry = sessions.entry((s, e, country.clone())).or_default();
+                    entry.0 += n;
+                    entry.1 += c;
+                }
+            }
+        }
         for (start, country, cents) in counted {
             if start + WINDOW_US <= final_wm {
                 let e = windows.entry((start, country)).or_default();
@@ -141,9 +193,24 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
     let fmt = |us: i64| {
         chrono::DateTime::from_timestamp_micros(us)
             .expect("time")
-            .format("%Y-%m-%dT%H:%M:%S")
+            .format("%Y-%m-%dT%H:%M:%S%.f")
             .to_string()
     };
+    let sessions = sessions
+        .into_iter()
+        .map(|((s, e, country), (n, cents))| {
+            format!(
+                "{} | {} | {country} | {n} | {}.{:02}",
+                fmt(s),
+                fmt(e),
+                cents / 100,
+                cents % 100
+            )
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    late_sessions.sort();
     let expected = windows
         .into_iter()
         .map(|((start, country), (n, cents))| {
@@ -159,7 +226,7 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>) {
         .into_iter()
         .collect();
     late.sort();
-    (expected, late)
+    (expected, late, sessions, late_sessions)
 }
 
 pub fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -168,7 +235,9 @@ pub fn steps() -> impl Strategy<Value = Vec<Step>> {
 
 /// Runs the history on `h` with the shipped spec and checks the property.
 pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step>) {
-    h.spec = super::shipped_spec();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
+    let text = std::fs::read_to_string(&path).expect("shipped spec") + SESSIONS;
+    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec with sessions");
     h.spec.retain_tables(|t| t.name == "orders");
     let tables = h.tables();
     let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
@@ -231,7 +300,7 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
             )
         }
     };
-    let (expected, late) = oracle(seed);
+    let (expected, late, sessions, late_sessions) = oracle(seed);
     assert!(!expected.is_empty(), "the history closes windows");
     let streamed =
         q("SELECT window_start, window_end, country, orders, revenue FROM orders_per_minute").await;
@@ -249,6 +318,21 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
     assert_eq!(
         dead_sorted, late_sorted,
         "every late record is one dead letter of kind late"
+    );
+    assert!(!sessions.is_empty(), "the history closes sessions");
+    assert_eq!(
+        q("SELECT session_start, session_end, country, orders, revenue FROM country_sessions")
+            .await,
+        sessions,
+        "every closed session: exactly the on-time records less than the gap apart"
+    );
+    let mut dead = q("SELECT kafka_partition, kafka_offset FROM dead_letters \
+                      WHERE error_kind = 'late' AND error_message LIKE 'derived table country_sessions: %'")
+        .await;
+    dead.sort();
+    assert_eq!(
+        dead, late_sessions,
+        "every record behind the watermark minus the lateness is one late dead letter"
     );
     assert_eq!(
         q("SELECT count(*) FROM orders").await,

@@ -79,6 +79,30 @@ impl Acc {
         }))
     }
 
+    /// The accumulator of two windows merged into one (sessions that an event joins).
+    pub(crate) fn merged(&self, other: &Acc, plan: &AggPlan) -> Result<Acc, String> {
+        Ok(match (self, other) {
+            (Acc::Count(a), Acc::Count(b)) => Acc::Count(a.saturating_add(*b)),
+            (Acc::SumInt(a), Acc::SumInt(b)) => match (a, b) {
+                (Some(a), Some(b)) => Acc::SumInt(Some(add(Some(*a), *b, plan)?)),
+                (a, b) => Acc::SumInt(a.or(*b)),
+            },
+            (Acc::SumFloat(a), Acc::SumFloat(b)) => match (a, b) {
+                (Some(a), Some(b)) => {
+                    Acc::SumFloat(Some((f64::from_bits(*a) + f64::from_bits(*b)).to_bits()))
+                }
+                (a, b) => Acc::SumFloat(a.or(*b)),
+            },
+            (Acc::Min(a), Acc::Min(b)) => Acc::Min(pick(a, b, std::cmp::Ordering::Less)),
+            (Acc::Max(a), Acc::Max(b)) => Acc::Max(pick(a, b, std::cmp::Ordering::Greater)),
+            (Acc::Avg { sum: s1, count: c1 }, Acc::Avg { sum: s2, count: c2 }) => Acc::Avg {
+                sum: (f64::from_bits(*s1) + f64::from_bits(*s2)).to_bits(),
+                count: c1 + c2,
+            },
+            (a, b) => return Err(format!("{a:?} cannot merge with {b:?}")),
+        })
+    }
+
     /// The partial cells this accumulator contributes to a partial row (two for `avg`).
     pub(crate) fn partial(&self) -> Vec<Cell> {
         match self {
@@ -95,6 +119,15 @@ impl Acc {
                 Cell::Int(*count),
             ],
         }
+    }
+}
+
+/// `a` or `b`, whichever compares as `wanted` to the other (NULL loses).
+fn pick(a: &Cell, b: &Cell, wanted: std::cmp::Ordering) -> Cell {
+    if *a == Cell::Null || (*b != Cell::Null && b.compare(a) == wanted) {
+        b.clone()
+    } else {
+        a.clone()
     }
 }
 

@@ -17,6 +17,7 @@
 mod acc;
 pub(crate) mod plan;
 mod run;
+mod session;
 pub(crate) mod tvf;
 
 pub(crate) use run::{PartitionInput, run};

@@ -47,10 +47,10 @@ pub(crate) struct WindowOutput {
 }
 
 /// What one row contributes: its keys and its aggregates' arguments.
-struct RowValues {
-    pass: bool,
-    key: Vec<Cell>,
-    args: Vec<Option<Cell>>,
+pub(super) struct RowValues {
+    pub pass: bool,
+    pub key: Vec<Cell>,
+    pub args: Vec<Option<Cell>>,
 }
 
 /// Runs `plan` on one partition's rows, updating its open windows.
@@ -62,6 +62,17 @@ pub(crate) fn run(
     input: &PartitionInput<'_>,
     open_windows: &mut WindowState,
 ) -> WindowOutput {
+    if let super::WindowKind::Session { gap_ms } = plan.window {
+        return super::session::run(
+            plan,
+            layout,
+            table,
+            lateness_ms,
+            gap_ms,
+            input,
+            open_windows,
+        );
+    }
     let mut out = WindowOutput::default();
     let values = match values(plan, input.rows) {
         Ok(v) => v,
@@ -137,6 +148,7 @@ pub(crate) fn run(
                         index.insert(key, open_windows.len());
                         open_windows.push(OpenWindow {
                             start,
+                            end: None,
                             key: v.key.clone(),
                             accs,
                         });
@@ -170,7 +182,12 @@ pub(crate) fn run(
     done.extend(
         corrections
             .into_iter()
-            .map(|((start, key), accs)| OpenWindow { start, key, accs }),
+            .map(|((start, key), accs)| OpenWindow {
+                start,
+                end: None,
+                key,
+                accs,
+            }),
     );
     if !done.is_empty() {
         match partial_rows(plan, layout, &done, input) {
@@ -183,7 +200,10 @@ pub(crate) fn run(
 
 /// Each row's filter result, keys and aggregate arguments; evaluated on the whole batch, and
 /// row by row when that fails (so that only failing rows are reported).
-fn values(plan: &WindowPlan, rows: &RecordBatch) -> Result<Vec<Result<RowValues, String>>, String> {
+pub(super) fn values(
+    plan: &WindowPlan,
+    rows: &RecordBatch,
+) -> Result<Vec<Result<RowValues, String>>, String> {
     let n = rows.num_rows();
     let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
     for f in plan.input_schema.fields().iter().skip(columns.len()) {
@@ -250,7 +270,7 @@ fn evaluate(plan: &WindowPlan, input: &RecordBatch) -> Result<Vec<RowValues>, St
 }
 
 /// Partial rows for `windows`, in `layout`'s schema (partial columns, then the Kafka columns).
-fn partial_rows(
+pub(super) fn partial_rows(
     plan: &WindowPlan,
     layout: &TableLayout,
     windows: &[OpenWindow],
@@ -264,7 +284,7 @@ fn partial_rows(
             Output::WindowEnd => cells.push(
                 windows
                     .iter()
-                    .map(|w| Cell::Int(w.start.saturating_add(size)))
+                    .map(|w| Cell::Int(w.end.unwrap_or(w.start.saturating_add(size))))
                     .collect(),
             ),
             Output::Key(k) => cells.push(windows.iter().map(|w| w.key[*k].clone()).collect()),

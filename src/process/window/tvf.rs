@@ -27,24 +27,32 @@ pub(crate) enum WindowKind {
     Tumble { size_ms: i64 },
     /// `HOP(…, slide, size)`: windows of `size` starting every `slide`.
     Hop { slide_ms: i64, size_ms: i64 },
+    /// `SESSION(…, gap)`: per key, events less than `gap` apart share a window, which ends
+    /// `gap` after its last event.
+    Session { gap_ms: i64 },
 }
 
 impl WindowKind {
-    /// The window length, ms.
+    /// The window length, ms (a session's gap: the length of a one-event session).
     pub fn size_ms(&self) -> i64 {
         match self {
             WindowKind::Tumble { size_ms } | WindowKind::Hop { size_ms, .. } => *size_ms,
+            WindowKind::Session { gap_ms } => *gap_ms,
         }
     }
 
     /// The starts (µs) of the windows holding event time `t` (µs), latest first.
-    pub fn starts(&self, t: i64) -> impl Iterator<Item = i64> {
+    pub fn starts(&self, t: i64) -> std::vec::IntoIter<i64> {
         let (slide, size) = match *self {
             WindowKind::Tumble { size_ms } => (size_ms * 1000, size_ms * 1000),
             WindowKind::Hop { slide_ms, size_ms } => (slide_ms * 1000, size_ms * 1000),
+            WindowKind::Session { .. } => return vec![t].into_iter(),
         };
         let last = t - t.rem_euclid(slide);
-        (0..size / slide).map(move |k| last - k * slide)
+        (0..size / slide)
+            .map(move |k| last - k * slide)
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 }
 
@@ -54,6 +62,9 @@ impl std::fmt::Display for WindowKind {
             WindowKind::Tumble { size_ms } => write!(f, "tumbling {}", human(*size_ms)),
             WindowKind::Hop { slide_ms, size_ms } => {
                 write!(f, "hopping {} every {}", human(*size_ms), human(*slide_ms))
+            }
+            WindowKind::Session { gap_ms } => {
+                write!(f, "session (gap {})", human(*gap_ms))
             }
         }
     }
@@ -142,6 +153,26 @@ pub(crate) fn blank_table_keywords(sql: &str) -> Option<String> {
         {
             let t = &tokens[significant[n + 2]];
             blanks.push((offset(t.span.start)?, offset(t.span.end)?));
+            // SESSION(TABLE name PARTITION BY keys, …): the session's keys are the GROUP BY
+            // keys, so the clause goes (up to the comma that ends the argument).
+            if n + 4 < significant.len()
+                && matches!(&tokens[significant[n + 4]].token, Token::Word(w) if w.keyword == Keyword::PARTITION)
+            {
+                let from = offset(tokens[significant[n + 4]].span.start)?;
+                let mut depth = 0i32;
+                let mut to = from;
+                for &j in &significant[n + 4..] {
+                    match tokens[j].token {
+                        Token::LParen => depth += 1,
+                        Token::RParen if depth == 0 => break,
+                        Token::RParen => depth -= 1,
+                        Token::Comma if depth == 0 => break,
+                        _ => {}
+                    }
+                    to = offset(tokens[j].span.end)?;
+                }
+                blanks.push((from, to));
+            }
         }
     }
     if !found {
@@ -220,13 +251,16 @@ pub(crate) fn take_window(
             "HOP" => {
                 "TABLE(HOP(TABLE <table>, DESCRIPTOR(<event-time column>), INTERVAL '1' MINUTE, INTERVAL '5' MINUTES)) (slide, then size)"
             }
+            "SESSION" => {
+                "TABLE(SESSION(TABLE <table> PARTITION BY <keys>, DESCRIPTOR(<event-time column>), INTERVAL '5' MINUTES)) (the gap)"
+            }
             _ => {
                 return Err(format!(
-                    "{function} windows cannot run here yet; use TUMBLE or HOP windows"
+                    "{function} windows cannot run here yet; use TUMBLE, HOP or SESSION windows"
                 ));
             }
         };
-        let expected = if function == "TUMBLE" { 3 } else { 4 };
+        let expected = if function == "HOP" { 4 } else { 3 };
         if args.len() != expected {
             return Err(format!(
                 "{function} takes {expected} arguments here; write {usage}"
@@ -252,6 +286,10 @@ pub(crate) fn take_window(
         let kind = if function == "TUMBLE" {
             WindowKind::Tumble {
                 size_ms: duration(&args[2])?,
+            }
+        } else if function == "SESSION" {
+            WindowKind::Session {
+                gap_ms: duration(&args[2])?,
             }
         } else {
             let (slide_ms, size_ms) = (duration(&args[2])?, duration(&args[3])?);

@@ -1,0 +1,141 @@
+//! Session windows on one partition's rows: per key, events less than the gap apart share a
+//! window `[first event, last event + gap)`.
+//!
+//! A session can grow or merge with its neighbour until the watermark passes its end, and with
+//! an allowed lateness, until the watermark passes its end plus the lateness. It is emitted only
+//! then, once and final: a partial row that a later merge would have to retract never exists.
+//! A record is late when its event time is behind the watermark minus the allowed lateness (it
+//! could belong to a session already emitted); it is a dead letter of kind `late`.
+//!
+//! Sessions are kept per Kafka partition: they are exact when a key's events share a partition,
+//! which is what producers keying the topic by the session key (a sensor id) give.
+
+use std::collections::HashMap;
+
+use super::run::{PartitionInput, WindowOutput, iso, partial_rows, values};
+use super::{WindowPlan, tvf::human};
+use crate::process::cell::Cell;
+use crate::process::state::{Acc, OpenWindow, WindowState};
+use crate::schema::TableLayout;
+
+/// Runs the session window `plan` (gap `gap_ms`) on one partition's rows, updating its open
+/// sessions.
+pub(crate) fn run(
+    plan: &WindowPlan,
+    layout: &TableLayout,
+    table: &str,
+    lateness_ms: i64,
+    gap_ms: i64,
+    input: &PartitionInput<'_>,
+    sessions: &mut WindowState,
+) -> WindowOutput {
+    let mut out = WindowOutput::default();
+    let values = match values(plan, input.rows) {
+        Ok(v) => v,
+        Err(reason) => {
+            out.failures = (0..input.rows.num_rows())
+                .map(|i| (i, reason.clone()))
+                .collect();
+            return out;
+        }
+    };
+    let gap = gap_ms.saturating_mul(1000);
+    let lateness = lateness_ms.saturating_mul(1000);
+    let end_of = |w: &OpenWindow| w.end.unwrap_or(w.start.saturating_add(gap));
+    // Open sessions by key.
+    let mut by_key: HashMap<Vec<Cell>, Vec<OpenWindow>> = HashMap::new();
+    for w in std::mem::take(sessions) {
+        by_key.entry(w.key.clone()).or_default().push(w);
+    }
+    for (i, v) in values.into_iter().enumerate() {
+        let v = match v {
+            Ok(v) if !v.pass => continue,
+            Ok(v) => v,
+            Err(reason) => {
+                out.failures.push((i, reason));
+                continue;
+            }
+        };
+        let Some(t) = input.times[i] else {
+            out.failures
+                .push((i, "its event time is NULL; a session needs it".into()));
+            continue;
+        };
+        if let Some(wm) = input.watermarks[i]
+            && t < wm.saturating_sub(lateness)
+        {
+            out.late.push((
+                i,
+                format!(
+                    "derived table {table}: event time {} is late for its session: the partition's watermark was {}, and sessions that ended before {} (the watermark minus the allowed lateness, {}) were emitted",
+                    iso(t),
+                    iso(wm),
+                    iso(wm.saturating_sub(lateness)),
+                    human(lateness_ms)
+                ),
+            ));
+            continue;
+        }
+        let mut window = OpenWindow {
+            start: t,
+            end: Some(t.saturating_add(gap)),
+            key: v.key.clone(),
+            accs: plan.aggs.iter().map(Acc::new).collect(),
+        };
+        let mut failed = None;
+        for (k, agg) in plan.aggs.iter().enumerate() {
+            match window.accs[k].updated(agg, v.args[k].as_ref()) {
+                Ok(Some(a)) => window.accs[k] = a,
+                Ok(None) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        let open = by_key.entry(v.key).or_default();
+        // Merge every open session the new window overlaps.
+        let (touching, rest): (Vec<OpenWindow>, Vec<OpenWindow>) = std::mem::take(open)
+            .into_iter()
+            .partition(|s| s.start < end_of(&window) && window.start < end_of(s));
+        *open = rest;
+        for s in &touching {
+            if failed.is_some() {
+                break;
+            }
+            window.start = window.start.min(s.start);
+            window.end = Some(end_of(&window).max(end_of(s)));
+            for (k, agg) in plan.aggs.iter().enumerate() {
+                match s.accs[k].merged(&window.accs[k], agg) {
+                    Ok(a) => window.accs[k] = a,
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+        match failed {
+            Some(e) => {
+                open.extend(touching);
+                out.failures.push((i, e));
+            }
+            None => open.push(window),
+        }
+    }
+    // Emit the sessions whose end plus the lateness the watermark passed, oldest first.
+    let wm = input.watermark.unwrap_or(i64::MIN);
+    let mut done = Vec::new();
+    for (_, open) in by_key {
+        for s in open {
+            if end_of(&s).saturating_add(lateness) <= wm {
+                done.push(s);
+            } else {
+                sessions.push(s);
+            }
+        }
+    }
+    sessions.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
+    done.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
+    if !done.is_empty() {
+        match partial_rows(plan, layout, &done, input) {
+            Ok(rows) => out.rows = Some(rows),
+            Err(e) => tracing::error!(table, error = %e, "session rows could not be built"),
+        }
+    }
+    out
+}
