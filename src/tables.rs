@@ -36,6 +36,8 @@ pub struct TableSet {
     /// The reference tables by name: created (empty) when missing, never written, compacted
     /// or expired by the pipeline (analysts maintain them).
     pub references: BTreeMap<String, TableDef>,
+    /// The interval joins the commit stage runs, by the table they land.
+    pub joins: Vec<(String, crate::spec::IntervalJoin)>,
 }
 
 impl TableSet {
@@ -79,6 +81,11 @@ impl TableSet {
             namespace: namespace.to_string(),
             tables,
             references,
+            joins: spec
+                .derived
+                .iter()
+                .filter_map(|d| d.join.clone().map(|j| (d.table.name.clone(), j)))
+                .collect(),
         })
     }
 

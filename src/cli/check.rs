@@ -74,10 +74,14 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         let _ = writeln!(out, "    + {}\n", KAFKA_COLUMNS.join(", "));
     }
     for d in &spec.derived {
+        let over = match &d.join {
+            Some(j) => format!("{} and {} (interval join)", j.left.table, j.right.table),
+            None => d.source.clone(),
+        };
         let _ = writeln!(
             out,
-            "table {} <- SQL over {} (line {})",
-            d.table.name, d.source, d.line
+            "table {} <- SQL over {over} (line {})",
+            d.table.name, d.line
         );
         if let Some(how) = processor.describe(&d.table.name) {
             let _ = writeln!(out, "  runs: {how}");
@@ -99,8 +103,13 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         columns(&mut out, &d.table.columns, false);
         let _ = writeln!(
             out,
-            "    + {} (of the source row)",
-            KAFKA_COLUMNS.join(", ")
+            "    + {} ({})",
+            KAFKA_COLUMNS.join(", "),
+            if d.join.is_some() {
+                "of the joined row's left side"
+            } else {
+                "of the source row"
+            }
         );
         if let Some(v) = &d.view {
             let _ = writeln!(out, "  view {} (what analysts query): {}", v.name, v.sql);

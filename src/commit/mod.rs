@@ -18,6 +18,8 @@
 //! scheduled stage always reaches compaction and maintenance; what is left is reported as the
 //! backlog.
 
+#[cfg(feature = "sql")]
+pub mod join;
 pub mod select;
 pub mod trigger;
 
@@ -38,6 +40,8 @@ use select::{Selector, TableFiles};
 
 /// Snapshot summary key carrying the commit id.
 pub const COMMIT_ID_PROPERTY: &str = "streamtable.commit-id";
+/// Snapshot summary key of a join table naming its state (see [`join`]).
+pub const JOIN_STATE_PROPERTY: &str = "streamtable.join.state";
 /// Prefix of the snapshot summary keys carrying committed offsets.
 pub const OFFSET_PROPERTY_PREFIX: &str = "streamtable.offset.";
 
@@ -253,10 +257,83 @@ async fn commit_intent(
         }
     }
     let mut out = Vec::new();
-    for (table, files) in by_table {
+    for (table, files) in &by_table {
         let id = format!("{}/{table}", intent.id);
-        let t = selector.table(&table).await?;
-        out.push(commit_table(backend, tables, t, &table, &id, &files).await?);
+        let t = selector.table(table).await?;
+        out.push(commit_table(backend, tables, t, table, &id, files).await?);
+    }
+    #[cfg(feature = "sql")]
+    out.extend(commit_joins(backend, tables, selector, intent, &by_table).await?);
+    Ok(out)
+}
+
+/// Runs and commits each interval join whose sides the intent lands rows of (see [`join`]):
+/// the late rows to `dead_letters` first, then the joined rows with the join's new state, so
+/// that the join table's commit id alone says whether the round landed.
+#[cfg(feature = "sql")]
+async fn commit_joins(
+    backend: &Backend,
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    intent: &CommitIntent,
+    by_table: &BTreeMap<String, TableFiles>,
+) -> Result<Vec<TableCommitReport>> {
+    let mut out = Vec::new();
+    for (name, j) in &tables.joins {
+        let (left, right) = (by_table.get(&j.left.table), by_table.get(&j.right.table));
+        if left.is_none() && right.is_none() {
+            continue;
+        }
+        let id = format!("{}/{name}", intent.id);
+        let t = selector.table(name).await?;
+        let t = match backend.catalog.load(&tables.ident(name)).await? {
+            Some((t, _)) => t,
+            None => t,
+        };
+        if let Some(snapshot) = find_commit(&t, &id) {
+            out.push(TableCommitReport {
+                table: name.clone(),
+                snapshot_id: Some(snapshot),
+                already_committed: true,
+                ..Default::default()
+            });
+            continue;
+        }
+        let files = |f: Option<&TableFiles>| f.map(|f| f.data_files.clone()).unwrap_or_default();
+        let round = join::run_join(
+            backend,
+            tables,
+            name,
+            j,
+            &intent.id,
+            intent.created_at_ms.saturating_mul(1000),
+            &t,
+            &files(left),
+            &files(right),
+        )
+        .await?;
+        if !round.late.data_files.is_empty() {
+            let dl = selector.table(crate::spec::DEAD_LETTER_TABLE).await?;
+            out.push(
+                commit_table(
+                    backend,
+                    tables,
+                    dl,
+                    crate::spec::DEAD_LETTER_TABLE,
+                    &format!("{id}/late"),
+                    &round.late,
+                )
+                .await?,
+            );
+        }
+        out.push(commit_table(backend, tables, t, name, &id, &round.output).await?);
+        tracing::info!(table = %name, kept_rows = round.kept_rows, state_bytes = round.state_bytes,
+            late = round.late.files.iter().map(|f| f.rows).sum::<u64>(), "interval join round");
+        for old in round.replaced {
+            if let Err(e) = backend.warehouse.delete(&old).await {
+                tracing::warn!(object = %old, error = %e, "a replaced join state object was not deleted");
+            }
+        }
     }
     Ok(out)
 }
@@ -300,6 +377,7 @@ async fn commit_table(
         })
         .collect();
     props.insert(COMMIT_ID_PROPERTY.to_string(), commit_id.to_string());
+    props.extend(files.properties.clone());
     let tx = Transaction::new(&table);
     let append = tx
         .fast_append()

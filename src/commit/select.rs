@@ -51,6 +51,8 @@ pub(super) struct TableFiles {
     pub data_files: Vec<DataFile>,
     /// Highest offset per topic-partition.
     pub offsets: BTreeMap<String, i64>,
+    /// More snapshot summary properties (a join's state).
+    pub properties: BTreeMap<String, String>,
 }
 
 /// The batches of one round.

@@ -251,6 +251,12 @@ async fn build_snapshot(
         .map(|s| s.summary().additional_properties.clone())
         .unwrap_or_default();
     add_totals(&mut props, &previous);
+    // A join table's state moves only with its join's commits: carry it over.
+    if let Some(state) = previous.get(crate::commit::JOIN_STATE_PROPERTY) {
+        props
+            .entry(crate::commit::JOIN_STATE_PROPERTY.to_string())
+            .or_insert_with(|| state.clone());
+    }
     let snapshot = Snapshot::builder()
         .with_manifest_list(list_path)
         .with_snapshot_id(snapshot_id)
@@ -345,6 +351,12 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         add_totals(&mut props, &previous);
+        // A join table's state moves only with its join's commits: carry it over.
+        if let Some(state) = previous.get(crate::commit::JOIN_STATE_PROPERTY) {
+            props
+                .entry(crate::commit::JOIN_STATE_PROPERTY.to_string())
+                .or_insert_with(|| state.clone());
+        }
         assert_eq!(props["total-records"], "100");
         assert_eq!(props["total-data-files"], "7");
         assert_eq!(props["total-files-size"], "4500");

@@ -22,6 +22,8 @@ pub mod cell;
 #[cfg(feature = "sql")]
 mod dedup;
 #[cfg(feature = "sql")]
+mod join;
+#[cfg(feature = "sql")]
 mod lookup;
 #[cfg(feature = "sql")]
 mod plan;
@@ -70,6 +72,8 @@ pub struct Inferred {
     /// For a windowed table: the SQL of the view that merges its partial rows, over the table
     /// named [`PARTIALS_PLACEHOLDER`].
     pub view: Option<String>,
+    /// For an interval join between two topics' tables: how it runs.
+    pub join: Option<crate::spec::IntervalJoin>,
 }
 
 /// Stands for the partial table's name in [`Inferred::view`].
@@ -90,6 +94,7 @@ pub fn infer(
             references: p.references(),
             columns: p.columns()?,
             view: p.view_sql(),
+            join: p.join(),
         })
     }
     #[cfg(not(feature = "sql"))]

@@ -58,6 +58,8 @@ pub(crate) enum Plan {
     Rows(SqlPlan),
     /// Windows over event time, with state per partition.
     Window(super::window::WindowPlan),
+    /// An interval join between two topics, run by the scheduled stage.
+    Join(super::join::JoinPlan),
 }
 
 impl Plan {
@@ -66,6 +68,7 @@ impl Plan {
         match self {
             Plan::Rows(p) => &p.source,
             Plan::Window(w) => &w.source,
+            Plan::Join(j) => &j.join.left.table,
         }
     }
 
@@ -73,7 +76,7 @@ impl Plan {
     pub fn references(&self) -> Vec<String> {
         match self {
             Plan::Rows(p) => p.lookup.iter().map(|l| l.reference.clone()).collect(),
-            Plan::Window(_) => Vec::new(),
+            Plan::Window(_) | Plan::Join(_) => Vec::new(),
         }
     }
 
@@ -82,14 +85,23 @@ impl Plan {
         match self {
             Plan::Rows(p) => Ok(p.columns()),
             Plan::Window(w) => w.partial_columns().map_err(|m| err(m, None)),
+            Plan::Join(j) => Ok(j.columns.clone()),
         }
     }
 
     /// For windows: the view merging the partial rows.
     pub fn view_sql(&self) -> Option<String> {
         match self {
-            Plan::Rows(_) => None,
+            Plan::Rows(_) | Plan::Join(_) => None,
             Plan::Window(w) => Some(w.view_sql()),
+        }
+    }
+
+    /// For an interval join: how it runs.
+    pub fn join(&self) -> Option<crate::spec::IntervalJoin> {
+        match self {
+            Plan::Join(j) => Some(j.join.clone()),
+            _ => None,
         }
     }
 }
@@ -121,6 +133,9 @@ pub(crate) fn plan(
     }
     if let Some(w) = super::window::plan::plan_window(&ctx, tables, references, sql)? {
         return Ok(Plan::Window(w));
+    }
+    if let Some(j) = super::join::plan_join(&ctx, tables, references, sql)? {
+        return Ok(Plan::Join(j));
     }
     let state = ctx.state();
     let logical = futures::executor::block_on(state.create_logical_plan(sql))
@@ -279,7 +294,7 @@ impl Planner<'_> {
             (true, true) => {
                 return Err(self.refuse(
                     &format!("a join between two topics' tables ({left}, {right})"),
-                    "both sides move, so the join needs state and a time bound; join a topic to a reference table",
+                    "both sides move, so the join needs a time bound: add `AND r.time BETWEEN l.time AND l.time + INTERVAL '1' HOUR` on the two tables' event-time columns (an interval join), or join a topic to a reference table",
                     &["join"],
                 ));
             }

@@ -64,12 +64,15 @@ pub struct Processor {
     references: References,
     /// Event time of the sources that have a watermark, by table name.
     pub(super) times: HashMap<String, SourceTime>,
+    /// The interval joins (run by the scheduled stage, not here), by table name.
+    joins: Vec<(String, crate::spec::IntervalJoin)>,
 }
 
 impl Processor {
     /// Plans the derived tables of `spec`.
     pub fn new(spec: &PipelineSpec) -> Result<Processor> {
         let mut tables = Vec::with_capacity(spec.derived.len());
+        let mut joins = Vec::new();
         for d in &spec.derived {
             let plan = plan(&spec.tables, &spec.references, &d.sql).map_err(|e| {
                 Error::Spec(format!(
@@ -80,6 +83,10 @@ impl Processor {
                     e.message
                 ))
             })?;
+            if let Plan::Join(j) = &plan {
+                joins.push((d.table.name.clone(), j.join.clone()));
+                continue;
+            }
             let dedup = match &d.dedup {
                 Some(dd) => {
                     let source = spec.table(&d.source).ok_or_else(|| {
@@ -140,6 +147,7 @@ impl Processor {
             tables,
             references: References::new(used),
             times,
+            joins,
         })
     }
 
@@ -156,6 +164,19 @@ impl Processor {
 
     /// How derived table `name` runs, in a few words (for `streamtable check`).
     pub fn describe(&self, name: &str) -> Option<String> {
+        if let Some((_, j)) = self.joins.iter().find(|(n, _)| n == name) {
+            return Some(format!(
+                "stateful, in the scheduled stage: interval join of {} and {} ({}.{} - {}.{} within [{}, {}]), over the rows each commit lands; rows kept while they can still match, state referenced by the table's snapshot, exactly once",
+                j.left.table,
+                j.right.table,
+                j.right.table,
+                j.right.time_column,
+                j.left.table,
+                j.left.time_column,
+                super::window::tvf::human(j.lower_us / 1000),
+                super::window::tvf::human(j.upper_us / 1000),
+            ));
+        }
         let t = self.tables.iter().find(|t| t.name == name)?;
         let mut steps = Vec::new();
         if let Some((d, _)) = &t.dedup {
@@ -167,6 +188,7 @@ impl Processor {
         }
         let p = match &t.plan {
             Plan::Rows(p) => p,
+            Plan::Join(_) => return None,
             Plan::Window(w) => {
                 steps.push(format!(
                     "{} windows on event time, {} key{}, {} aggregate{}, allowed lateness {}",

@@ -170,6 +170,8 @@ impl Processor {
                             .failures
                             .extend(e.failures.into_iter().map(|(i, r)| (at(i), r)));
                     }
+                    // Never in `tables`: joins run in the scheduled stage.
+                    Plan::Join(_) => {}
                 }
             }
             state.max_event_time = max;

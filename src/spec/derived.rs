@@ -139,6 +139,14 @@ pub(super) fn parse_derived(
             };
             at_line(l, c, format!("derived table {name:?}: {}", e.message))
         })?;
+        if let (Some(_), Some(raw)) = (&inferred.join, &d.dedup) {
+            return Err(at(
+                raw.span(),
+                format!(
+                    "derived table {name:?}: dedup applies to one topic's rows, not to an interval join; deduplicate in a derived table of each side"
+                ),
+            ));
+        }
         let source_spec = cx.tables.iter().find(|t| t.name == inferred.source);
         let dedup = match &d.dedup {
             Some(raw) => {
@@ -151,7 +159,7 @@ pub(super) fn parse_derived(
                 return Err(at(
                     d.name.span(),
                     format!(
-                        "derived table {name:?}: allowed_lateness applies to windowed tables (FROM TABLE(TUMBLE(…)) or HOP); remove it"
+                        "derived table {name:?}: allowed_lateness applies to windowed tables (FROM TABLE(TUMBLE(…)), HOP or SESSION); remove it"
                     ),
                 ));
             }
@@ -209,6 +217,7 @@ pub(super) fn parse_derived(
                 name: name.clone(),
                 sql: sql.replace(crate::process::PARTIALS_PLACEHOLDER, &table_name),
             }),
+            join: inferred.join,
         });
     }
     Ok(out)

@@ -106,7 +106,48 @@ pub struct DerivedSpec {
     /// per-partition partial rows of `table` (named `{name}_partials`) into one row per window
     /// and key.
     pub view: Option<ViewSpec>,
+    /// For an interval join between two topics' tables: its plan, run by the scheduled stage
+    /// (`source` is then the join's left side).
+    pub join: Option<IntervalJoin>,
 }
+
+/// An interval join between two topics' tables, run by the scheduled stage over the rows each
+/// commit round lands: `right.time - left.time` lies within `[lower_us, upper_us]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntervalJoin {
+    /// The table in `FROM`.
+    pub left: JoinSide,
+    /// The table joined to it.
+    pub right: JoinSide,
+    /// Least `right.time - left.time`, µs.
+    pub lower_us: i64,
+    /// Greatest `right.time - left.time`, µs.
+    pub upper_us: i64,
+    /// The SQL run each round, over both sides' new and kept rows: the spec's SQL with
+    /// `AND (l.__streamtable_new OR r.__streamtable_new)` added to the join condition, so that
+    /// each pair is produced by the round in which its second row arrives.
+    pub sql: String,
+}
+
+/// One side of an [`IntervalJoin`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinSide {
+    /// The topic's table.
+    pub table: String,
+    /// Its topic (dead letters name it).
+    pub topic: String,
+    /// Its event-time column (the one its watermark is on).
+    pub time_column: String,
+    /// Its watermark's out-of-orderness, µs.
+    pub out_of_orderness_us: i64,
+}
+
+/// Prefix of the columns carrying a joined row's Kafka columns (the left row's) in a round's
+/// SQL.
+pub const JOIN_KAFKA_PREFIX: &str = "__streamtable_";
+
+/// The column marking a join side's rows that arrived in the current round.
+pub const JOIN_NEW_COLUMN: &str = "__streamtable_new";
 
 /// A view over a table: a name and its SQL (valid in DataFusion and Athena).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,12 +379,20 @@ impl PipelineSpec {
     pub fn retain_tables(&mut self, keep: impl Fn(&TableSpec) -> bool) {
         self.tables.retain(|t| keep(t));
         let sources: Vec<String> = self.tables.iter().map(|t| t.name.clone()).collect();
-        self.derived.retain(|d| sources.contains(&d.source));
+        self.derived.retain(|d| {
+            sources.contains(&d.source)
+                && d.join
+                    .as_ref()
+                    .is_none_or(|j| sources.contains(&j.right.table))
+        });
     }
 
-    /// The derived tables fed by the table called `source`.
+    /// The derived tables fed by the table called `source` in the ingest function (interval
+    /// joins run in the scheduled stage instead).
     pub fn derived_from<'a>(&'a self, source: &'a str) -> impl Iterator<Item = &'a DerivedSpec> {
-        self.derived.iter().filter(move |d| d.source == source)
+        self.derived
+            .iter()
+            .filter(move |d| d.source == source && d.join.is_none())
     }
 }
 

@@ -1,0 +1,535 @@
+//! Interval joins between two topics, run by the commit stage over the rows each round lands.
+//!
+//! The two topics arrive through different event source mappings, so no ingest invocation sees
+//! both; the commit stage is a single writer (one intent at a time) that does. Each round:
+//!
+//! 1. reads the join's state — the rows of each side that can still match, and the highest
+//!    event time per topic-partition — from the object the join table's current snapshot names
+//!    (summary key [`JOIN_STATE_PROPERTY`]);
+//! 2. reads the round's new rows of both sides from the intent's data files; a new row behind
+//!    its side's watermark (the lowest of its partitions' highest event times, minus the
+//!    table's out-of-orderness) may have missed a partner that was already forgotten: it is a
+//!    dead letter of kind `late` (it stays in its own table);
+//! 3. runs the join's SQL over kept + new rows, keeping pairs with at least one new row: each
+//!    pair is produced once, by the round in which its second row arrives;
+//! 4. forgets the rows that can no longer match — a left row once the right side's watermark
+//!    passed its time plus the upper bound, a right row once the left side's passed its time
+//!    minus the lower bound — and writes the rest as the next state object (named by intent);
+//! 5. commits the late rows to `dead_letters` (commit id `{intent}/{table}/late`), then the
+//!    joined rows to the join table in one snapshot whose summary names the new state.
+//!
+//! Everything a round computes is a function of the intent's files and the state the current
+//! snapshot names, so a crashed round recomputes the same rows; the join table's commit id
+//! says whether the round landed, and the state moves with that same snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Int32Array, Int64Array, LargeBinaryArray, RecordBatch,
+    StringArray, new_null_array,
+};
+use bytes::Bytes;
+use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::{Deserialize, Serialize};
+
+use super::select::TableFiles;
+use crate::checkpoint::PendingFile;
+use crate::config::Backend;
+use crate::decode::{DeadLetter, DeadLetterBuilder, RejectKind};
+use crate::error::{Error, Result};
+use crate::ingest::encode::{encode, micro_file_properties};
+use crate::schema::TableLayout;
+use crate::spec::{DEAD_LETTER_TABLE, IntervalJoin, JOIN_KAFKA_PREFIX, JOIN_NEW_COLUMN, JoinSide};
+use crate::tables::TableSet;
+
+pub use super::JOIN_STATE_PROPERTY;
+
+fn arrow(e: datafusion::arrow::error::ArrowError) -> Error {
+    Error::Internal(format!("interval join: {e}"))
+}
+
+/// What a join keeps between rounds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct JoinState {
+    /// Parquet object with the left side's rows that can still match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    left: Option<String>,
+    /// The same for the right side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    right: Option<String>,
+    /// Highest event time per `{table}/{partition}`, µs.
+    #[serde(default)]
+    max: BTreeMap<String, i64>,
+    /// Each side's watermark, µs (never moves back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    left_watermark: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    right_watermark: Option<i64>,
+}
+
+/// What one round of a join produced.
+pub(super) struct JoinRound {
+    /// The joined rows' files, with the new state in the snapshot properties.
+    pub output: TableFiles,
+    /// The new rows that came too late to be joined, as dead letters.
+    pub late: TableFiles,
+    /// State objects the round replaced (deleted once its snapshot landed).
+    pub replaced: Vec<String>,
+    /// Rows kept for the next round (both sides), and their Parquet bytes.
+    pub kept_rows: u64,
+    pub state_bytes: u64,
+}
+
+/// One side's rows of a round: kept from earlier rounds, and new.
+struct Side {
+    kept: RecordBatch,
+    new: RecordBatch,
+    new_times: Vec<Option<i64>>,
+}
+
+/// Runs one round of join `name` on the files the intent lands for its two sides.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run_join(
+    backend: &Backend,
+    tables: &TableSet,
+    name: &str,
+    join: &IntervalJoin,
+    intent_id: &str,
+    failed_at_us: i64,
+    current: &Table,
+    left_files: &[DataFile],
+    right_files: &[DataFile],
+) -> Result<JoinRound> {
+    let state: JoinState = match current
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get(JOIN_STATE_PROPERTY))
+    {
+        Some(json) => serde_json::from_str(json).map_err(|e| Error::State {
+            op: "read join state",
+            message: format!("table {name}: snapshot property {JOIN_STATE_PROPERTY}: {e}"),
+            retryable: false,
+        })?,
+        None => JoinState::default(),
+    };
+    let left_layout = tables.get(&join.left.table)?.layout.clone();
+    let right_layout = tables.get(&join.right.table)?.layout.clone();
+    let left = side(
+        backend,
+        &left_layout,
+        &join.left,
+        state.left.as_deref(),
+        left_files,
+    )
+    .await?;
+    let right = side(
+        backend,
+        &right_layout,
+        &join.right,
+        state.right.as_deref(),
+        right_files,
+    )
+    .await?;
+
+    // Late rows, judged against the watermarks before the round.
+    let late_left = late_mask(&left.new_times, state.left_watermark);
+    let late_right = late_mask(&right.new_times, state.right_watermark);
+    let mut next = state.clone();
+    for (s, spec) in [(&left, &join.left), (&right, &join.right)] {
+        let partitions = column::<Int32Array>(&s.new, "kafka_partition")?;
+        for (i, t) in s.new_times.iter().enumerate() {
+            if let (Some(t), true) = (t, partitions.is_valid(i)) {
+                let key = format!("{}/{}", spec.table, partitions.value(i));
+                let e = next.max.entry(key).or_insert(*t);
+                *e = (*e).max(*t);
+            }
+        }
+    }
+    next.left_watermark = watermark(&next, &join.left).max(state.left_watermark);
+    next.right_watermark = watermark(&next, &join.right).max(state.right_watermark);
+
+    // The join over kept and on-time new rows.
+    let left_on_time = filter_record_batch(&left.new, &not(&late_left)).map_err(arrow)?;
+    let right_on_time = filter_record_batch(&right.new, &not(&late_right)).map_err(arrow)?;
+    let ctx = SessionContext::new();
+    register(&ctx, &join.left.table, &left.kept, &left_on_time)?;
+    register(&ctx, &join.right.table, &right.kept, &right_on_time)?;
+    let fail = |e: datafusion::error::DataFusionError| {
+        Error::Internal(format!("interval join {name}: {e}"))
+    };
+    let joined = ctx
+        .sql(&join.sql)
+        .await
+        .map_err(fail)?
+        .collect()
+        .await
+        .map_err(fail)?;
+    let def = tables.get(name)?;
+    let location = current
+        .metadata()
+        .location()
+        .trim_end_matches('/')
+        .to_string();
+    let mut output = TableFiles::default();
+    for batch in joined.iter().filter(|b| b.num_rows() > 0) {
+        let rows = conform(&with_kafka_columns(batch)?, &def.layout)?;
+        add_files(
+            backend,
+            &def.layout,
+            &rows,
+            &location,
+            &format!("join-{intent_id}-{}", output.files.len()),
+            &mut output,
+        )
+        .await?;
+    }
+
+    // What can still match.
+    let left_all =
+        concat_batches(&left.kept.schema(), [&left.kept, &left_on_time]).map_err(arrow)?;
+    let right_all =
+        concat_batches(&right.kept.schema(), [&right.kept, &right_on_time]).map_err(arrow)?;
+    let keep_left = keep(&left_all, &join.left.time_column, |t| {
+        next.right_watermark
+            .is_none_or(|wm| t.saturating_add(join.upper_us) >= wm)
+    })?;
+    let keep_right = keep(&right_all, &join.right.time_column, |t| {
+        next.left_watermark
+            .is_none_or(|wm| t.saturating_sub(join.lower_us) >= wm)
+    })?;
+    let root = backend.warehouse.root().trim_end_matches('/').to_string();
+    let mut state_bytes = 0;
+    let mut save = |rows: &RecordBatch, which: &str| -> Result<Option<(String, Bytes)>> {
+        if rows.num_rows() == 0 {
+            return Ok(None);
+        }
+        let bytes = parquet_bytes(rows)?;
+        state_bytes += bytes.len() as u64;
+        Ok(Some((
+            format!("{root}/_state/join/{name}/{intent_id}-{which}.parquet"),
+            bytes,
+        )))
+    };
+    let saved = [save(&keep_left, "left")?, save(&keep_right, "right")?];
+    for (location, bytes) in saved.iter().flatten() {
+        backend.warehouse.write(location, bytes.clone()).await?;
+    }
+    next.left = saved[0].as_ref().map(|(l, _)| l.clone());
+    next.right = saved[1].as_ref().map(|(l, _)| l.clone());
+    let json = serde_json::to_string(&next).map_err(|e| Error::Internal(e.to_string()))?;
+    output
+        .properties
+        .insert(JOIN_STATE_PROPERTY.to_string(), json);
+
+    // Late rows as dead letters.
+    let dl_def = tables.get(DEAD_LETTER_TABLE)?;
+    let mut dead = DeadLetterBuilder::new(dl_def.layout.clone(), failed_at_us);
+    for (s, spec, mask, wm, other) in [
+        (
+            &left,
+            &join.left,
+            &late_left,
+            state.left_watermark,
+            &join.right,
+        ),
+        (
+            &right,
+            &join.right,
+            &late_right,
+            state.right_watermark,
+            &join.left,
+        ),
+    ] {
+        dead_letters(&mut dead, name, s, spec, mask, wm, other)?;
+    }
+    let mut late = TableFiles::default();
+    if !dead.is_empty() {
+        let rows = dead.finish()?;
+        let dl_table = backend
+            .catalog
+            .load(&tables.ident(DEAD_LETTER_TABLE))
+            .await?
+            .map(|(t, _)| t.metadata().location().trim_end_matches('/').to_string())
+            .unwrap_or_else(|| {
+                backend
+                    .warehouse
+                    .table_location(&tables.namespace, DEAD_LETTER_TABLE)
+            });
+        add_files(
+            backend,
+            &dl_def.layout,
+            &rows,
+            &dl_table,
+            &format!("join-{name}-{intent_id}"),
+            &mut late,
+        )
+        .await?;
+    }
+    let replaced = [state.left, state.right]
+        .into_iter()
+        .flatten()
+        .filter(|old| Some(old) != next.left.as_ref() && Some(old) != next.right.as_ref())
+        .collect();
+    Ok(JoinRound {
+        output,
+        late,
+        replaced,
+        kept_rows: (keep_left.num_rows() + keep_right.num_rows()) as u64,
+        state_bytes,
+    })
+}
+
+/// Reads a side's kept rows (state object) and new rows (the round's files), in its layout.
+async fn side(
+    backend: &Backend,
+    layout: &TableLayout,
+    spec: &JoinSide,
+    state: Option<&str>,
+    files: &[DataFile],
+) -> Result<Side> {
+    let kept = read(backend, layout, state.into_iter().map(str::to_string)).await?;
+    let new = read(
+        backend,
+        layout,
+        files.iter().map(|f| f.file_path().to_string()),
+    )
+    .await?;
+    let new_times = times(&new, &spec.time_column)?;
+    Ok(Side {
+        kept,
+        new,
+        new_times,
+    })
+}
+
+/// The rows of Parquet objects `locations`, in `layout`'s columns (missing ones NULL).
+async fn read(
+    backend: &Backend,
+    layout: &TableLayout,
+    locations: impl Iterator<Item = String>,
+) -> Result<RecordBatch> {
+    let schema = layout.arrow_schema.clone();
+    let mut batches = vec![RecordBatch::new_empty(schema.clone())];
+    for location in locations {
+        let bytes = backend.warehouse.read(&location).await?;
+        let pq =
+            |e: parquet::errors::ParquetError| Error::Internal(format!("read {location}: {e}"));
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .map_err(pq)?
+            .build()
+            .map_err(pq)?;
+        for batch in reader {
+            let batch = batch.map_err(|e| Error::Internal(format!("read {location}: {e}")))?;
+            batches.push(conform(&batch, layout)?);
+        }
+    }
+    Ok(concat_batches(&schema, &batches).map_err(arrow)?)
+}
+
+/// `batch` in `layout`'s columns, matched by name and cast; columns it lacks are NULL.
+fn conform(batch: &RecordBatch, layout: &TableLayout) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for f in layout.arrow_schema.fields() {
+        columns.push(match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => c.clone(),
+            Some(c) => cast(c, f.data_type()).map_err(arrow)?,
+            None => new_null_array(f.data_type(), n),
+        });
+    }
+    Ok(RecordBatch::try_new(layout.arrow_schema.clone(), columns).map_err(arrow)?)
+}
+
+/// `batch` with the left row's Kafka columns (`__streamtable_kafka_…`) under their own names.
+fn with_kafka_columns(batch: &RecordBatch) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let name = f.name().strip_prefix(JOIN_KAFKA_PREFIX).unwrap_or(f.name());
+            Field::new(name, f.data_type().clone(), f.is_nullable())
+        })
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), batch.columns().to_vec()).map_err(arrow)
+}
+
+/// The event times (µs) of `column`.
+fn times(rows: &RecordBatch, column: &str) -> Result<Vec<Option<i64>>> {
+    let c = rows
+        .column_by_name(column)
+        .ok_or_else(|| Error::Internal(format!("join: no column {column}")))?;
+    let c = cast(c, &DataType::Timestamp(TimeUnit::Microsecond, None)).map_err(arrow)?;
+    let c = cast(&c, &DataType::Int64).map_err(arrow)?;
+    let c = c
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| Error::Internal(format!("join: column {column} is not a time")))?;
+    Ok((0..c.len())
+        .map(|i| c.is_valid(i).then(|| c.value(i)))
+        .collect())
+}
+
+fn column<'a, T: 'static>(rows: &'a RecordBatch, name: &str) -> Result<&'a T> {
+    rows.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| Error::Internal(format!("join: column {name} missing or mistyped")))
+}
+
+/// Rows whose event time is NULL or behind `watermark`.
+fn late_mask(times: &[Option<i64>], watermark: Option<i64>) -> BooleanArray {
+    times
+        .iter()
+        .map(|t| Some(t.is_none_or(|t| watermark.is_some_and(|wm| t < wm))))
+        .collect()
+}
+
+fn not(mask: &BooleanArray) -> BooleanArray {
+    mask.iter().map(|b| b.map(|b| !b)).collect()
+}
+
+/// A side's watermark: the lowest of its partitions' highest event times, minus its
+/// out-of-orderness.
+fn watermark(state: &JoinState, side: &JoinSide) -> Option<i64> {
+    let prefix = format!("{}/", side.table);
+    state
+        .max
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, t)| *t)
+        .min()
+        .map(|t| t.saturating_sub(side.out_of_orderness_us))
+}
+
+/// The rows of `rows` whose time in `column` satisfies `wanted`.
+fn keep(rows: &RecordBatch, column: &str, wanted: impl Fn(i64) -> bool) -> Result<RecordBatch> {
+    let t = times(rows, column)?;
+    let mask: BooleanArray = t.iter().map(|t| Some(t.is_some_and(&wanted))).collect();
+    Ok(filter_record_batch(rows, &mask).map_err(arrow)?)
+}
+
+/// Registers a side as a table of kept rows (`__streamtable_new` false) and new rows (true).
+fn register(ctx: &SessionContext, name: &str, kept: &RecordBatch, new: &RecordBatch) -> Result<()> {
+    let mut fields: Vec<Field> = kept
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_metadata(Default::default()))
+        .collect();
+    fields.push(Field::new(JOIN_NEW_COLUMN, DataType::Boolean, false));
+    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    let marked = |rows: &RecordBatch, flag: bool| -> Result<RecordBatch> {
+        let mut columns = rows.columns().to_vec();
+        columns.push(Arc::new(BooleanArray::from(vec![flag; rows.num_rows()])));
+        Ok(RecordBatch::try_new(schema.clone(), columns).map_err(arrow)?)
+    };
+    let table = MemTable::try_new(
+        schema.clone(),
+        vec![vec![marked(kept, false)?, marked(new, true)?]],
+    )
+    .map_err(|e| Error::Internal(format!("join table {name}: {e}")))?;
+    ctx.register_table(name, Arc::new(table))
+        .map_err(|e| Error::Internal(format!("join table {name}: {e}")))?;
+    Ok(())
+}
+
+/// Encodes `rows` into data files of `layout`'s table, uploads them and adds them to `files`.
+async fn add_files(
+    backend: &Backend,
+    layout: &TableLayout,
+    rows: &RecordBatch,
+    table_location: &str,
+    stem: &str,
+    files: &mut TableFiles,
+) -> Result<()> {
+    for f in encode(layout, rows, table_location, stem, &micro_file_properties()).await? {
+        backend
+            .warehouse
+            .write(&f.location, f.bytes.clone())
+            .await?;
+        files.files.push(PendingFile {
+            table: layout.name.clone(),
+            data_file: String::new(),
+            rows: f.data_file.record_count(),
+            bytes: f.bytes.len() as u64,
+            partitioning: None,
+        });
+        files.data_files.push(f.data_file);
+    }
+    Ok(())
+}
+
+fn parquet_bytes(rows: &RecordBatch) -> Result<Bytes> {
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, rows.schema(), Some(micro_file_properties()))
+        .map_err(|e| Error::Internal(format!("join state: {e}")))?;
+    w.write(rows)
+        .and_then(|_| w.close().map(|_| ()))
+        .map_err(|e| Error::Internal(format!("join state: {e}")))?;
+    Ok(Bytes::from(buf))
+}
+
+/// Appends the late rows of a side to `dead`.
+fn dead_letters(
+    dead: &mut DeadLetterBuilder,
+    name: &str,
+    side: &Side,
+    spec: &JoinSide,
+    mask: &BooleanArray,
+    watermark: Option<i64>,
+    other: &JoinSide,
+) -> Result<()> {
+    let partitions = column::<Int32Array>(&side.new, "kafka_partition")?;
+    let offsets = column::<Int64Array>(&side.new, "kafka_offset")?;
+    let kafka_ts = times(&side.new, "kafka_timestamp")?;
+    // A key is in `kafka_key` when it is text, else in `kafka_key_bytes`.
+    let text_keys = side
+        .new
+        .column_by_name("kafka_key")
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>());
+    let keys = side
+        .new
+        .column_by_name("kafka_key_bytes")
+        .and_then(|c| c.as_any().downcast_ref::<LargeBinaryArray>());
+    for i in (0..mask.len()).filter(|i| mask.value(*i)) {
+        let at = side.new_times[i];
+        let message = match (at, watermark) {
+            (Some(t), Some(wm)) => format!(
+                "interval join {name}: {}.{} {} is behind the watermark of {} ({}); rows of {} it could match may have been forgotten, so it is not joined (it is in table {})",
+                spec.table,
+                spec.time_column,
+                crate::process::window::iso(t),
+                spec.table,
+                crate::process::window::iso(wm),
+                other.table,
+                spec.table
+            ),
+            _ => format!(
+                "interval join {name}: {}.{} is NULL; the row cannot be placed in time (it is in table {})",
+                spec.table, spec.time_column, spec.table
+            ),
+        };
+        dead.append(&DeadLetter {
+            topic: &spec.topic,
+            partition: partitions.value(i),
+            offset: offsets.value(i),
+            timestamp_ms: kafka_ts[i].map(|us| us / 1000),
+            key: text_keys
+                .filter(|k| k.is_valid(i))
+                .map(|k| k.value(i).as_bytes())
+                .or_else(|| keys.filter(|k| k.is_valid(i)).map(|k| k.value(i))),
+            value: None,
+            kind: RejectKind::Late,
+            message: &message,
+        });
+    }
+    Ok(())
+}
