@@ -149,6 +149,13 @@ impl TableSet {
         let table = add_missing_kafka_columns(backend, name, table, &def.layout.schema).await?;
         check_schema(name, table.metadata().current_schema(), &def.layout.schema)?;
         check_partition_spec(name, &table, &def.layout)?;
+        if let Some(v) = &def.view {
+            backend
+                .catalog
+                .pointers()
+                .ensure_view(&self.namespace, v)
+                .await?;
+        }
         Ok(table)
     }
 }

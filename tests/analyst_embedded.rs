@@ -99,15 +99,17 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
         [
             "currency_rates",
             "dead_letters",
+            "order_payments",
             "orders",
             "orders_clean",
             "orders_per_minute_partials",
             "payments",
             "readings",
-            "readings_alerts"
+            "readings_alerts",
+            "sensor_sessions_partials"
         ]
     );
-    assert!(tables[2]["newest_event_ms"].as_i64().is_some());
+    assert!(tables[3]["newest_event_ms"].as_i64().is_some());
 
     // The derived tables landed exactly once, through the same binary: orders_clean is the
     // orders that were not cancelled, each once, every one converted to EUR.
@@ -149,6 +151,65 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
     assert_eq!(n("unconverted"), 0, "{r}");
     assert!(n("alerts") > 0, "{r}");
     assert_eq!(n("alerts"), n("hot"), "{r}");
+
+    // order_payments (the interval join, run by the scheduled stage) is the batch join over
+    // the raw tables, pair for pair, except pairs with a row that came too late for the join
+    // (a dead letter of kind late); sensor_sessions holds each session once and counts only
+    // readings.
+    let out = streamtable(
+        home.path(),
+        &[
+            "query",
+            "WITH b AS (SELECT o.order_id, p.payment_id, o.kafka_partition AS op, o.kafka_offset AS oo, \
+                               p.kafka_partition AS pp, p.kafka_offset AS po \
+                        FROM orders o JOIN payments p ON o.order_id = p.order_id \
+                         AND p.attempted_at BETWEEN o.created_at AND o.created_at + INTERVAL '1' HOUR), \
+                  late AS (SELECT topic, kafka_partition, kafka_offset FROM dead_letters \
+                           WHERE error_kind = 'late' AND error_message LIKE 'interval join order_payments: %'), \
+                  b_late AS (SELECT b.* FROM b WHERE EXISTS (SELECT 1 FROM late l WHERE \
+                               (l.topic = 'orders' AND l.kafka_partition = b.op AND l.kafka_offset = b.oo) OR \
+                               (l.topic = 'payments' AND l.kafka_partition = b.pp AND l.kafka_offset = b.po))) \
+             SELECT (SELECT count(*) FROM b) AS batch, \
+                    (SELECT count(*) FROM b_late) AS batch_late, \
+                    (SELECT count(*) FROM order_payments) AS joined, \
+                    (SELECT count(*) FROM (SELECT order_id, payment_id FROM b EXCEPT ALL SELECT order_id, payment_id FROM b_late \
+                                           EXCEPT ALL SELECT order_id, payment_id FROM order_payments)) AS missing, \
+                    (SELECT count(*) FROM (SELECT order_id, payment_id FROM order_payments EXCEPT ALL SELECT order_id, payment_id FROM b)) AS extra, \
+                    (SELECT count(*) FROM sensor_sessions) AS sessions, \
+                    (SELECT count(*) FROM (SELECT DISTINCT sensor_id, session_start FROM sensor_sessions)) AS distinct_sessions, \
+                    (SELECT sum(readings) FROM sensor_sessions) AS in_sessions, \
+                    (SELECT count(*) FROM readings) AS readings, \
+                    (SELECT count(*) FROM sensor_sessions WHERE session_end <= session_start) AS empty_sessions",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let n = |k: &str| r[0][k].as_i64().unwrap_or(-1);
+    assert!(n("joined") > 0, "{r}");
+    assert_eq!(
+        n("extra"),
+        0,
+        "every joined row is a pair of the batch join: {r}"
+    );
+    assert_eq!(
+        n("missing"),
+        0,
+        "every pair of the batch join is joined or has a late row: {r}"
+    );
+    assert_eq!(n("joined") + n("batch_late"), n("batch"), "{r}");
+    assert!(n("sessions") > 0, "{r}");
+    assert_eq!(n("sessions"), n("distinct_sessions"), "{r}");
+    assert!(
+        n("in_sessions") > 0 && n("in_sessions") <= n("readings"),
+        "{r}"
+    );
+    assert_eq!(n("empty_sessions"), 0, "{r}");
 
     let file = home.path().join("dash.html");
     let out = streamtable(

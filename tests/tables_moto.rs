@@ -185,3 +185,114 @@ async fn compaction_copies_large_row_groups_and_merges_small_ones() {
 async fn triggered_commits_are_spaced_by_the_interval() {
     s::triggered_commits_are_spaced_by_the_interval(&common::moto().await).await;
 }
+
+/// A windowed table's merging view is a Glue view Athena reads: `VIRTUAL_VIEW`, its definition
+/// in Presto's format over the partial table, with the columns and the Trino types the SQL
+/// gives; `list_tables` (the Iceberg tables) leaves it out.
+#[tokio::test]
+async fn windowed_tables_register_their_view_in_glue_for_athena() {
+    use base64::Engine as _;
+    let mut h = common::moto().await;
+    h.spec = common::shipped_spec();
+    let tables = h.tables();
+    tables.ensure_all(&h.backend).await.expect("tables");
+    let glue = aws_sdk_glue::Client::new(&streamtable::aws::load_config().await);
+    let t = glue
+        .get_table()
+        .database_name(&h.backend.namespace)
+        .name("orders_per_minute")
+        .send()
+        .await
+        .expect("get view");
+    let t = t.table().expect("view");
+    assert_eq!(t.table_type(), Some("VIRTUAL_VIEW"));
+    assert_eq!(t.view_expanded_text(), Some("/* Presto View */"));
+    let text = t.view_original_text().expect("view text");
+    let encoded = text
+        .strip_prefix("/* Presto View: ")
+        .and_then(|r| r.strip_suffix(" */"))
+        .expect("Presto view format");
+    let json: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .expect("base64"),
+    )
+    .expect("json");
+    let ns = &h.backend.namespace;
+    assert_eq!(json["catalog"], "awsdatacatalog");
+    assert_eq!(json["schema"], ns.as_str());
+    let sql = json["originalSql"].as_str().expect("sql");
+    assert!(
+        sql.contains(&format!("FROM \"{ns}\".\"orders_per_minute_partials\"")),
+        "{sql}"
+    );
+    assert!(sql.contains("SUM(\"revenue\") AS \"revenue\""), "{sql}");
+    let columns: Vec<(String, String)> = json["columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["type"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let expect = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        columns,
+        expect(&[
+            ("window_start", "timestamp(6)"),
+            ("window_end", "timestamp(6)"),
+            ("country", "varchar"),
+            ("orders", "bigint"),
+            ("revenue", "decimal(38,2)"),
+        ])
+    );
+    let sd: Vec<(String, String)> = t
+        .storage_descriptor()
+        .expect("storage descriptor")
+        .columns()
+        .iter()
+        .map(|c| {
+            (
+                c.name().to_string(),
+                c.r#type().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sd,
+        expect(&[
+            ("window_start", "timestamp"),
+            ("window_end", "timestamp"),
+            ("country", "string"),
+            ("orders", "bigint"),
+            ("revenue", "decimal(38,2)"),
+        ])
+    );
+    // The sessions' view too; the Iceberg table list leaves views out; a second ensure is a
+    // no-op.
+    assert!(
+        glue.get_table()
+            .database_name(ns)
+            .name("sensor_sessions")
+            .send()
+            .await
+            .is_ok()
+    );
+    let listed = h
+        .backend
+        .catalog
+        .pointers()
+        .list_tables(ns)
+        .await
+        .expect("list");
+    assert!(listed.contains(&"orders_per_minute_partials".to_string()));
+    assert!(!listed.contains(&"orders_per_minute".to_string()));
+    tables.ensure_all(&h.backend).await.expect("tables again");
+}

@@ -108,6 +108,60 @@ pub fn table_input(
         .map_err(|e| Error::Internal(format!("Glue table input {table}: {e}")))
 }
 
+/// The Glue `TableInput` of an Athena view: `VIRTUAL_VIEW`, with the view's definition in
+/// Presto's format (`/* Presto View: <base64 JSON> */`) and its columns in the storage descriptor.
+pub fn view_input(namespace: &str, view: &crate::spec::ViewSpec) -> Result<TableInput> {
+    use base64::Engine as _;
+    let partials = format!("{}{}", view.name, crate::spec::PARTIALS_SUFFIX);
+    // Athena resolves names in the view's schema; qualify the table anyway.
+    let sql = view.sql.replace(
+        &format!("FROM {partials} "),
+        &format!("FROM \"{namespace}\".\"{partials}\" "),
+    );
+    let definition = serde_json::json!({
+        "originalSql": sql,
+        "catalog": "awsdatacatalog",
+        "schema": namespace,
+        "columns": view.columns.iter().map(|(n, t)| serde_json::json!({"name": n, "type": t})).collect::<Vec<_>>(),
+        "owner": "streamtable",
+        "runAsInvoker": false,
+        "properties": {},
+    });
+    let encoded = base64::engine::general_purpose::STANDARD.encode(definition.to_string());
+    let mut sd = StorageDescriptor::builder();
+    for (name, t) in &view.columns {
+        sd = sd.columns(
+            Column::builder()
+                .name(name)
+                .r#type(hive_of_trino(t))
+                .build()
+                .map_err(|e| Error::Internal(format!("Glue view column {name}: {e}")))?,
+        );
+    }
+    TableInput::builder()
+        .name(&view.name)
+        .table_type("VIRTUAL_VIEW")
+        .view_original_text(format!("/* Presto View: {encoded} */"))
+        .view_expanded_text("/* Presto View */")
+        .parameters("presto_view", "true")
+        .parameters("comment", "Presto View")
+        .parameters("streamtable.view.of", partials)
+        .storage_descriptor(sd.build())
+        .build()
+        .map_err(|e| Error::Internal(format!("Glue view input {}: {e}", view.name)))
+}
+
+/// The Hive type Glue lists for a Trino type.
+fn hive_of_trino(t: &str) -> String {
+    match t {
+        "varchar" => "string".into(),
+        "integer" => "int".into(),
+        "real" => "float".into(),
+        t if t.starts_with("timestamp") => "timestamp".into(),
+        t => t.into(),
+    }
+}
+
 impl GluePointers {
     /// Pointers in Glue through a client built once by the caller.
     pub fn new(client: Client) -> Self {
@@ -268,6 +322,63 @@ impl PointerStore for GluePointers {
                     SdkFault::from_sdk(&e),
                 ))
             }
+        }
+    }
+
+    async fn ensure_view(&self, namespace: &str, view: &crate::spec::ViewSpec) -> Result<()> {
+        let what = format!("{namespace}.{}", view.name);
+        let input = view_input(namespace, view)?;
+        let existing = match self
+            .client
+            .get_table()
+            .database_name(namespace)
+            .name(&view.name)
+            .send()
+            .await
+        {
+            Ok(o) => o.table,
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if !f.is_not_found() {
+                    return Err(glue_error("get view", &what, f));
+                }
+                None
+            }
+        };
+        match existing {
+            Some(t) if t.table_type() != Some("VIRTUAL_VIEW") => Err(Error::Config(format!(
+                "Glue table {what} exists and is not a view; the windowed table {} needs the name for its view: rename or drop the table",
+                view.name
+            ))),
+            Some(t) if t.view_original_text() == input.view_original_text() => Ok(()),
+            Some(_) => self
+                .client
+                .update_table()
+                .database_name(namespace)
+                .table_input(input)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| glue_error("update view", &what, SdkFault::from_sdk(&e))),
+            None => match self
+                .client
+                .create_table()
+                .database_name(namespace)
+                .table_input(input)
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(CreateTableError::AlreadyExistsException(_))
+                    ) =>
+                {
+                    Ok(()) // created by a concurrent run
+                }
+                Err(e) => Err(glue_error("create view", &what, SdkFault::from_sdk(&e))),
+            },
         }
     }
 

@@ -71,6 +71,13 @@ pub trait PointerStore: Send + Sync + Debug {
     ) -> Result<bool>;
     /// Removes the table's entry (not its files).
     async fn drop_table(&self, namespace: &str, table: &str) -> Result<()>;
+    /// Registers `view` (or brings it up to date) where a catalog's SQL engines read views —
+    /// Glue, for Athena. Catalogs without such engines keep nothing: `streamtable query` reads
+    /// views from the partial table's properties.
+    async fn ensure_view(&self, namespace: &str, view: &crate::spec::ViewSpec) -> Result<()> {
+        let _ = (namespace, view);
+        Ok(())
+    }
 }
 
 /// Iceberg's `Catalog` over a [`PointerStore`] and a `FileIO`.

@@ -8,7 +8,7 @@
 //!
 //! The two topics arrive through different event source mappings, so the join cannot run in
 //! the ingest function; it runs in the scheduled stage over the rows each commit round lands
-//! (see `commit/join.rs`). Here the SQL is checked and the time bound read: an inner join, equal
+//! (see `commit/join/`). Here the SQL is checked and the time bound read: an inner join, equal
 //! keys, and one `BETWEEN` relating the two sides' event-time columns (the columns their
 //! watermarks are on), which is what lets rows be forgotten once they can no longer match.
 

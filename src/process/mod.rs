@@ -72,6 +72,8 @@ pub struct Inferred {
     /// For a windowed table: the SQL of the view that merges its partial rows, over the table
     /// named [`PARTIALS_PLACEHOLDER`].
     pub view: Option<String>,
+    /// The view's columns and their Athena (Trino) types.
+    pub view_columns: Vec<(String, String)>,
     /// For an interval join between two topics' tables: how it runs.
     pub join: Option<crate::spec::IntervalJoin>,
 }
@@ -94,6 +96,7 @@ pub fn infer(
             references: p.references(),
             columns: p.columns()?,
             view: p.view_sql(),
+            view_columns: p.view_columns(),
             join: p.join(),
         })
     }

@@ -97,6 +97,14 @@ impl Plan {
         }
     }
 
+    /// For windows: the view's columns and their Athena types.
+    pub fn view_columns(&self) -> Vec<(String, String)> {
+        match self {
+            Plan::Window(w) => w.view_columns(),
+            _ => Vec::new(),
+        }
+    }
+
     /// For an interval join: how it runs.
     pub fn join(&self) -> Option<crate::spec::IntervalJoin> {
         match self {

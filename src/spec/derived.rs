@@ -216,6 +216,7 @@ pub(super) fn parse_derived(
             view: inferred.view.map(|sql| ViewSpec {
                 name: name.clone(),
                 sql: sql.replace(crate::process::PARTIALS_PLACEHOLDER, &table_name),
+                columns: inferred.view_columns.clone(),
             }),
             join: inferred.join,
         });

@@ -156,6 +156,8 @@ pub struct ViewSpec {
     pub name: String,
     /// `SELECT …` over the partial table.
     pub sql: String,
+    /// Its columns with their Athena (Trino) types, as a Glue view declares them.
+    pub columns: Vec<(String, String)>,
 }
 
 /// Settings shared by every table.

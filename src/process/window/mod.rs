@@ -78,6 +78,21 @@ pub(crate) struct WindowPlan {
     pub outputs: Vec<(String, Output, ColumnType)>,
 }
 
+/// The Trino type Athena reads a column of `t` as (Iceberg timestamps are microseconds).
+pub(crate) fn trino_type(t: ColumnType) -> String {
+    match t {
+        ColumnType::String => "varchar".into(),
+        ColumnType::Int => "integer".into(),
+        ColumnType::Long => "bigint".into(),
+        ColumnType::Float => "real".into(),
+        ColumnType::Double => "double".into(),
+        ColumnType::Boolean => "boolean".into(),
+        ColumnType::Date => "date".into(),
+        ColumnType::Timestamp => "timestamp(6)".into(),
+        ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+    }
+}
+
 /// The columns one output contributes to a partial row.
 fn partial_of(
     name: &str,
@@ -114,6 +129,30 @@ impl WindowPlan {
             out.extend(partial_of(name, *o, *ty, self));
         }
         Ok(out)
+    }
+
+    /// The view's columns with the types Athena (Trino) gives them: what a Glue view declares.
+    pub fn view_columns(&self) -> Vec<(String, String)> {
+        self.outputs
+            .iter()
+            .map(|(name, o, ty)| {
+                let t = match o {
+                    Output::WindowStart | Output::WindowEnd => trino_type(ColumnType::Timestamp),
+                    Output::Key(_) => trino_type(*ty),
+                    Output::Agg(i) => match (self.aggs[*i].func, ty) {
+                        (AggFn::Count, _) => "bigint".into(),
+                        (AggFn::Avg, _) => "double".into(),
+                        (AggFn::Sum, ColumnType::Decimal { scale, .. }) => {
+                            format!("decimal(38,{scale})")
+                        }
+                        (AggFn::Sum, ColumnType::Int | ColumnType::Long) => "bigint".into(),
+                        (AggFn::Sum, _) => "double".into(),
+                        (AggFn::Min | AggFn::Max, t) => trino_type(*t),
+                    },
+                };
+                (name.clone(), t)
+            })
+            .collect()
     }
 
     /// The view that merges the partial rows of the table named
