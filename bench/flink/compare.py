@@ -38,7 +38,7 @@ COUNTRIES = ["US", "DE", "GB", "FR", "CA", "BR", "IN", "JP"]
 WEIGHTS = [30, 15, 12, 10, 6, 9, 10, 8]
 PARTITIONS = 4
 BATCH = 10_000
-BASE_MS = 1_795_946_400_000  # 2026-12-03T10:00:00Z
+BASE_MS = 1_795_946_400_000  # 2026-11-29T10:00:00Z
 
 SPEC = """
 [settings]
@@ -176,7 +176,7 @@ def main() -> None:
     shutil.rmtree(home, ignore_errors=True)
     st = [args.streamtable, "--pipeline", spec, "--home", home]
     env = {**os.environ, "RUST_LOG": "warn", "NO_COLOR": "1"}
-    w1, c1, _ = run_measured(st + ["ingest", "--event", *events], env)
+    w1, c1, _ = run_measured(st + ["ingest", *[a for e in events for a in ("--event", e)]], env)
     w2, c2, _ = run_measured(st + ["scheduled"], env)
     st_wall, st_cpu = w1 + w2, c1 + c2
     _, _, out = run_measured(
@@ -197,11 +197,14 @@ def main() -> None:
     fl_wall, fl_cpu, out = run_measured([args.flink_python, job, jsonl])
     theirs = {}
     for line in out.splitlines():
-        line = line.strip()
-        if not line.startswith("+I["):
+        # `<subtask>> +I[2026-11-29T09:59, 2026-11-29T10:00, BR, 13, 2166.48]`
+        at = line.find("+I[")
+        if at < 0:
             continue
-        ws, _we, country, n, rev = [x.strip() for x in line[3:-1].split(",")]
-        theirs[(ws.replace(" ", "T")[:19], country)] = (int(n), Decimal(rev))
+        ws, _we, country, n, rev = [x.strip() for x in line[at + 3 : line.rindex("]")].split(",")]
+        ws = ws.replace(" ", "T")
+        ws = ws + ":00" if len(ws) == 16 else ws[:19]
+        theirs[(ws, country)] = (int(n), Decimal(rev))
 
     same = sum(1 for k, v in ours.items() if theirs.get(k) == v)
     result = {

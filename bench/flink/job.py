@@ -36,7 +36,7 @@ def main() -> None:
     )
     env.execute_sql(
         """
-        CREATE TABLE result (
+        CREATE TABLE windowed (
             window_start TIMESTAMP(3),
             window_end TIMESTAMP(3),
             country STRING,
@@ -47,7 +47,7 @@ def main() -> None:
     )
     env.execute_sql(
         """
-        INSERT INTO result
+        INSERT INTO windowed
         SELECT window_start, window_end, country, COUNT(*) AS orders, SUM(amount) AS revenue
         FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE))
         GROUP BY window_start, window_end, country
