@@ -139,6 +139,8 @@ pub struct ScheduledReport {
     pub failures: Vec<Failure>,
     /// Pending items of an earlier release's layout moved to this one's.
     pub state_items_upgraded: u64,
+    /// Idle partitions whose windows were closed at their topic's watermark.
+    pub idle: crate::ingest::IdleFlush,
     /// Time the run took.
     pub duration_ms: f64,
 }
@@ -146,13 +148,20 @@ pub struct ScheduledReport {
 impl ScheduledReport {
     /// A few lines for humans.
     pub fn lines(&self) -> Vec<String> {
-        let mut out = vec![format!(
+        let mut out = Vec::new();
+        if self.idle.partitions > 0 {
+            out.push(format!(
+                "idle partitions: {} had their windows closed at the topic's watermark ({} partial rows)",
+                self.idle.partitions, self.idle.rows
+            ));
+        }
+        out.push(format!(
             "commit: {} batches, {} files, {} rows in {:.0} ms",
             self.commit.batches,
             self.commit.files(),
             self.commit.rows(),
             self.commit.duration_ms
-        )];
+        ));
         for t in &self.commit.tables {
             out.push(format!(
                 "  {:<16} +{} files, +{} rows",
@@ -270,6 +279,17 @@ pub async fn run_until(
     }
     if let Err(e) = tables.ensure_references(backend).await {
         report.failures.push(Failure::new("commit", None, None, &e));
+    }
+    if let Some(spec) = &tables.windowed_spec {
+        // Before the commit, so that the windows it closes land in this run.
+        let flushed = match crate::ingest::Ingestor::new(spec, backend) {
+            Ok(ingestor) => ingestor.flush_idle().await,
+            Err(e) => Err(e),
+        };
+        match flushed {
+            Ok(idle) => report.idle = idle,
+            Err(e) => report.failures.push(Failure::new("idle", None, None, &e)),
+        }
     }
     match commit_pending_with(backend, tables, &options.commit, Some(at(COMMIT_SHARE))).await {
         Ok(commit) => {

@@ -38,6 +38,9 @@ pub struct TableSet {
     pub references: BTreeMap<String, TableDef>,
     /// The interval joins the commit stage runs, by the table they land.
     pub joins: Vec<(String, crate::spec::IntervalJoin)>,
+    /// The spec, when some topic's partitions keep window state: the scheduled stage closes
+    /// idle partitions' windows with it ([`crate::ingest::Ingestor::flush_idle`]).
+    pub windowed_spec: Option<Arc<PipelineSpec>>,
 }
 
 impl TableSet {
@@ -86,6 +89,11 @@ impl TableSet {
                 .iter()
                 .filter_map(|d| d.join.clone().map(|j| (d.table.name.clone(), j)))
                 .collect(),
+            windowed_spec: spec
+                .derived
+                .iter()
+                .any(|d| d.view.is_some() && d.join.is_none())
+                .then(|| Arc::new(spec.clone())),
         })
     }
 

@@ -15,3 +15,11 @@ proptest! {
         rt.block_on(async { windows_equal_the_oracle(common::moto().await, seed, steps).await });
     }
 }
+
+#[tokio::test]
+async fn idle_partitions_close_their_windows_at_the_topics_watermark() {
+    common::idle_scenarios::idle_partitions_close_their_windows_at_the_topics_watermark(
+        common::moto().await,
+    )
+    .await;
+}

@@ -245,7 +245,8 @@ async fn commit_intent(
         };
         for (table, files) in resolved {
             let entry = by_table.entry(table).or_default();
-            for r in b.ranges() {
+            // An idle partition's flush has no offsets (its key is the negated state seq).
+            for r in b.ranges().filter(|r| r.last_offset >= 0) {
                 let offset = entry
                     .offsets
                     .entry(r.source.to_string())

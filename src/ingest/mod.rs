@@ -17,6 +17,7 @@
 mod batch;
 mod derive;
 pub mod encode;
+mod idle;
 mod options;
 mod pending;
 mod records;
@@ -25,6 +26,7 @@ mod summary;
 
 use batch::Planned;
 pub use batch::group_by_partition;
+pub use idle::IdleFlush;
 pub use options::IngestOptions;
 pub use state::MAX_INLINE_STATE_BYTES;
 pub use summary::IngestSummary;

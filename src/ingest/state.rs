@@ -86,29 +86,43 @@ impl Ingestor {
             return Ok(None);
         };
         let seq = loaded.stored.get(&p.source).map_or(0, |s| s.seq) + 1;
+        self.encode_state(&p.source, p.next_offset, seq, state)
+            .await
+            .map(Some)
+    }
+
+    /// The stored form of a partition's `state` at `next_offset` and `seq`, written to the
+    /// warehouse first when too large for the item.
+    pub(super) async fn encode_state(
+        &self,
+        source: &SourcePartition,
+        next_offset: i64,
+        seq: u64,
+        state: &PartitionState,
+    ) -> Result<StoredState> {
         let body = state.encode()?;
         let bytes = body.len() as u64;
         let (body, location) = if body.len() > self.options.max_inline_state_bytes {
             let location = format!(
                 "{}/_state/{}/{}/{:020}-{seq:010}.state",
                 self.warehouse.root(),
-                crate::partition::topic_in_name(&p.source.topic),
-                p.source.partition,
-                p.next_offset
+                crate::partition::topic_in_name(&source.topic),
+                source.partition,
+                next_offset
             );
             self.warehouse.write(&location, body.into()).await?;
             (None, Some(location))
         } else {
             (Some(body), None)
         };
-        Ok(Some(StoredState {
-            next_offset: p.next_offset,
+        Ok(StoredState {
+            next_offset,
             seq,
             body,
             location,
             bytes,
             updated_at_ms: self.clock.now_ms(),
-        }))
+        })
     }
 }
 

@@ -202,6 +202,37 @@ impl Processor {
         last_offset: i64,
         state: &mut PartitionState,
     ) -> Result<Vec<Derived>> {
+        self.close_until(source, partition, last_offset, state, i64::MAX)
+    }
+
+    /// Moves the partition's watermark up to `watermark` (µs; an idle partition, where the
+    /// topic's other partitions already are) and closes the windows it passes. Nothing when
+    /// the watermark is there already.
+    pub fn advance_watermark(
+        &self,
+        source: &str,
+        partition: i32,
+        last_offset: i64,
+        state: &mut PartitionState,
+        watermark: i64,
+    ) -> Result<Vec<Derived>> {
+        let ooo = self.times.get(source).map_or(0, |t| t.out_of_orderness_us);
+        let max = watermark.saturating_add(ooo);
+        if state.max_event_time.is_some_and(|m| m >= max) {
+            return Ok(Vec::new());
+        }
+        state.max_event_time = Some(max);
+        self.close_until(source, partition, last_offset, state, watermark)
+    }
+
+    fn close_until(
+        &self,
+        source: &str,
+        partition: i32,
+        last_offset: i64,
+        state: &mut PartitionState,
+        watermark: i64,
+    ) -> Result<Vec<Derived>> {
         let mut out = Vec::new();
         for t in self.tables.iter().filter(|t| t.source == source) {
             let (Plan::Window(plan), Some(table_state)) = (&t.plan, state.tables.get_mut(&t.name))
@@ -214,7 +245,7 @@ impl Processor {
                 times: &[],
                 watermarks: &[],
                 closed_through: None,
-                watermark: Some(i64::MAX),
+                watermark: Some(watermark),
                 partition,
                 last_offset,
                 kafka_timestamp: state.updated_at_ms.saturating_mul(1000),

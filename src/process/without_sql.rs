@@ -71,6 +71,18 @@ impl Processor {
         Ok(Vec::new())
     }
 
+    /// No window to close.
+    pub fn advance_watermark(
+        &self,
+        _source: &str,
+        _partition: i32,
+        _last_offset: i64,
+        _state: &mut crate::process::state::PartitionState,
+        _watermark: i64,
+    ) -> Result<Vec<Derived>> {
+        Ok(Vec::new())
+    }
+
     /// No derived table.
     pub fn derive(
         &self,

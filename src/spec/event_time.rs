@@ -10,7 +10,13 @@ pub struct EventTime {
     pub column: String,
     /// How far out of order records may arrive: watermark = highest event time seen − this, ms.
     pub out_of_orderness_ms: i64,
+    /// A partition that received nothing for this long no longer holds windows back: the
+    /// scheduled stage moves its watermark up to the topic's highest (`idle_timeout`), ms.
+    pub idle_timeout_ms: i64,
 }
+
+/// Default `idle_timeout`: 5 minutes.
+pub const DEFAULT_IDLE_TIMEOUT_MS: i64 = 300_000;
 
 /// Duplicates dropped by key within a time bound: the first occurrence wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +89,7 @@ pub(super) fn parse_watermark(text: &str, columns: &[ColumnSpec]) -> Result<Even
         ));
     }
     Ok(EventTime {
+        idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
         column: column.to_string(),
         out_of_orderness_ms: delay,
     })

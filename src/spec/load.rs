@@ -80,6 +80,7 @@ struct RawTable {
     #[serde(default = "yes")]
     land: bool,
     watermark: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
 }
 
 fn yes() -> bool {
@@ -207,6 +208,29 @@ impl PipelineSpec {
                         .map_err(|m| at(w.span(), m))?,
                 ),
                 None => None,
+            };
+            let event_time = match (event_time, &t.idle_timeout) {
+                (Some(mut et), Some(v)) => {
+                    et.idle_timeout_ms = parse_duration_ms(v.get_ref())
+                        .and_then(|ms| {
+                            if ms > 0 {
+                                Ok(ms)
+                            } else {
+                                Err("idle_timeout must be more than 0".into())
+                            }
+                        })
+                        .map_err(|m| at(v.span(), m))?;
+                    Some(et)
+                }
+                (None, Some(v)) => {
+                    return Err(at(
+                        v.span(),
+                        format!(
+                            "table {name:?}: idle_timeout applies to a table with a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" or remove it"
+                        ),
+                    ));
+                }
+                (et, None) => et,
             };
             tables.push(TableSpec {
                 name: name.clone(),

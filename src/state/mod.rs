@@ -40,6 +40,9 @@ pub trait CheckpointStore: Send + Sync {
         Ok(out)
     }
 
+    /// The partitions of `topic` that have a checkpoint, ascending.
+    async fn partitions(&self, topic: &str) -> Result<Vec<i32>>;
+
     /// The stored state of the stateful derived tables of `sources`, in their order (`None`:
     /// none yet). Written by [`CheckpointStore::advance`] with the checkpoint.
     async fn partition_states(

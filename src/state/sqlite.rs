@@ -238,6 +238,23 @@ impl CheckpointStore for SqliteStateStore {
         })
         .await
     }
+    async fn partitions(&self, topic: &str) -> Result<Vec<i32>> {
+        let topic = topic.to_string();
+        self.with_conn(move |conn, path| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT partition FROM checkpoints WHERE topic = ?1 ORDER BY partition",
+                )
+                .map_err(|e| db_error("list partitions", path, e))?;
+            let rows = stmt
+                .query_map([&topic], |r| r.get::<_, i32>(0))
+                .map_err(|e| db_error("list partitions", path, e))?;
+            rows.collect::<std::result::Result<Vec<i32>, _>>()
+                .map_err(|e| db_error("list partitions", path, e))
+        })
+        .await
+    }
+
     async fn partition_states(
         &self,
         sources: &[SourcePartition],

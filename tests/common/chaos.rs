@@ -125,6 +125,9 @@ pub struct ChaosState {
 
 #[async_trait]
 impl CheckpointStore for ChaosState {
+    async fn partitions(&self, topic: &str) -> Result<Vec<i32>> {
+        chaotic!(self.chaos, "list partitions", self.inner.partitions(topic))
+    }
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         chaotic!(self.chaos, "read checkpoint", self.inner.checkpoint(source))
     }

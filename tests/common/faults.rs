@@ -51,6 +51,9 @@ fn crash_error() -> Error {
 
 #[async_trait]
 impl CheckpointStore for FaultyState {
+    async fn partitions(&self, topic: &str) -> Result<Vec<i32>> {
+        self.inner.partitions(topic).await
+    }
     async fn checkpoint(&self, source: &SourcePartition) -> Result<Checkpoint> {
         self.inner.checkpoint(source).await
     }

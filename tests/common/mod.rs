@@ -7,6 +7,7 @@ pub mod chaos;
 pub mod compaction_scenarios;
 pub mod derived_scenarios;
 pub mod faults;
+pub mod idle_scenarios;
 pub mod join_scenarios;
 pub mod reliability_layout_scenarios;
 pub mod reliability_scenarios;

@@ -157,6 +157,31 @@ impl DynamoStateStore {
         Ok(found)
     }
 
+    /// The partitions of `topic` in its bucket items (buckets 0, 1, … until one is missing;
+    /// buckets are written in both layouts).
+    pub(super) async fn topic_partitions(&self, topic: &str) -> Result<Vec<i32>> {
+        let mut out = Vec::new();
+        for first in (0..).step_by(10) {
+            let keys: Vec<String> = (first..first + 10)
+                .map(|b| format!("checkpoints#{topic}#{b:06}"))
+                .collect();
+            let items = self
+                .get_items(keys.into_iter().map(item_key).collect(), "list partitions")
+                .await?;
+            for i in &items {
+                if let Some(m) = i.get(MAP).and_then(|m| m.as_m().ok()) {
+                    out.extend(m.keys().filter_map(|k| k.parse::<i32>().ok()));
+                }
+            }
+            if items.len() < 10 {
+                break;
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
     /// The pre-0.3 per-partition checkpoints of `sources`, by item key.
     async fn legacy_checkpoints(
         &self,

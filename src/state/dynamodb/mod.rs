@@ -292,6 +292,9 @@ impl CheckpointStore for DynamoStateStore {
     async fn checkpoints(&self, sources: &[SourcePartition]) -> Result<Vec<Checkpoint>> {
         self.read_checkpoints(sources).await
     }
+    async fn partitions(&self, topic: &str) -> Result<Vec<i32>> {
+        self.topic_partitions(topic).await
+    }
     async fn partition_states(
         &self,
         sources: &[SourcePartition],
