@@ -98,6 +98,11 @@ pub struct Ingestor {
     state: Arc<dyn StateStore>,
     props: WriterProperties,
     clock: Arc<dyn Clock>,
+    /// The decoded state this process last wrote per partition, with its `seq`: a warm
+    /// container skips reading and decoding a state it wrote itself.
+    state_cache: std::sync::Mutex<
+        HashMap<crate::checkpoint::SourcePartition, (u64, crate::process::state::PartitionState)>,
+    >,
 }
 
 impl Ingestor {
@@ -182,6 +187,7 @@ impl Ingestor {
             warehouse,
             state,
             props: encode::micro_file_properties(),
+            state_cache: Default::default(),
             clock: crate::clock::system(),
         })
     }
@@ -334,6 +340,7 @@ impl Ingestor {
                     summary.deduplicated = counts.deduplicated;
                     summary.state_bytes_max = state_bytes_max;
                     self.drop_replaced_states(&loaded, &advances).await;
+                    self.remember_states(loaded, &advances);
                     summary.files_written = files.len() as u64;
                     summary.bytes_written = files.iter().map(|f| f.bytes.len() as u64).sum();
                     summary.dead_letters_by_kind = counts

@@ -59,15 +59,25 @@ impl Ingestor {
                     checkpoint = p.checkpoint.next_offset,
                     "the partition's state is behind its checkpoint (records landed without it); continuing from it");
             }
-            let bytes = match (&stored.body, &stored.location) {
-                (Some(b), _) => b.clone(),
-                (None, Some(location)) => self.warehouse.read(location).await?.to_vec(),
-                (None, None) => Vec::new(),
-            };
-            let state = if bytes.is_empty() {
-                PartitionState::default()
-            } else {
-                PartitionState::decode(&bytes, &format!("partition {}", p.source))?
+            let cached = self.state_cache.lock().ok().and_then(|c| {
+                c.get(&p.source)
+                    .filter(|(seq, _)| *seq == stored.seq)
+                    .map(|(_, s)| s.clone())
+            });
+            let state = match cached {
+                Some(state) => state,
+                None => {
+                    let bytes = match (&stored.body, &stored.location) {
+                        (Some(b), _) => b.clone(),
+                        (None, Some(location)) => self.warehouse.read(location).await?.to_vec(),
+                        (None, None) => Vec::new(),
+                    };
+                    if bytes.is_empty() {
+                        PartitionState::default()
+                    } else {
+                        PartitionState::decode(&bytes, &format!("partition {}", p.source))?
+                    }
+                }
             };
             loaded.states.insert(p.source.clone(), state);
             loaded.stored.insert(p.source.clone(), stored);
@@ -164,6 +174,23 @@ impl Ingestor {
             }
         }
         Ok(files)
+    }
+
+    /// Keeps the states an advance wrote, decoded, for the next batch of their partitions in
+    /// this process (a state is identified by its partition and `seq`: each is written once).
+    pub(super) fn remember_states(
+        &self,
+        mut loaded: Loaded,
+        advances: &[crate::checkpoint::SourceAdvance],
+    ) {
+        let Ok(mut cache) = self.state_cache.lock() else {
+            return;
+        };
+        for a in advances {
+            if let (Some(written), Some(state)) = (&a.state, loaded.states.remove(&a.source)) {
+                cache.insert(a.source.clone(), (written.seq, state));
+            }
+        }
     }
 
     /// Deletes the warehouse objects of states the advance replaced (best effort: orphan

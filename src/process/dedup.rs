@@ -7,8 +7,6 @@
 //! copies land in the same partition: exactly-once delivery cannot remove them, this can. A
 //! record whose key or event time is NULL is never a duplicate.
 
-use std::collections::HashMap;
-
 use arrow_array::RecordBatch;
 
 use super::cell::Cell;
@@ -24,7 +22,7 @@ pub(crate) fn first_occurrences(
     seen: &mut Vec<(Vec<Cell>, i64)>,
 ) -> Vec<bool> {
     let within = dedup.within_ms.saturating_mul(1000);
-    let mut index: HashMap<Vec<Cell>, i64> = std::mem::take(seen).into_iter().collect();
+    let mut index: foldhash::HashMap<Vec<Cell>, i64> = std::mem::take(seen).into_iter().collect();
     let mut keep = Vec::with_capacity(rows.num_rows());
     for (i, t) in times.iter().enumerate().take(rows.num_rows()) {
         let key: Option<Vec<Cell>> = key_columns
@@ -44,12 +42,11 @@ pub(crate) fn first_occurrences(
         }
     }
     let horizon = watermark_after.unwrap_or(i64::MIN);
-    let mut kept: Vec<(Vec<Cell>, i64)> = index
+    // In no particular order: the state is read back into a map.
+    *seen = index
         .into_iter()
         .filter(|(_, first)| first.saturating_add(within) >= horizon)
         .collect();
-    kept.sort();
-    *seen = kept;
     keep
 }
 

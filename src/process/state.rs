@@ -88,7 +88,7 @@ impl PartitionState {
         s.v = VERSION;
         let json = serde_json::to_vec(&s)
             .map_err(|e| Error::Internal(format!("serialize partition state: {e}")))?;
-        zstd::bulk::compress(&json, 3)
+        zstd::bulk::compress(&json, 1)
             .map_err(|e| Error::Internal(format!("compress partition state: {e}")))
     }
 

@@ -241,6 +241,8 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
     h.spec.retain_tables(|t| t.name == "orders");
     let tables = h.tables();
     let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+    let warm = h.ingestor();
+    let mut warm_turn = false;
     for s in steps {
         let (recs, faults) = match s {
             Step::Deliver { mask, len, fault } => {
@@ -266,7 +268,16 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
         if recs.is_empty() {
             continue;
         }
-        let ingestor = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), faults));
+        // Fault-free deliveries alternate between one long-lived ingestor (a warm container,
+        // whose cached states others' advances make stale) and fresh ones.
+        warm_turn = !warm_turn;
+        let fresh;
+        let ingestor = if faults.is_empty() && warm_turn {
+            &warm
+        } else {
+            fresh = h.ingestor_with_state(FaultyState::new(h.backend.state.clone(), faults));
+            &fresh
+        };
         if ingestor.handle(&event(&recs)).await.is_ok() {
             for r in &recs {
                 let e = committed.entry(r.partition).or_insert(0);

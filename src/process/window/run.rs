@@ -1,7 +1,7 @@
 //! A windowed table on one partition's rows of one batch: assign windows, accumulate, emit the
 //! windows the watermark passed and the corrections, dead-letter records past the lateness.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -86,7 +86,7 @@ pub(crate) fn run(
     let size = plan.window.size_ms() * 1000;
     let lateness = lateness_ms * 1000;
     let closed = input.closed_through.unwrap_or(i64::MIN);
-    let mut index: HashMap<(i64, Vec<Cell>), usize> = open_windows
+    let mut index: foldhash::HashMap<(i64, Vec<Cell>), usize> = open_windows
         .iter()
         .enumerate()
         .map(|(i, w)| ((w.start, w.key.clone()), i))

@@ -10,8 +10,6 @@
 //! Sessions are kept per Kafka partition: they are exact when a key's events share a partition,
 //! which is what producers keying the topic by the session key (a sensor id) give.
 
-use std::collections::HashMap;
-
 use super::run::{PartitionInput, WindowOutput, iso, partial_rows, values};
 use super::{WindowPlan, tvf::human};
 use crate::process::cell::Cell;
@@ -43,7 +41,7 @@ pub(crate) fn run(
     let lateness = lateness_ms.saturating_mul(1000);
     let end_of = |w: &OpenWindow| w.end.unwrap_or(w.start.saturating_add(gap));
     // Open sessions by key.
-    let mut by_key: HashMap<Vec<Cell>, Vec<OpenWindow>> = HashMap::new();
+    let mut by_key: foldhash::HashMap<Vec<Cell>, Vec<OpenWindow>> = Default::default();
     for w in std::mem::take(sessions) {
         by_key.entry(w.key.clone()).or_default().push(w);
     }
