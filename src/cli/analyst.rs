@@ -108,6 +108,13 @@ pub async fn tables(config: &Config, json: bool) -> Result<()> {
     } else {
         println!("{}", crate::cli::table_list::render(&info, now_ms()));
     }
+    if !json && let Ok(spec) = config.load_pipeline() {
+        let states = crate::cli::table_list::state_overview(&backend, &spec).await?;
+        let text = crate::cli::table_list::render_states(&states, now_ms());
+        if !text.is_empty() {
+            println!("\n{text}");
+        }
+    }
     if !json && let Some(status) = crate::scheduled::last_run(&backend).await? {
         let problems = crate::cli::table_list::render_last_run(&status, now_ms());
         if !problems.is_empty() {

@@ -212,3 +212,93 @@ mod tests {
         assert_eq!(lines[0].len(), lines[1].len());
     }
 }
+
+/// One stateful partition's state, as `streamtable tables` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionStateInfo {
+    /// The topic.
+    pub topic: String,
+    /// The Kafka partition.
+    pub partition: i32,
+    /// Size of the encoded state (zstd JSON), bytes.
+    pub bytes: u64,
+    /// Writes so far.
+    pub seq: u64,
+    /// When records last landed in the partition, epoch ms.
+    pub updated_at_ms: i64,
+    /// Kept as an object in the warehouse (past the item's inline limit).
+    pub spilled: bool,
+}
+
+/// The state of every partition of the topics whose derived tables keep state.
+pub async fn state_overview(
+    backend: &Backend,
+    spec: &crate::spec::PipelineSpec,
+) -> Result<Vec<PartitionStateInfo>> {
+    let mut out = Vec::new();
+    for t in &spec.tables {
+        let stateful = spec.derived.iter().any(|d| {
+            d.source == t.name && d.join.is_none() && (d.view.is_some() || d.dedup.is_some())
+        });
+        if !stateful {
+            continue;
+        }
+        let sources: Vec<crate::checkpoint::SourcePartition> = backend
+            .state
+            .partitions(&t.topic)
+            .await?
+            .into_iter()
+            .map(|p| crate::checkpoint::SourcePartition::new(&t.topic, p))
+            .collect();
+        let states = backend.state.partition_states(&sources).await?;
+        for (s, st) in sources.iter().zip(states) {
+            if let Some(st) = st {
+                out.push(PartitionStateInfo {
+                    topic: s.topic.clone(),
+                    partition: s.partition,
+                    bytes: st.bytes,
+                    seq: st.seq,
+                    updated_at_ms: st.updated_at_ms,
+                    spilled: st.location.is_some(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The partition states as lines for humans (empty when there are none).
+pub fn render_states(states: &[PartitionStateInfo], now_ms: i64) -> String {
+    if states.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{:<24} {:>10} {:>8}  {}\n",
+        "partition state", "bytes", "writes", "last landing"
+    );
+    for s in states {
+        out.push_str(&format!(
+            "{:<24} {:>10} {:>8}  {} ago{}\n",
+            format!("{}-{}", s.topic, s.partition),
+            s.bytes,
+            s.seq,
+            human_age(now_ms - s.updated_at_ms),
+            if s.spilled { " (in the warehouse)" } else { "" }
+        ));
+    }
+    let total: u64 = states.iter().map(|s| s.bytes).sum();
+    let max = states.iter().map(|s| s.bytes).max().unwrap_or(0);
+    out.push_str(&format!(
+        "{} partitions, {total} bytes of state, largest {max}",
+        states.len()
+    ));
+    out
+}
+
+fn human_age(ms: i64) -> String {
+    match ms.max(0) {
+        m if m < 60_000 => format!("{:.0} s", m as f64 / 1e3),
+        m if m < 3_600_000 => format!("{:.0} min", m as f64 / 6e4),
+        m => format!("{:.1} h", m as f64 / 3.6e6),
+    }
+}
