@@ -108,7 +108,7 @@ pub struct Ingestor {
 impl Ingestor {
     /// An ingestor for `spec` on `backend`.
     pub fn new(spec: &PipelineSpec, backend: &Backend) -> Result<Ingestor> {
-        let mut ingestor = Self::with_parts(
+        let ingestor = Self::with_parts(
             spec,
             backend.warehouse.clone(),
             backend.state.clone(),
@@ -116,14 +116,16 @@ impl Ingestor {
         )?
         .with_clock(backend.clock.clone());
         #[cfg(feature = "sql")]
-        {
+        let ingestor = {
+            let mut ingestor = ingestor;
             ingestor.processor = ingestor.processor.with_reference_source(Arc::new(
                 crate::process::reference::CatalogReferences::new(
                     backend.catalog.clone(),
                     &backend.namespace,
                 ),
             ));
-        }
+            ingestor
+        };
         Ok(ingestor)
     }
 
