@@ -92,7 +92,7 @@ impl TableSet {
             windowed_spec: spec
                 .derived
                 .iter()
-                .any(|d| d.view.is_some() && d.join.is_none())
+                .any(|d| d.view.is_some())
                 .then(|| Arc::new(spec.clone())),
         })
     }

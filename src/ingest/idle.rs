@@ -17,7 +17,6 @@ use serde::Serialize;
 use super::Ingestor;
 use crate::checkpoint::{Advance, PendingBatch, PendingFile, SourceAdvance, SourcePartition};
 use crate::error::{Error, Result};
-use crate::process::state::PartitionState;
 
 /// What [`Ingestor::flush_idle`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -61,16 +60,7 @@ impl Ingestor {
             let mut states = Vec::new();
             for (source, stored) in sources.iter().zip(stored) {
                 let Some(stored) = stored else { continue };
-                let bytes = match (&stored.body, &stored.location) {
-                    (Some(b), _) => b.clone(),
-                    (None, Some(location)) => self.warehouse.read(location).await?.to_vec(),
-                    (None, None) => Vec::new(),
-                };
-                let state = if bytes.is_empty() {
-                    PartitionState::default()
-                } else {
-                    PartitionState::decode(&bytes, &format!("partition {source}"))?
-                };
+                let state = self.read_state(source, &stored).await?;
                 states.push((source.clone(), stored, state));
             }
             let ooo = et.out_of_orderness_ms.saturating_mul(1000);

@@ -66,23 +66,30 @@ impl Ingestor {
             });
             let state = match cached {
                 Some(state) => state,
-                None => {
-                    let bytes = match (&stored.body, &stored.location) {
-                        (Some(b), _) => b.clone(),
-                        (None, Some(location)) => self.warehouse.read(location).await?.to_vec(),
-                        (None, None) => Vec::new(),
-                    };
-                    if bytes.is_empty() {
-                        PartitionState::default()
-                    } else {
-                        PartitionState::decode(&bytes, &format!("partition {}", p.source))?
-                    }
-                }
+                None => self.read_state(&p.source, &stored).await?,
             };
             loaded.states.insert(p.source.clone(), state);
             loaded.stored.insert(p.source.clone(), stored);
         }
         Ok(Some(loaded))
+    }
+
+    /// The decoded state `stored` holds (inline, or in the warehouse object it names).
+    pub(super) async fn read_state(
+        &self,
+        source: &SourcePartition,
+        stored: &StoredState,
+    ) -> Result<PartitionState> {
+        let bytes = match (&stored.body, &stored.location) {
+            (Some(b), _) => b.clone(),
+            (None, Some(location)) => self.warehouse.read(location).await?.to_vec(),
+            (None, None) => Vec::new(),
+        };
+        if bytes.is_empty() {
+            Ok(PartitionState::default())
+        } else {
+            PartitionState::decode(&bytes, &format!("partition {source}"))
+        }
     }
 
     /// The stored form of `planned[i]`'s state after the batch, written to the warehouse first

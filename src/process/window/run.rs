@@ -73,15 +73,9 @@ pub(crate) fn run(
             open_windows,
         );
     }
-    let mut out = WindowOutput::default();
-    let values = match values(plan, input.rows) {
-        Ok(v) => v,
-        Err(reason) => {
-            out.failures = (0..input.rows.num_rows())
-                .map(|i| (i, reason.clone()))
-                .collect();
-            return out;
-        }
+    let (mut out, values) = match row_values(plan, input.rows) {
+        Ok(v) => (WindowOutput::default(), v),
+        Err(failed) => return failed,
     };
     let size = plan.window.size_ms() * 1000;
     let lateness = lateness_ms * 1000;
@@ -196,6 +190,17 @@ pub(crate) fn run(
         }
     }
     out
+}
+
+/// [`values`], or the output that fails every row with the reason.
+pub(super) fn row_values(
+    plan: &WindowPlan,
+    rows: &RecordBatch,
+) -> Result<Vec<Result<RowValues, String>>, WindowOutput> {
+    values(plan, rows).map_err(|reason| WindowOutput {
+        failures: (0..rows.num_rows()).map(|i| (i, reason.clone())).collect(),
+        ..Default::default()
+    })
 }
 
 /// Each row's filter result, keys and aggregate arguments; evaluated on the whole batch, and

@@ -10,7 +10,7 @@
 //! Sessions are kept per Kafka partition: they are exact when a key's events share a partition,
 //! which is what producers keying the topic by the session key (a sensor id) give.
 
-use super::run::{PartitionInput, WindowOutput, iso, partial_rows, values};
+use super::run::{PartitionInput, WindowOutput, iso, partial_rows, row_values};
 use super::{WindowPlan, tvf::human};
 use crate::process::cell::Cell;
 use crate::process::state::{Acc, OpenWindow, WindowState};
@@ -27,15 +27,9 @@ pub(crate) fn run(
     input: &PartitionInput<'_>,
     sessions: &mut WindowState,
 ) -> WindowOutput {
-    let mut out = WindowOutput::default();
-    let values = match values(plan, input.rows) {
-        Ok(v) => v,
-        Err(reason) => {
-            out.failures = (0..input.rows.num_rows())
-                .map(|i| (i, reason.clone()))
-                .collect();
-            return out;
-        }
+    let (mut out, values) = match row_values(plan, input.rows) {
+        Ok(v) => (WindowOutput::default(), v),
+        Err(failed) => return failed,
     };
     let gap = gap_ms.saturating_mul(1000);
     let lateness = lateness_ms.saturating_mul(1000);
