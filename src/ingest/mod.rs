@@ -21,6 +21,7 @@ mod idle;
 mod options;
 mod pending;
 mod records;
+mod replayed;
 mod state;
 mod summary;
 
@@ -369,53 +370,6 @@ impl Ingestor {
             source_partition: sources.first().map(ToString::to_string).unwrap_or_default(),
             attempts: self.options.max_attempts,
         })
-    }
-
-    /// Lands records of `source` that lie below its checkpoint but never landed (a batch the
-    /// event source mapping gave up on), without moving the checkpoint, while `holder` holds
-    /// lock `lock` (see [`crate::replay`]). `Ok(None)` when the lock was lost meanwhile.
-    pub async fn land_replayed(
-        &self,
-        source: &SourcePartition,
-        records: &[&EsmRecord],
-        lock: &str,
-        holder: &str,
-    ) -> Result<Option<IngestSummary>> {
-        let Some(planned) = Planned::new(source, Checkpoint::INITIAL, records) else {
-            return Ok(Some(IngestSummary::default()));
-        };
-        self.processor.refresh(self.clock.now_ms()).await?;
-        let planned = [planned];
-        // Replayed records are below the checkpoint, behind the partition's state: stateful
-        // tables count them on a state of their own, every window closed at the end (as
-        // corrections), so that none is lost.
-        let mut states: HashMap<SourcePartition, PartitionState> = HashMap::new();
-        if self.is_stateful_topic(&source.topic) {
-            states.insert(source.clone(), PartitionState::default());
-        }
-        let (mut files, counts) = self.encode_group(&planned, &mut states).await?;
-        files.extend(self.close_all(&planned, &mut states).await?);
-        join_all(
-            files
-                .iter()
-                .map(|f| self.warehouse.write(&f.location, f.bytes.clone())),
-        )
-        .await
-        .into_iter()
-        .collect::<Result<Vec<()>>>()?;
-        let batch = self.pending_batch(&planned, &files).await?;
-        if !self.state.add_pending(&batch, lock, holder).await? {
-            return Ok(None);
-        }
-        Ok(Some(IngestSummary {
-            records: planned[0].records.len() as u64,
-            accepted: counts.accepted,
-            dead_lettered: counts.rejected,
-            files_written: files.len() as u64,
-            bytes_written: files.iter().map(|f| f.bytes.len() as u64).sum(),
-            partitions: 1,
-            ..Default::default()
-        }))
     }
 
     /// Decodes the planned records of every partition of a group and encodes them as one file
