@@ -114,7 +114,7 @@ pub fn view_input(namespace: &str, view: &crate::spec::ViewSpec) -> Result<Table
     use base64::Engine as _;
     let partials = format!("{}{}", view.name, crate::spec::PARTIALS_SUFFIX);
     // Athena resolves names in the view's schema; qualify the table anyway.
-    let sql = view.sql.replace(
+    let sql = view.athena_sql.replace(
         &format!("FROM {partials} "),
         &format!("FROM \"{namespace}\".\"{partials}\" "),
     );
@@ -441,5 +441,47 @@ impl PointerStore for GluePointers {
                 )
             })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+
+    use super::view_input;
+    use crate::spec::ViewSpec;
+
+    #[test]
+    fn athena_reads_the_view_in_its_own_dialect() {
+        let view = ViewSpec {
+            name: "buyers".into(),
+            sql: "SELECT \"w\", streamtable_merge_sketches(\"c__hll\") AS \"c\" FROM buyers_partials GROUP BY \"w\"".into(),
+            athena_sql: "SELECT \"w\", cardinality(merge(CAST(from_base64(\"c__hll\") AS HyperLogLog))) AS \"c\" FROM buyers_partials GROUP BY \"w\"".into(),
+            columns: vec![("w".into(), "timestamp(6)".into()), ("c".into(), "bigint".into())],
+        };
+        let input = view_input("analytics", &view).expect("input");
+        let text = input.view_original_text().expect("text");
+        let encoded = text
+            .strip_prefix("/* Presto View: ")
+            .and_then(|t| t.strip_suffix(" */"))
+            .expect("Presto view");
+        let json: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .expect("base64"),
+        )
+        .expect("json");
+        assert_eq!(
+            json["originalSql"],
+            "SELECT \"w\", cardinality(merge(CAST(from_base64(\"c__hll\") AS HyperLogLog))) AS \"c\" FROM \"analytics\".\"buyers_partials\" GROUP BY \"w\""
+        );
+        let types: Vec<String> = input
+            .storage_descriptor()
+            .expect("columns")
+            .columns()
+            .iter()
+            .filter_map(|c| c.r#type().map(str::to_string))
+            .collect();
+        assert_eq!(types, ["timestamp", "bigint"]);
     }
 }

@@ -33,6 +33,7 @@ pub mod reference;
 mod refuse;
 #[cfg(feature = "sql")]
 mod run;
+pub mod sketch;
 pub mod state;
 #[cfg(feature = "sql")]
 mod stateful;
@@ -70,8 +71,8 @@ pub struct Inferred {
     /// table, the columns of its partial rows.
     pub columns: Vec<(String, ColumnType)>,
     /// For a windowed table: the SQL of the view that merges its partial rows, over the table
-    /// named [`PARTIALS_PLACEHOLDER`].
-    pub view: Option<String>,
+    /// named [`PARTIALS_PLACEHOLDER`], for `streamtable query` and for Athena.
+    pub view: Option<(String, String)>,
     /// The view's columns and their Athena (Trino) types.
     pub view_columns: Vec<(String, String)>,
     /// For an interval join between two topics' tables: how it runs.

@@ -89,11 +89,15 @@ impl Plan {
         }
     }
 
-    /// For windows: the view merging the partial rows.
-    pub fn view_sql(&self) -> Option<String> {
+    /// For windows: the view merging the partial rows, for DataFusion and for Athena.
+    pub fn view_sql(&self) -> Option<(String, String)> {
+        use super::window::ViewDialect;
         match self {
             Plan::Rows(_) | Plan::Join(_) => None,
-            Plan::Window(w) => Some(w.view_sql()),
+            Plan::Window(w) => Some((
+                w.view_sql(ViewDialect::DataFusion),
+                w.view_sql(ViewDialect::Athena),
+            )),
         }
     }
 

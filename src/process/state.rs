@@ -79,6 +79,8 @@ pub enum Acc {
         /// Non-NULL values.
         count: i64,
     },
+    /// `approx_distinct`: a HyperLogLog sketch of the non-NULL values.
+    Distinct(super::sketch::Sketch),
 }
 
 impl PartitionState {
@@ -133,6 +135,10 @@ mod tests {
                             sum: f64::NAN.to_bits(),
                             count: 1,
                         },
+                        Acc::Distinct(crate::process::sketch::Sketch::of(&[
+                            Cell::Str("c-1".into()),
+                            Cell::Str("c-2".into()),
+                        ])),
                     ],
                 }],
                 seen: vec![(vec![Cell::Str("o-1".into())], 7)],

@@ -213,9 +213,10 @@ pub(super) fn parse_derived(
             line,
             allowed_lateness_ms,
             dedup,
-            view: inferred.view.map(|sql| ViewSpec {
+            view: inferred.view.map(|(sql, athena_sql)| ViewSpec {
                 name: name.clone(),
                 sql: sql.replace(crate::process::PARTIALS_PLACEHOLDER, &table_name),
+                athena_sql: athena_sql.replace(crate::process::PARTIALS_PLACEHOLDER, &table_name),
                 columns: inferred.view_columns.clone(),
             }),
             join: inferred.join,

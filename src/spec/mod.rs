@@ -149,13 +149,16 @@ pub const JOIN_KAFKA_PREFIX: &str = "__streamtable_";
 /// The column marking a join side's rows that arrived in the current round.
 pub const JOIN_NEW_COLUMN: &str = "__streamtable_new";
 
-/// A view over a table: a name and its SQL (valid in DataFusion and Athena).
+/// A view over a table: a name and its SQL, for `streamtable query` and for Athena (they differ
+/// only where sketches merge).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewSpec {
     /// The view's name (the derived table's name in the spec).
     pub name: String,
-    /// `SELECT …` over the partial table.
+    /// `SELECT …` over the partial table, as `streamtable query` runs it.
     pub sql: String,
+    /// The same for Athena.
+    pub athena_sql: String,
     /// Its columns with their Athena (Trino) types, as a Glue view declares them.
     pub columns: Vec<(String, String)>,
 }

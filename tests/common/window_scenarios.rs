@@ -9,6 +9,10 @@
 //! - the session windows of `country_sessions` (per country, 45 s gap, 1 min lateness) are
 //!   exactly the sessions of each partition's on-time records that the final watermark closed,
 //!   and each record behind the watermark minus the lateness is one dead letter of kind `late`;
+//! - `country_orders` (tumbling minutes, `approx_distinct(order_id)`) holds for every closed
+//!   window the estimate of the one sketch of all its on-time records' order ids, however many
+//!   partitions and corrections contributed their own sketch (the union is exact), and that
+//!   estimate is close to the exact count (producer copies count once);
 //! - `orders_clean` (dedup by order_id) holds each order once, and every copy a producer re-sent
 //!   is gone (the raw `orders` table keeps it).
 
@@ -18,6 +22,8 @@ use arrow_array::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use proptest::prelude::*;
 use streamtable::generate::SourceRecord;
+use streamtable::process::cell::Cell;
+use streamtable::process::sketch::Sketch;
 use streamtable::query::{QueryEngine, TimeTravel};
 
 use super::derived_scenarios::{Step, step};
@@ -42,6 +48,15 @@ sql = """
 SELECT window_start AS session_start, window_end AS session_end, country,
        COUNT(*) AS orders, SUM(amount) AS revenue
 FROM TABLE(SESSION(TABLE orders PARTITION BY country, DESCRIPTOR(created_at), INTERVAL '45' SECONDS))
+GROUP BY window_start, window_end, country
+"""
+
+[[derived_tables]]
+name = "country_orders"
+allowed_lateness = "5 minutes"
+sql = """
+SELECT window_start, window_end, country, approx_distinct(order_id) AS orders
+FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE))
 GROUP BY window_start, window_end, country
 """
 "#;
@@ -118,14 +133,15 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 /// The oracle: per partition in offset order, the watermark before each record; records later
 /// than the lateness are late, the others count in their window once the partition's final
 /// watermark passed its end. Returns the expected view rows and the late (partition, offset)s,
-/// for the tumbling windows and for the sessions.
-fn oracle(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
+/// for the tumbling windows and for the sessions, and the order ids of each closed window.
+fn oracle(seed: u64) -> Oracle {
     let mut windows: BTreeMap<(i64, String), (i64, i128)> = BTreeMap::new();
+    let mut ids: BTreeMap<(i64, String), BTreeSet<String>> = BTreeMap::new();
     let mut late = Vec::new();
     let mut sessions: BTreeMap<(i64, i64, String), (i64, i128)> = BTreeMap::new();
     let mut late_sessions = Vec::new();
     for p in 0..PARTITIONS {
-        let events: Vec<(i64, i64, String, i128)> = (0..TOTAL)
+        let events: Vec<(i64, i64, String, i128, String)> = (0..TOTAL)
             .map(|o| {
                 let (value, t) = order(seed, p, o);
                 let v: serde_json::Value = serde_json::from_str(&value).expect("json");
@@ -135,13 +151,14 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
                     t,
                     v["country"].as_str().expect("country").to_string(),
                     amount.parse().expect("cents"),
+                    v["order_id"].as_str().expect("order_id").to_string(),
                 )
             })
             .collect();
         let mut max: Option<i64> = None;
         let mut counted = Vec::new();
         let mut on_time: BTreeMap<String, Vec<(i64, i128)>> = BTreeMap::new();
-        for (o, t, country, cents) in &events {
+        for (o, t, country, cents, id) in &events {
             let wm = max.map(|m| m - OUT_OF_ORDER_US);
             if wm.is_some_and(|wm| *t < wm - SESSION_LATENESS_US) {
                 late_sessions.push(format!("{p} | {o}"));
@@ -155,7 +172,7 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
             if wm.is_some_and(|wm| start + WINDOW_US + LATENESS_US <= wm) {
                 late.push(format!("{p} | {o}"));
             } else {
-                counted.push((start, country.clone(), *cents));
+                counted.push((start, country.clone(), *cents, id.clone()));
             }
             max = Some(max.map_or(*t, |m| m.max(*t)));
         }
@@ -182,8 +199,9 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
                 }
             }
         }
-        for (start, country, cents) in counted {
+        for (start, country, cents, id) in counted {
             if start + WINDOW_US <= final_wm {
+                ids.entry((start, country.clone())).or_default().insert(id);
                 let e = windows.entry((start, country)).or_default();
                 e.0 += 1;
                 e.1 += cents;
@@ -226,7 +244,36 @@ fn oracle(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
         .into_iter()
         .collect();
     late.sort();
-    (expected, late, sessions, late_sessions)
+    let distinct = ids
+        .into_iter()
+        .map(|((start, country), ids)| {
+            (
+                format!("{} | {} | {country}", fmt(start), fmt(start + WINDOW_US)),
+                ids,
+            )
+        })
+        .collect();
+    Oracle {
+        expected,
+        late,
+        sessions,
+        late_sessions,
+        distinct,
+    }
+}
+
+/// What the oracle expects.
+struct Oracle {
+    /// `orders_per_minute`'s rows.
+    expected: Vec<String>,
+    /// Its late (partition, offset)s.
+    late: Vec<String>,
+    /// `country_sessions`' rows and late records.
+    sessions: Vec<String>,
+    late_sessions: Vec<String>,
+    /// For each closed minute and country ("start | end | country"), the distinct order ids
+    /// counted in it.
+    distinct: BTreeMap<String, BTreeSet<String>>,
 }
 
 pub fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -311,7 +358,13 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
             )
         }
     };
-    let (expected, late, sessions, late_sessions) = oracle(seed);
+    let Oracle {
+        expected,
+        late,
+        sessions,
+        late_sessions,
+        distinct,
+    } = oracle(seed);
     assert!(!expected.is_empty(), "the history closes windows");
     let streamed =
         q("SELECT window_start, window_end, country, orders, revenue FROM orders_per_minute").await;
@@ -344,6 +397,23 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
     assert_eq!(
         dead, late_sessions,
         "every record behind the watermark minus the lateness is one late dead letter"
+    );
+    let estimates = q("SELECT window_start, window_end, country, orders FROM country_orders").await;
+    let mut sketched = Vec::new();
+    for (window, ids) in &distinct {
+        let cells: Vec<Cell> = ids.iter().map(|id| Cell::Str(id.clone())).collect();
+        let estimate = Sketch::of(&cells).estimate();
+        let exact = ids.len() as i64;
+        assert!(
+            (estimate - exact).abs() <= 1 + exact / 10,
+            "{window}: estimate {estimate} of {exact} distinct"
+        );
+        sketched.push(format!("{window} | {estimate}"));
+    }
+    sketched.sort();
+    assert_eq!(
+        estimates, sketched,
+        "every closed window: the estimate of the union of its partial sketches is the estimate of one sketch over its on-time order ids"
     );
     assert_eq!(
         q("SELECT count(*) FROM orders").await,

@@ -1,11 +1,13 @@
 //! Aggregate accumulators of open windows: small, serializable, and with a partial form that
 //! merges across Kafka partitions and corrections by plain SQL (`SUM` of counts and sums, `MIN`
-//! of minimums, `MAX` of maximums, `SUM(sum) / SUM(count)` for averages).
+//! of minimums, `MAX` of maximums, `SUM(sum) / SUM(count)` for averages, the union of
+//! HyperLogLog sketches for `approx_distinct`).
 
 use datafusion::arrow::datatypes::DataType;
 
 use super::{AggFn, AggPlan};
 use crate::process::cell::Cell;
+use crate::process::sketch::Sketch;
 use crate::process::state::Acc;
 
 /// The largest magnitude a sum of type `t` holds.
@@ -29,6 +31,7 @@ impl Acc {
             AggFn::Min => Acc::Min(Cell::Null),
             AggFn::Max => Acc::Max(Cell::Null),
             AggFn::Avg => Acc::Avg { sum: 0, count: 0 },
+            AggFn::ApproxDistinct => Acc::Distinct(Sketch::default()),
         }
     }
 
@@ -75,6 +78,14 @@ impl Acc {
                     count: count + 1,
                 }
             }
+            (Acc::Distinct(s), Some(v)) => {
+                if !s.would_change(v) {
+                    return Ok(None);
+                }
+                let mut s = s.clone();
+                s.insert(v);
+                Acc::Distinct(s)
+            }
             (acc, v) => return Err(format!("{acc:?} cannot take {v:?}")),
         }))
     }
@@ -99,6 +110,11 @@ impl Acc {
                 sum: (f64::from_bits(*s1) + f64::from_bits(*s2)).to_bits(),
                 count: c1 + c2,
             },
+            (Acc::Distinct(a), Acc::Distinct(b)) => {
+                let mut s = a.clone();
+                s.merge(b);
+                Acc::Distinct(s)
+            }
             (a, b) => return Err(format!("{a:?} cannot merge with {b:?}")),
         })
     }
@@ -118,6 +134,7 @@ impl Acc {
                 },
                 Cell::Int(*count),
             ],
+            Acc::Distinct(s) => vec![Cell::Str(s.to_base64())],
         }
     }
 }

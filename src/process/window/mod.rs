@@ -12,7 +12,8 @@
 //!
 //! Partial rows of every partition and every correction add up: the view registered under the
 //! derived table's name (`SUM` of counts and sums, `MIN`/`MAX`, `SUM(sum)/SUM(count)`) is one
-//! row per window and key with the exact totals.
+//! row per window and key with the exact totals (and, for `approx_distinct`, the estimate of the
+//! union of every partial row's sketch).
 
 mod acc;
 pub(crate) mod plan;
@@ -29,6 +30,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::plan::column_type;
+use crate::process::sketch::MERGE_SKETCHES;
 use crate::spec::ColumnType;
 
 /// An aggregate function a window computes.
@@ -39,6 +41,8 @@ pub(crate) enum AggFn {
     Min,
     Max,
     Avg,
+    /// `approx_distinct`: a HyperLogLog sketch per partial row, merged by the view.
+    ApproxDistinct,
 }
 
 /// One aggregate of a window.
@@ -78,6 +82,19 @@ pub(crate) struct WindowPlan {
     pub outputs: Vec<(String, Output, ColumnType)>,
 }
 
+/// The suffix of the partial column holding an `approx_distinct`'s sketch (base64 of the
+/// layout Athena casts to `HyperLogLog`).
+pub const SKETCH_SUFFIX: &str = "__hll";
+
+/// Which engine a view's SQL is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewDialect {
+    /// `streamtable query` (DataFusion, with [`MERGE_SKETCHES`] registered).
+    DataFusion,
+    /// Athena (Trino): sketches merge with `merge(CAST(… AS HyperLogLog))`.
+    Athena,
+}
+
 /// The Trino type Athena reads a column of `t` as (Iceberg timestamps are microseconds).
 pub(crate) fn trino_type(t: ColumnType) -> String {
     match t {
@@ -107,6 +124,9 @@ fn partial_of(
         ],
         Output::Agg(i) if plan.aggs[i].func == AggFn::Count => {
             vec![(name.to_string(), ColumnType::Long)]
+        }
+        Output::Agg(i) if plan.aggs[i].func == AggFn::ApproxDistinct => {
+            vec![(format!("{name}{SKETCH_SUFFIX}"), ColumnType::String)]
         }
         _ => vec![(name.to_string(), ty)],
     }
@@ -140,7 +160,7 @@ impl WindowPlan {
                     Output::WindowStart | Output::WindowEnd => trino_type(ColumnType::Timestamp),
                     Output::Key(_) => trino_type(*ty),
                     Output::Agg(i) => match (self.aggs[*i].func, ty) {
-                        (AggFn::Count, _) => "bigint".into(),
+                        (AggFn::Count | AggFn::ApproxDistinct, _) => "bigint".into(),
                         (AggFn::Avg, _) => "double".into(),
                         (AggFn::Sum, ColumnType::Decimal { scale, .. }) => {
                             format!("decimal(38,{scale})")
@@ -156,9 +176,9 @@ impl WindowPlan {
     }
 
     /// The view that merges the partial rows of the table named
-    /// [`crate::process::PARTIALS_PLACEHOLDER`] into one row per window and key (DataFusion and
-    /// Athena read it alike).
-    pub fn view_sql(&self) -> String {
+    /// [`crate::process::PARTIALS_PLACEHOLDER`] into one row per window and key, in `dialect`
+    /// (they differ only in how sketches merge).
+    pub fn view_sql(&self, dialect: ViewDialect) -> String {
         let q = |n: &str| format!("\"{n}\"");
         let mut select = Vec::new();
         let mut group = Vec::new();
@@ -174,6 +194,18 @@ impl WindowPlan {
                         q(&format!("{name}__count")),
                         q(name)
                     ),
+                    AggFn::ApproxDistinct => {
+                        let sketch = q(&format!("{name}{SKETCH_SUFFIX}"));
+                        match dialect {
+                            ViewDialect::DataFusion => {
+                                format!("{MERGE_SKETCHES}({sketch}) AS {}", q(name))
+                            }
+                            ViewDialect::Athena => format!(
+                                "cardinality(merge(CAST(from_base64({sketch}) AS HyperLogLog))) AS {}",
+                                q(name)
+                            ),
+                        }
+                    }
                 }),
                 _ => {
                     select.push(q(name));
@@ -189,3 +221,6 @@ impl WindowPlan {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

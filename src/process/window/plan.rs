@@ -127,7 +127,7 @@ impl Planner<'_> {
                     find(self.sql, &["having"]),
                 ),
                 LogicalPlan::TableScan(_) | LogicalPlan::SubqueryAlias(_) => err(
-                    "a window needs GROUP BY window_start, window_end[, keys] and aggregates (count, sum, min, max, avg)",
+                    "a window needs GROUP BY window_start, window_end[, keys] and aggregates (count, sum, min, max, avg, approx_distinct)",
                     Some(call.at),
                 ),
                 other => self.unsupported(other),
@@ -250,6 +250,7 @@ impl Planner<'_> {
             }
             let ty = match output {
                 Output::WindowStart | Output::WindowEnd => ColumnType::Timestamp,
+                Output::Agg(i) if aggs[i].func == AggFn::ApproxDistinct => ColumnType::Long,
                 Output::Key(_) | Output::Agg(_) => {
                     let t = agg_schema.field(index).data_type();
                     column_type(t).ok_or_else(|| {
@@ -303,16 +304,11 @@ impl Planner<'_> {
             "min" => AggFn::Min,
             "max" => AggFn::Max,
             "avg" | "mean" => AggFn::Avg,
-            "approx_distinct" => {
-                return Err(err(
-                    "approx_distinct cannot run in a window here yet (its sketch cannot be merged across partitions in Athena); count distinct values in the query that reads the table",
-                    at,
-                ));
-            }
+            "approx_distinct" => AggFn::ApproxDistinct,
             other => {
                 return Err(err(
                     format!(
-                        "aggregate {other}() cannot run in a window here; use count, sum, min, max or avg"
+                        "aggregate {other}() cannot run in a window here; use count, sum, min, max, avg or approx_distinct"
                     ),
                     at,
                 ));

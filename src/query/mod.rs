@@ -5,6 +5,8 @@
 //! also the default schema: `SELECT * FROM orders` works as in Athena with the Glue database
 //! selected. DDL, DML and other statements are refused, so a query never writes.
 
+mod sketches;
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -46,6 +48,7 @@ impl QueryEngine {
             .with_default_catalog_and_schema(CATALOG, &ns)
             .with_information_schema(true);
         let ctx = SessionContext::new_with_config(config);
+        ctx.register_udaf(sketches::merge_sketches());
         let schema = Arc::new(MemorySchemaProvider::new());
         let names = backend.catalog.pointers().list_tables(&ns).await?;
         let mut found_snapshot = false;

@@ -1,0 +1,92 @@
+//! Planning windows: what a windowed table stores, the views that merge it, and refusals.
+
+use std::path::Path;
+
+use crate::process::infer;
+use crate::spec::{ColumnType, PipelineSpec};
+
+fn spec() -> PipelineSpec {
+    PipelineSpec::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/infra/pipeline.toml"
+    )))
+    .expect("infra/pipeline.toml is valid")
+}
+
+const BUYERS: &str = "SELECT window_start, window_end, country, approx_distinct(customer_id) AS customers, \
+                      COUNT(*) AS orders, AVG(amount) AS avg_amount \
+                      FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE)) \
+                      GROUP BY window_start, window_end, country";
+
+#[test]
+fn approx_distinct_stores_a_sketch_that_each_engine_merges() {
+    let s = spec();
+    let inferred = infer(&s.tables, &s.references, BUYERS).expect("planned");
+    let columns: Vec<(&str, ColumnType)> = inferred
+        .columns
+        .iter()
+        .map(|(n, t)| (n.as_str(), *t))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("window_start", ColumnType::Timestamp),
+            ("window_end", ColumnType::Timestamp),
+            ("country", ColumnType::String),
+            ("customers__hll", ColumnType::String),
+            ("orders", ColumnType::Long),
+            ("avg_amount__sum", ColumnType::Double),
+            ("avg_amount__count", ColumnType::Long),
+        ]
+    );
+    let (datafusion, athena) = inferred.view.expect("a view");
+    assert_eq!(
+        datafusion,
+        "SELECT \"window_start\", \"window_end\", \"country\", \
+         streamtable_merge_sketches(\"customers__hll\") AS \"customers\", \
+         SUM(\"orders\") AS \"orders\", SUM(\"avg_amount__sum\") / SUM(\"avg_amount__count\") AS \"avg_amount\" \
+         FROM {partials} GROUP BY \"window_start\", \"window_end\", \"country\""
+    );
+    assert_eq!(
+        athena,
+        datafusion.replace(
+            "streamtable_merge_sketches(\"customers__hll\")",
+            "cardinality(merge(CAST(from_base64(\"customers__hll\") AS HyperLogLog)))"
+        )
+    );
+    assert!(
+        inferred
+            .view_columns
+            .contains(&("customers".to_string(), "bigint".to_string())),
+        "{:?}",
+        inferred.view_columns
+    );
+}
+
+#[test]
+fn windows_refuse_what_they_cannot_merge_with_the_fix() {
+    let s = spec();
+    for (sql, message) in [
+        (
+            BUYERS.replace("approx_distinct(customer_id)", "median(amount)"),
+            "use count, sum, min, max, avg or approx_distinct",
+        ),
+        (
+            BUYERS.replace(
+                "approx_distinct(customer_id)",
+                "count(DISTINCT customer_id)",
+            ),
+            "(DISTINCT …)",
+        ),
+        (
+            BUYERS.replace(
+                "approx_distinct(customer_id) AS customers",
+                "approx_distinct(customer_id) + 1 AS customers",
+            ),
+            "computes on aggregates",
+        ),
+    ] {
+        let e = infer(&s.tables, &s.references, &sql).expect_err(&sql);
+        assert!(e.message.contains(message), "{sql}: {}", e.message);
+    }
+}
