@@ -78,8 +78,22 @@ pub async fn query_rows(h: &Harness, engine: &QueryEngine, table: &str) -> Vec<V
 fn batch_with_bad_records() -> Vec<streamtable::generate::SourceRecord> {
     // 150 s of orders: the 1-minute windows of orders_per_minute close (watermark − 30 s).
     let mut recs = records("orders", 0, 0..150);
-    recs.extend(records("payments", 1, 0..30));
-    recs.extend(records("readings", 2, 0..20));
+    // Payments for the first 30 orders, 20 s to 10 min after them (order_payments joins them).
+    let mut f = streamtable::generate::EventFactory::new(7);
+    for o in 0..30i64 {
+        let at = 1_795_946_400_000 + o * 1000 + 20_000 + o * 20_000;
+        recs.push(streamtable::generate::SourceRecord {
+            topic: "payments".into(),
+            partition: 1,
+            offset: o,
+            timestamp_ms: at,
+            key: Some(format!("ord-{o:010}").into_bytes()),
+            value: Some(f.payment(o as u64, at).into_bytes()),
+            raw_value_field: None,
+        });
+    }
+    // 20 readings in 20 s, then one 16 minutes later: the sensors' sessions close.
+    recs.extend(records("readings", 2, (0..20).chain([1000])));
     recs[5].value = Some(b"{\"order_id\": true}".to_vec());
     recs[6].value = None;
     recs[7].value = Some(vec![0xff, 0xfe]);

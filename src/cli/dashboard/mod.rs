@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use svg::{Series, X};
 
 /// The dashboards shipped in `infra/dashboards`, compiled in as the default.
-pub const BUILTIN: [(&str, &str); 5] = [
+pub const BUILTIN: [(&str, &str); 7] = [
     (
         "01_orders_per_minute_by_country",
         include_str!("../../../infra/dashboards/01_orders_per_minute_by_country.sql"),
@@ -45,6 +45,14 @@ pub const BUILTIN: [(&str, &str); 5] = [
     (
         "05_revenue_eur_by_country",
         include_str!("../../../infra/dashboards/05_revenue_eur_by_country.sql"),
+    ),
+    (
+        "06_order_payments_by_method",
+        include_str!("../../../infra/dashboards/06_order_payments_by_method.sql"),
+    ),
+    (
+        "07_sensor_sessions_per_hour",
+        include_str!("../../../infra/dashboards/07_sensor_sessions_per_hour.sql"),
     ),
 ];
 
