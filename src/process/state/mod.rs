@@ -1,6 +1,8 @@
 //! The state of stateful derived tables in one Kafka partition — the watermark, each windowed
 //! table's open windows, each dedup's keys — as it is stored with the partition's checkpoint
-//! (see [`crate::state::StoredState`]): JSON, zstd-compressed, versioned.
+//! (see [`crate::state::StoredState`]): zstd-compressed, versioned. Layout 2 is a magic
+//! (`ST\x02`), the length (u32) of the JSON of everything but the dedup keys, that JSON, then
+//! the dedup keys packed (`seen.rs`); layout 1 was the whole state as JSON and is still read.
 
 use std::collections::BTreeMap;
 
@@ -9,8 +11,13 @@ use serde::{Deserialize, Serialize};
 use super::cell::Cell;
 use crate::error::{Error, Result};
 
+mod seen;
+
 /// The layout version [`PartitionState::encode`] writes.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+
+/// What layout 2 starts with (layout 1 is JSON: `{`).
+const MAGIC: &[u8; 3] = b"ST\x02";
 
 /// Everything the derived tables of one topic keep about one of its partitions.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -83,28 +90,79 @@ pub enum Acc {
     Distinct(super::sketch::Sketch),
 }
 
+/// The JSON part of a stored state: everything but the dedup keys, borrowed.
+#[derive(Serialize)]
+struct Header<'a> {
+    v: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_event_time: Option<i64>,
+    updated_at_ms: i64,
+    tables: BTreeMap<&'a str, OpenOnly<'a>>,
+}
+
+#[derive(Serialize)]
+struct OpenOnly<'a> {
+    #[serde(skip_serializing_if = "<[OpenWindow]>::is_empty")]
+    open: &'a [OpenWindow],
+}
+
 impl PartitionState {
-    /// The state as stored: zstd-compressed JSON.
+    /// The state as stored (layout 2, zstd-compressed).
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let mut s = self.clone();
-        s.v = VERSION;
-        let json = serde_json::to_vec(&s)
+        let header = Header {
+            v: VERSION,
+            max_event_time: self.max_event_time,
+            updated_at_ms: self.updated_at_ms,
+            tables: self
+                .tables
+                .iter()
+                .map(|(name, t)| (name.as_str(), OpenOnly { open: &t.open }))
+                .collect(),
+        };
+        let json = serde_json::to_vec(&header)
             .map_err(|e| Error::Internal(format!("serialize partition state: {e}")))?;
-        zstd::bulk::compress(&json, 1)
+        let json_len = u32::try_from(json.len())
+            .map_err(|_| Error::Internal("partition state over 4 GB".into()))?;
+        let mut raw = Vec::with_capacity(json.len() + 64);
+        raw.extend(MAGIC);
+        raw.extend(json_len.to_le_bytes());
+        raw.extend(json);
+        seen::pack(
+            self.tables
+                .iter()
+                .filter(|(_, t)| !t.seen.is_empty())
+                .map(|(name, t)| (name.as_str(), t.seen.as_slice())),
+            &mut raw,
+        )?;
+        zstd::bulk::compress(&raw, 1)
             .map_err(|e| Error::Internal(format!("compress partition state: {e}")))
     }
 
-    /// Reads what [`PartitionState::encode`] wrote; `what` names it in errors.
+    /// Reads what [`PartitionState::encode`] wrote (or layout 1); `what` names it in errors.
     pub fn decode(bytes: &[u8], what: &str) -> Result<PartitionState> {
-        let json = zstd::stream::decode_all(bytes)
+        let raw = zstd::stream::decode_all(bytes)
             .map_err(|e| Error::Internal(format!("{what}: state is not zstd: {e}")))?;
-        let s: PartitionState = serde_json::from_slice(&json)
+        let (json, packed) = match raw.strip_prefix(MAGIC) {
+            Some(rest) => {
+                let (len, rest) = rest
+                    .split_first_chunk::<4>()
+                    .ok_or_else(|| Error::Internal(format!("{what}: state is cut short")))?;
+                let len = u32::from_le_bytes(*len) as usize;
+                rest.split_at_checked(len)
+                    .ok_or_else(|| Error::Internal(format!("{what}: state is cut short")))?
+            }
+            None => (raw.as_slice(), &[][..]),
+        };
+        let mut s: PartitionState = serde_json::from_slice(json)
             .map_err(|e| Error::Internal(format!("{what}: state cannot be read: {e}")))?;
         if s.v > VERSION {
             return Err(Error::Internal(format!(
                 "{what}: state of layout {} was written by a newer release (this one reads {VERSION}); deploy that release",
                 s.v
             )));
+        }
+        for (name, keys) in seen::unpack(packed, what)? {
+            s.tables.entry(name).or_default().seen = keys;
         }
         Ok(s)
     }
@@ -148,6 +206,25 @@ mod tests {
         let back = PartitionState::decode(&bytes, "test").unwrap();
         assert_eq!(back.tables, s.tables);
         assert_eq!(back.v, VERSION);
+        assert_eq!(back.max_event_time, s.max_event_time);
+        assert_eq!(back.updated_at_ms, 5);
+        // Layout 1 (all JSON), as the previous release wrote it, is still read.
+        let mut v1 = s.clone();
+        v1.v = 1;
+        let old = zstd::bulk::compress(&serde_json::to_vec(&v1).unwrap(), 1).unwrap();
+        assert_eq!(
+            PartitionState::decode(&old, "test").unwrap().tables,
+            s.tables
+        );
+        // A state of a newer layout is refused with what to do.
+        let mut v9 = s.clone();
+        v9.v = 9;
+        let newer = zstd::bulk::compress(&serde_json::to_vec(&v9).unwrap(), 1).unwrap();
+        let e = PartitionState::decode(&newer, "p").unwrap_err().to_string();
+        assert!(e.contains("newer release"), "{e}");
+        // Cut short after the magic.
+        let cut = zstd::bulk::compress(b"ST\x02\x10\x00\x00\x00{}", 1).unwrap();
+        assert!(PartitionState::decode(&cut, "p").is_err());
         assert!(
             PartitionState::decode(b"nope", "p")
                 .unwrap_err()
