@@ -12,6 +12,9 @@
 use crate::error::{Error, Result};
 use crate::process::cell::Cell;
 
+/// Dedup keys with their first event time (µs), as [`super::TableState::seen`] holds them.
+pub(super) type Keys = Vec<(Vec<Cell>, i64)>;
+
 /// Appends `tables`' keys (name, keys) to `out`.
 pub(super) fn pack<'a>(
     tables: impl Iterator<Item = (&'a str, &'a [(Vec<Cell>, i64)])>,
@@ -42,7 +45,7 @@ pub(super) fn pack<'a>(
 }
 
 /// Reads what [`pack`] wrote: (table, keys) in order. `what` names the state in errors.
-pub(super) fn unpack(mut bytes: &[u8], what: &str) -> Result<Vec<(String, Vec<(Vec<Cell>, i64)>)>> {
+pub(super) fn unpack(mut bytes: &[u8], what: &str) -> Result<Vec<(String, Keys)>> {
     let bad = |m: &str| Error::Internal(format!("{what}: dedup keys in state are damaged ({m})"));
     let mut out = Vec::new();
     while !bytes.is_empty() {
