@@ -8,6 +8,7 @@
 pub mod files;
 pub mod replace;
 pub mod rewrite;
+mod row_group;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;

@@ -33,24 +33,18 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::column::writer::ColumnCloseResult;
-use parquet::file::metadata::{
-    PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader, RowGroupMetaData,
-};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
-use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::SchemaDescriptor;
 
+use super::row_group::{RowGroupBytes, Source, WHOLE_FILE_BYTES, read_batch_rows, row_group_range};
 use crate::error::{Error, Result};
 
 /// Rows per re-encoded output row group.
 pub const ROW_GROUP_ROWS: usize = 256 * 1024;
 /// Default: row groups at least this large (compressed) are copied as they are.
 pub const STITCH_MIN_ROW_GROUP_BYTES: u64 = 1024 * 1024;
-/// Rows per batch when decoding a row group (fewer for wide rows: see [`READ_BATCH_BYTES`]).
-const READ_BATCH_ROWS: usize = 8 * 1024;
-/// Decoded bytes per batch read from a row group, estimated from the row group's statistics.
-const READ_BATCH_BYTES: i64 = 16 * 1024 * 1024;
 /// Default: decoded bytes buffered before they are encoded as an output row group. Rows of up to
 /// 1 MiB (dead letters keep whole record values) must not make a row group of 256k rows
 /// unbounded.
@@ -191,83 +185,6 @@ impl Sink {
             .map(|mut v| Bytes::from(std::mem::take(&mut *v)))
             .unwrap_or_default()
     }
-}
-
-/// Input files up to this size are read whole, with one request.
-const WHOLE_FILE_BYTES: u64 = 8 << 20;
-
-/// Where an input file's bytes come from.
-enum Source {
-    /// Read whole (small files).
-    Whole(Bytes),
-    /// Read by range (large files).
-    Ranged(ArrowFileReader),
-}
-
-/// One row group's bytes, addressed with the offsets of the file they came from.
-struct RowGroupBytes {
-    base: u64,
-    bytes: Bytes,
-}
-
-impl Length for RowGroupBytes {
-    fn len(&self) -> u64 {
-        self.base + self.bytes.len() as u64
-    }
-}
-
-impl ChunkReader for RowGroupBytes {
-    type T = bytes::buf::Reader<Bytes>;
-
-    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        use bytes::Buf;
-        let from = start
-            .checked_sub(self.base)
-            .filter(|s| *s <= self.bytes.len() as u64)
-            .ok_or_else(|| {
-                parquet::errors::ParquetError::General(format!(
-                    "offset {start} outside the row group read"
-                ))
-            })?;
-        Ok(self.bytes.slice(from as usize..).reader())
-    }
-
-    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        let from = start
-            .checked_sub(self.base)
-            .map(|s| s as usize)
-            .filter(|s| s + length <= self.bytes.len());
-        from.map(|f| self.bytes.slice(f..f + length))
-            .ok_or_else(|| {
-                parquet::errors::ParquetError::General(format!(
-                    "range {start}+{length} outside the row group read"
-                ))
-            })
-    }
-}
-
-fn row_group_range(rg: &RowGroupMetaData) -> (u64, u64) {
-    let start = rg
-        .columns()
-        .iter()
-        .map(|c| c.dictionary_page_offset().unwrap_or(c.data_page_offset()))
-        .min()
-        .unwrap_or(0);
-    let end = rg
-        .columns()
-        .iter()
-        .map(|c| c.dictionary_page_offset().unwrap_or(c.data_page_offset()) + c.compressed_size())
-        .max()
-        .unwrap_or(0);
-    (start.max(0) as u64, end.max(0) as u64)
-}
-
-/// Rows per decoded batch of a row group: at most [`READ_BATCH_ROWS`], fewer when the row
-/// group's uncompressed size says its rows are wide.
-fn read_batch_rows(rg: &RowGroupMetaData) -> usize {
-    let rows = rg.num_rows().max(1);
-    let bytes_per_row = (rg.total_byte_size() / rows).max(1);
-    (READ_BATCH_BYTES / bytes_per_row).clamp(1, READ_BATCH_ROWS as i64) as usize
 }
 
 /// The batch's columns in the order of `schema`, matched by Iceberg field id; a column the
