@@ -7,6 +7,8 @@
 pub mod local;
 #[cfg(feature = "aws")]
 pub mod s3;
+#[cfg(feature = "aws")]
+mod s3_multipart;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -12,8 +12,8 @@ use crate::storage::object_error;
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
-use bytes::{Bytes, BytesMut};
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use iceberg::io::{
@@ -22,10 +22,8 @@ use iceberg::io::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::s3_multipart::S3Write;
 use crate::aws::SdkFault;
-
-/// Part size of multipart uploads (S3's minimum is 5 MiB).
-const PART_SIZE: usize = 16 * 1024 * 1024;
 
 /// Splits `s3://bucket/key` (or `s3a://`) into bucket and key.
 pub fn split_location(location: &str) -> iceberg::Result<(&str, &str)> {
@@ -46,7 +44,7 @@ fn invalid(location: &str, why: &str) -> iceberg::Error {
     iceberg::Error::new(iceberg::ErrorKind::DataInvalid, format!("{location} {why}"))
 }
 
-fn fault(op: &'static str, location: &str, f: SdkFault) -> iceberg::Error {
+pub(super) fn fault(op: &'static str, location: &str, f: SdkFault) -> iceberg::Error {
     let kind = if f.is_not_found() {
         iceberg::ErrorKind::DataInvalid
     } else {
@@ -241,12 +239,10 @@ impl Storage for S3Storage {
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
         split_location(path)?;
-        Ok(Box::new(S3Write {
-            client: self.client()?.clone(),
-            location: path.to_string(),
-            buffer: BytesMut::new(),
-            upload: None,
-        }))
+        Ok(Box::new(S3Write::new(
+            self.client()?.clone(),
+            path.to_string(),
+        )))
     }
 
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
@@ -324,7 +320,7 @@ async fn get(client: &Client, location: &str, range: Option<Range<u64>>) -> iceb
     Ok(body.into_bytes())
 }
 
-async fn put(client: &Client, location: &str, bytes: Bytes) -> iceberg::Result<()> {
+pub(super) async fn put(client: &Client, location: &str, bytes: Bytes) -> iceberg::Result<()> {
     let (bucket, key) = split_location(location)?;
     client
         .put_object()
@@ -346,130 +342,6 @@ struct S3Read {
 impl FileRead for S3Read {
     async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
         get(&self.client, &self.location, Some(range)).await
-    }
-}
-
-struct S3Write {
-    client: Client,
-    location: String,
-    buffer: BytesMut,
-    /// Upload id and the parts uploaded so far, once the object outgrew one part.
-    upload: Option<(String, Vec<CompletedPart>)>,
-}
-
-impl S3Write {
-    async fn flush_part(&mut self) -> iceberg::Result<()> {
-        let (bucket, key) = split_location(&self.location)?;
-        if self.upload.is_none() {
-            let created = self
-                .client
-                .create_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .send()
-                .await
-                .map_err(|e| {
-                    fault(
-                        "create multipart upload",
-                        &self.location,
-                        SdkFault::from_sdk(&e),
-                    )
-                })?;
-            let id = created.upload_id().unwrap_or_default().to_string();
-            self.upload = Some((id, Vec::new()));
-        }
-        let Some((id, parts)) = self.upload.as_mut() else {
-            return Ok(());
-        };
-        let number = parts.len() as i32 + 1;
-        let body = self.buffer.split().freeze();
-        let out = self
-            .client
-            .upload_part()
-            .bucket(bucket)
-            .key(key)
-            .upload_id(id.as_str())
-            .part_number(number)
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .map_err(|e| fault("upload part", &self.location, SdkFault::from_sdk(&e)))?;
-        parts.push(
-            CompletedPart::builder()
-                .part_number(number)
-                .set_e_tag(out.e_tag().map(str::to_string))
-                .build(),
-        );
-        Ok(())
-    }
-
-    async fn abort(&self) {
-        if let (Some((id, _)), Ok((bucket, key))) = (&self.upload, split_location(&self.location)) {
-            let _ = self
-                .client
-                .abort_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(id)
-                .send()
-                .await;
-        }
-    }
-}
-
-#[async_trait]
-impl FileWrite for S3Write {
-    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
-        self.buffer.extend_from_slice(&bs);
-        if self.buffer.len() >= PART_SIZE
-            && let Err(e) = self.flush_part().await
-        {
-            self.abort().await;
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    async fn close(&mut self) -> iceberg::Result<()> {
-        if self.upload.is_none() {
-            let body = self.buffer.split().freeze();
-            return put(&self.client, &self.location, body).await;
-        }
-        let result = async {
-            if !self.buffer.is_empty() {
-                self.flush_part().await?;
-            }
-            let (bucket, key) = split_location(&self.location)?;
-            let Some((id, parts)) = self.upload.clone() else {
-                return Ok(());
-            };
-            self.client
-                .complete_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(&id)
-                .multipart_upload(
-                    CompletedMultipartUpload::builder()
-                        .set_parts(Some(parts))
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| {
-                    fault(
-                        "complete multipart upload",
-                        &self.location,
-                        SdkFault::from_sdk(&e),
-                    )
-                })?;
-            self.upload = None;
-            Ok(())
-        }
-        .await;
-        if result.is_err() {
-            self.abort().await;
-        }
-        result
     }
 }
 
