@@ -1,4 +1,4 @@
-//! Checkpoints in buckets: one item holds the next offsets of [`BUCKET_PARTITIONS`]
+//! Checkpoints in buckets: one item holds the next offsets of [`super::BUCKET_PARTITIONS`]
 //! consecutive partitions of a topic, as a map from partition to offset. An invocation that
 //! lands 64 partitions of a topic updates one item, not 64: DynamoDB bills a transaction by
 //! item and kilobyte, so this is what keeps the cost per GB independent of the topic's width.
@@ -18,14 +18,12 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 
+use super::buckets::{bucket_key, legacy_key, split};
 use super::{DynamoStateStore, get_n, get_s, n, s, state_error};
 use crate::aws::SdkFault;
 use crate::checkpoint::{Checkpoint, SourceAdvance, SourcePartition};
 use crate::error::{Error, Result};
 
-/// Partitions per checkpoint bucket: 96 entries of offsets below 10¹⁰ keep an item under 1 KB
-/// (one write unit, two in a transaction).
-pub const BUCKET_PARTITIONS: i32 = 96;
 /// How long the layout (mirror or buckets) read from the table is trusted.
 const MODE_TTL: Duration = Duration::from_secs(60);
 /// The map attribute of a bucket item.
@@ -38,20 +36,6 @@ pub enum Mode {
     Mirror,
     /// Buckets only.
     Buckets,
-}
-
-/// The key of the bucket holding `source`'s checkpoint.
-pub(super) fn bucket_key(source: &SourcePartition) -> String {
-    format!(
-        "checkpoints#{}#{:06}",
-        source.topic,
-        source.partition.div_euclid(BUCKET_PARTITIONS)
-    )
-}
-
-/// The per-partition item of releases before 0.3.
-pub(super) fn legacy_key(source: &SourcePartition) -> String {
-    format!("source#{}#{}", source.topic, source.partition)
 }
 
 fn item_key(pk: String) -> HashMap<String, AttributeValue> {
@@ -472,39 +456,6 @@ impl DynamoStateStore {
     }
 }
 
-/// Splits consecutive `sources` into groups of at most 100 transaction items each: the buckets
-/// a group touches, `per_partition` more items per partition (mirror mode), one state item per
-/// stateful partition, and the pending batch.
-pub(super) fn split(
-    sources: &[SourcePartition],
-    per_partition: usize,
-    stateful: &[bool],
-) -> Vec<usize> {
-    let mut sizes = Vec::new();
-    let (mut len, mut items) = (0usize, 1usize);
-    let mut seen: Vec<String> = Vec::new();
-    for (i, s) in sources.iter().enumerate() {
-        let key = bucket_key(s);
-        let new_bucket = usize::from(!seen.contains(&key));
-        let per_partition = per_partition + usize::from(stateful.get(i).copied().unwrap_or(false));
-        if len > 0 && items + new_bucket + per_partition > super::MAX_TRANSACTION_ITEMS {
-            sizes.push(len);
-            (len, items) = (0, 1);
-            seen.clear();
-        }
-        if !seen.contains(&key) {
-            seen.push(key);
-            items += 1;
-        }
-        items += per_partition;
-        len += 1;
-    }
-    if len > 0 {
-        sizes.push(len);
-    }
-    sizes
-}
-
 fn poisoned() -> Error {
     Error::Internal("checkpoint layout cache poisoned".into())
 }
@@ -512,34 +463,6 @@ fn poisoned() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partitions_share_a_bucket_by_range() {
-        let b = |p| bucket_key(&SourcePartition::new("orders", p));
-        assert_eq!(b(0), "checkpoints#orders#000000");
-        assert_eq!(b(95), b(0));
-        assert_eq!(b(96), "checkpoints#orders#000001");
-        assert_eq!(b(999), "checkpoints#orders#000010");
-    }
-
-    #[test]
-    fn a_transaction_holds_at_most_100_items() {
-        let topic = |n: i32, step: i32| -> Vec<SourcePartition> {
-            (0..n)
-                .map(|p| SourcePartition::new("t", p * step))
-                .collect()
-        };
-        // 1,000 consecutive partitions: 11 buckets, one transaction.
-        assert_eq!(split(&topic(1000, 1), 0, &[]), vec![1000]);
-        // One bucket per partition: 99 buckets and the pending batch.
-        assert_eq!(split(&topic(250, 96), 0, &[]), vec![99, 99, 52]);
-        // Mirror mode: an item per partition too.
-        assert_eq!(split(&topic(100, 1), 1, &[]), vec![97, 3]);
-        assert!(split(&[], 0, &[]).is_empty());
-        // A state item per stateful partition: 97 partitions take 2 buckets, 97 states and
-        // the pending batch; the rest go in a second transaction.
-        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![97, 3]);
-    }
 
     #[test]
     fn entries_read_from_the_map() {

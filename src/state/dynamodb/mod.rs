@@ -42,12 +42,13 @@ use crate::error::{Error, Result};
 use crate::state::{CheckpointStore, CommitIntent};
 
 mod body;
+mod buckets;
 mod checkpoints;
 mod intents_and_locks;
 mod partition_state;
 mod upgrade;
 
-pub use checkpoints::BUCKET_PARTITIONS;
+pub use buckets::BUCKET_PARTITIONS;
 
 /// DynamoDB state store.
 #[derive(Debug, Clone)]

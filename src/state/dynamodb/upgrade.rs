@@ -83,7 +83,7 @@ impl DynamoStateStore {
     async fn copy_legacy_checkpoints(&self) -> Result<u64> {
         let mut copied = 0;
         for (source, next) in self.legacy_checkpoints_scan(false).await? {
-            self.create_buckets(&[super::checkpoints::bucket_key(&source)])
+            self.create_buckets(&[super::buckets::bucket_key(&source)])
                 .await?;
             if self.raise_entry(&source, next).await? {
                 copied += 1;
