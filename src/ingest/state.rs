@@ -59,10 +59,12 @@ impl Ingestor {
                     checkpoint = p.checkpoint.next_offset,
                     "the partition's state is behind its checkpoint (records landed without it); continuing from it");
             }
-            let cached = self.state_cache.lock().ok().and_then(|c| {
-                c.get(&p.source)
+            // Taken out, not cloned (dedup keys make a state large): a batch that does not
+            // advance leaves no entry, and the next one reads the stored state.
+            let cached = self.state_cache.lock().ok().and_then(|mut c| {
+                c.remove(&p.source)
                     .filter(|(seq, _)| *seq == stored.seq)
-                    .map(|(_, s)| s.clone())
+                    .map(|(_, s)| s)
             });
             let state = match cached {
                 Some(state) => state,
