@@ -220,7 +220,7 @@ pub struct PartitionStateInfo {
     pub topic: String,
     /// The Kafka partition.
     pub partition: i32,
-    /// Size of the encoded state (zstd JSON), bytes.
+    /// Size of the encoded state (zstd), bytes.
     pub bytes: u64,
     /// Writes so far.
     pub seq: u64,

@@ -9,7 +9,7 @@
 //! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON), `files_location` |
 //! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
 //! | layout | `meta` | `layout` | `version`, `since_ms`, `synced` |
-//! | partition state | `state#{topic}#{partition}` | `state` | `next`, `seq`, `body` (zstd JSON) or `location`, `bytes`, `updated_at_ms` |
+//! | partition state | `state#{topic}#{partition}` | `state` | `next`, `seq`, `body` (zstd, `process::state`'s layout) or `location`, `bytes`, `updated_at_ms` |
 //!
 //! Pending batches live in [`PENDING_SHARDS`] partitions (`shard` = a hash of the topic-partition,
 //! two digits), sorted by age: the commit stage reads the oldest ones with one strongly
