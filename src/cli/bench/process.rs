@@ -187,7 +187,7 @@ pub(super) async fn process(
             100.0 * raw_e2e / w_e2e
         );
         println!(
-            "largest partition state: {} bytes after one batch, {} bytes after {iterations} (the dedup keys of all of them are within the hour)",
+            "largest partition state: {} bytes after one batch, {} bytes after {iterations} (keys expire an hour of event time after their first)",
             w.state_one, w.state_all,
         );
     }
