@@ -90,3 +90,40 @@ fn windows_refuse_what_they_cannot_merge_with_the_fix() {
         assert!(e.message.contains(message), "{sql}: {}", e.message);
     }
 }
+
+#[test]
+fn distinct_accumulators_merge_as_the_union_and_skip_nulls() {
+    use datafusion::arrow::datatypes::DataType;
+
+    use super::{AggFn, AggPlan};
+    use crate::process::cell::Cell;
+    use crate::process::sketch::Sketch;
+    use crate::process::state::Acc;
+
+    let plan = AggPlan {
+        func: AggFn::ApproxDistinct,
+        arg: None,
+        arg_type: DataType::Utf8,
+        result: DataType::Int64,
+    };
+    let add = |acc: Acc, v: &str| acc.updated(&plan, Some(&Cell::Str(v.into()))).unwrap();
+    let a = add(Acc::new(&plan), "c-1").expect("a new value changes the sketch");
+    assert!(
+        add(a.clone(), "c-1").is_none(),
+        "a value seen changes nothing"
+    );
+    assert!(
+        a.updated(&plan, Some(&Cell::Null)).unwrap().is_none(),
+        "NULL is not counted"
+    );
+    let b = add(add(Acc::new(&plan), "c-2").unwrap(), "c-3").unwrap();
+    // Two sessions that an event joins: the union of their values.
+    let merged = a.merged(&b, &plan).unwrap();
+    let all = ["c-1", "c-2", "c-3"].map(|v| Cell::Str(v.into()));
+    assert_eq!(merged, Acc::Distinct(Sketch::of(&all)));
+    assert_eq!(
+        merged.partial(),
+        vec![Cell::Str(Sketch::of(&all).to_base64())]
+    );
+    assert!(a.merged(&Acc::Count(1), &plan).is_err());
+}
