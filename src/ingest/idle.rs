@@ -113,9 +113,7 @@ impl Ingestor {
                     continue; // no window to close yet
                 }
                 let rows: u64 = files.iter().map(|f| f.data_file.record_count()).sum();
-                for f in &files {
-                    self.warehouse.write(&f.location, f.bytes.clone()).await?;
-                }
+                self.write_files(&files).await?;
                 let mut pending = Vec::with_capacity(files.len());
                 for f in &files {
                     let layout = self

@@ -36,7 +36,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::esm::{EsmEvent, EsmRecord};
-use futures::future::join_all;
 use parquet::file::properties::WriterProperties;
 
 use crate::checkpoint::{Advance, Checkpoint, SourceAdvance, SourcePartition, plan};
@@ -314,14 +313,7 @@ impl Ingestor {
                 continue;
             };
             let (files, counts) = self.encode_group(&planned, &mut loaded.states).await?;
-            join_all(
-                files
-                    .iter()
-                    .map(|f| self.warehouse.write(&f.location, f.bytes.clone())),
-            )
-            .await
-            .into_iter()
-            .collect::<Result<Vec<()>>>()?;
+            self.write_files(&files).await?;
             let batch = self.pending_batch(&planned, &files).await?;
             let mut advances: Vec<SourceAdvance> = Vec::with_capacity(planned.len());
             let mut state_bytes_max = 0;

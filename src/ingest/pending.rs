@@ -8,6 +8,18 @@ use crate::error::{Error, Result};
 use crate::spec::DEAD_LETTER_TABLE;
 
 impl Ingestor {
+    /// Writes a group's files to the warehouse, concurrently (before their pending record).
+    pub(super) async fn write_files(&self, files: &[EncodedFile]) -> Result<()> {
+        futures::future::join_all(
+            files
+                .iter()
+                .map(|f| self.warehouse.write(&f.location, f.bytes.clone())),
+        )
+        .await
+        .into_iter()
+        .collect()
+    }
+
     /// The pending record of the files, spilled to the warehouse when too large to keep inline.
     pub(super) async fn pending_batch(
         &self,

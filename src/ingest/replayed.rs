@@ -3,8 +3,6 @@
 
 use std::collections::HashMap;
 
-use futures::future::join_all;
-
 use super::{IngestSummary, Ingestor, Planned};
 use crate::checkpoint::{Checkpoint, SourcePartition};
 use crate::error::Result;
@@ -36,14 +34,7 @@ impl Ingestor {
         }
         let (mut files, counts) = self.encode_group(&planned, &mut states).await?;
         files.extend(self.close_all(&planned, &mut states).await?);
-        join_all(
-            files
-                .iter()
-                .map(|f| self.warehouse.write(&f.location, f.bytes.clone())),
-        )
-        .await
-        .into_iter()
-        .collect::<Result<Vec<()>>>()?;
+        self.write_files(&files).await?;
         let batch = self.pending_batch(&planned, &files).await?;
         if !self.state.add_pending(&batch, lock, holder).await? {
             return Ok(None);

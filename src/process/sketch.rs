@@ -69,6 +69,14 @@ pub fn hash(cell: &Cell) -> Option<u64> {
     })
 }
 
+/// A hash's bucket (its top bits) and register value (one more than the leading zeros of the
+/// rest).
+fn slot(hash: u64) -> (usize, u8) {
+    let bucket = (hash >> (64 - u32::from(INDEX_BITS))) as usize;
+    let rest = (hash << INDEX_BITS) | (1u64 << (INDEX_BITS - 1));
+    (bucket, rest.leading_zeros() as u8 + 1)
+}
+
 impl Sketch {
     /// The sketch of `values` (NULLs skipped).
     pub fn of<'a>(values: impl IntoIterator<Item = &'a Cell>) -> Sketch {
@@ -86,9 +94,7 @@ impl Sketch {
 
     /// Adds a hash; whether the sketch changed.
     pub fn insert_hash(&mut self, hash: u64) -> bool {
-        let bucket = (hash >> (64 - u32::from(INDEX_BITS))) as usize;
-        let rest = (hash << INDEX_BITS) | (1u64 << (INDEX_BITS - 1));
-        let value = rest.leading_zeros() as u8 + 1;
+        let (bucket, value) = slot(hash);
         if value > self.registers[bucket] {
             self.registers[bucket] = value;
             true
@@ -97,12 +103,13 @@ impl Sketch {
         }
     }
 
-    /// Whether adding `value` would change the sketch.
-    pub fn would_change(&self, value: &Cell) -> bool {
-        hash(value).is_some_and(|h| {
-            let bucket = (h >> (64 - u32::from(INDEX_BITS))) as usize;
-            let rest = (h << INDEX_BITS) | (1u64 << (INDEX_BITS - 1));
-            rest.leading_zeros() as u8 + 1 > self.registers[bucket]
+    /// The sketch with `value` added, if that changes it (one hash, no copy otherwise).
+    pub fn inserted(&self, value: &Cell) -> Option<Sketch> {
+        let (bucket, v) = slot(hash(value)?);
+        (v > self.registers[bucket]).then(|| {
+            let mut s = self.clone();
+            s.registers[bucket] = v;
+            s
         })
     }
 
@@ -375,7 +382,13 @@ mod tests {
         ];
         let s = Sketch::of(&cells);
         assert_eq!(s.estimate(), 5);
-        assert!(!s.would_change(&Cell::Int(7)));
+        assert!(s.inserted(&Cell::Int(7)).is_none());
+        assert!(s.inserted(&Cell::Null).is_none());
+        let more = s.inserted(&Cell::Int(8)).expect("a new value");
+        assert_eq!(
+            more,
+            Sketch::of(&[cells.as_slice(), &[Cell::Int(8)]].concat())
+        );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Sketch>(&json).unwrap(), s);
         assert!(serde_json::from_str::<Sketch>("\"AAAA\"").is_err());

@@ -78,14 +78,10 @@ impl Acc {
                     count: count + 1,
                 }
             }
-            (Acc::Distinct(s), Some(v)) => {
-                if !s.would_change(v) {
-                    return Ok(None);
-                }
-                let mut s = s.clone();
-                s.insert(v);
-                Acc::Distinct(s)
-            }
+            (Acc::Distinct(s), Some(v)) => match s.inserted(v) {
+                Some(s) => Acc::Distinct(s),
+                None => return Ok(None),
+            },
             (acc, v) => return Err(format!("{acc:?} cannot take {v:?}")),
         }))
     }
