@@ -91,6 +91,17 @@ pub enum Error {
         message: String,
     },
 
+    /// The spec asks for a schema change the table cannot make (narrowing a type, a new
+    /// required column, optional → required). Only that table stops; `streamtable check` shows
+    /// the same refusal before deploy.
+    #[error("table {table}: schema change refused: {reasons}")]
+    SchemaRefused {
+        /// The table.
+        table: String,
+        /// Each refused change, with what to do instead.
+        reasons: String,
+    },
+
     /// An error from the Iceberg library (metadata, writers, file IO).
     #[error("iceberg: {context}: {source}")]
     Iceberg {
@@ -143,6 +154,7 @@ impl Error {
             Error::Iceberg { source, .. } => source.retryable(),
             Error::Spec(_)
             | Error::Config(_)
+            | Error::SchemaRefused { .. }
             | Error::Event { .. }
             | Error::Internal(_)
             | Error::Query(_) => false,

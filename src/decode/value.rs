@@ -46,7 +46,7 @@ pub const TIME_RANGE: &str = "years 0001 to 9999 (what Athena, Spark and Python 
 
 /// Refuses a timestamp outside [`MIN_TIMESTAMP_US`]..=[`MAX_TIMESTAMP_US`]: a value readers cannot
 /// represent would break every read of the table, not only this row.
-pub fn timestamp_in_range(us: i64, shown: &str) -> Result<i64, ValueError> {
+pub fn timestamp_in_range(us: i64, shown: impl std::fmt::Display) -> Result<i64, ValueError> {
     if (MIN_TIMESTAMP_US..=MAX_TIMESTAMP_US).contains(&us) {
         Ok(us)
     } else {
@@ -138,7 +138,7 @@ pub fn parse_cell(ty: ColumnType, raw: &str) -> Result<Cell<'_>, ValueError> {
                     format!("epoch milliseconds {raw} is outside {TIME_RANGE}"),
                 )
             })?;
-            timestamp_in_range(us, &format!("{raw} (epoch milliseconds)")).map(Cell::Timestamp)
+            timestamp_in_range(us, format_args!("{raw} (epoch milliseconds)")).map(Cell::Timestamp)
         }
         ColumnType::Date if first == b'"' => {
             let s = json_string(raw)?;
@@ -220,7 +220,7 @@ pub fn parse_timestamp(s: &str) -> Result<i64, ValueError> {
             format!("{s:?} is not an RFC 3339 timestamp with Z or an offset ({e})"),
         )
     })?;
-    timestamp_in_range(t.timestamp_micros(), &format!("{s:?}"))
+    timestamp_in_range(t.timestamp_micros(), format_args!("{s:?}"))
 }
 
 /// Parses a decimal literal exactly into its unscaled value at `scale`.

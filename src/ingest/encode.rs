@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
-use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, FormatVersion, Struct, serialize_data_file_to_json};
 use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder, ParquetWriterBuilder};
@@ -82,26 +81,14 @@ pub async fn encode(
         return Ok(Vec::new());
     }
     let ctx = |what: &str| format!("table {}: {what}", layout.name);
-    let mut groups: Vec<(String, Struct, RecordBatch)> = if layout.partition_spec.is_unpartitioned()
-    {
-        vec![(String::new(), Struct::empty(), batch.clone())]
-    } else {
-        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
-            layout.schema.clone(),
-            layout.partition_spec.clone(),
-        )
-        .map_err(|e| Error::iceberg(ctx("partition splitter"), e))?;
-        splitter
-            .split(batch)
-            .map_err(|e| Error::iceberg(ctx("split by partition"), e))?
+    let mut groups: Vec<(String, Struct, RecordBatch)> =
+        super::split::split_by_partition(layout, batch)?
             .into_iter()
-            .map(|(key, b)| {
-                let path =
-                    partition_path(&layout.partition_spec, &layout.partition_type, key.data());
-                (path, key.data().clone(), b)
+            .map(|(tuple, rows)| {
+                let path = partition_path(&layout.partition_spec, &layout.partition_type, &tuple);
+                (path, tuple, rows)
             })
-            .collect()
-    };
+            .collect();
     groups.sort_by(|a, b| a.0.cmp(&b.0));
 
     let staging = FileIO::new_with_memory();

@@ -22,6 +22,7 @@ mod options;
 mod pending;
 mod records;
 mod replayed;
+mod split;
 mod state;
 mod summary;
 

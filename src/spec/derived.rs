@@ -189,6 +189,7 @@ pub(super) fn parse_derived(
                 column_type: *ty,
                 path: JsonPath(vec![n.clone()]),
                 required: false,
+                renamed_from: None,
             })
             .collect();
         let partition_by = super::load::parse_partitioning(&d.partition_by, &columns, name, at)?;

@@ -96,6 +96,8 @@ pub(super) struct RawColumn {
     pub(super) path: Option<Spanned<String>>,
     #[serde(default)]
     required: bool,
+    /// The column's earlier name: the table keeps its field id (and old files their values).
+    renamed_from: Option<Spanned<String>>,
 }
 
 impl PipelineSpec {
@@ -365,11 +367,22 @@ pub(super) fn parse_columns(
             })?,
             None => JsonPath(vec![name.clone()]),
         };
+        let renamed_from = match &c.renamed_from {
+            Some(r) if r.get_ref() == name => {
+                return Err(at(
+                    r.span(),
+                    format!("column {name:?} is renamed from itself; remove renamed_from"),
+                ));
+            }
+            Some(r) => Some(r.get_ref().clone()),
+            None => None,
+        };
         columns.push(ColumnSpec {
             name: name.clone(),
             column_type,
             path,
             required: c.required,
+            renamed_from,
         });
     }
     // Two columns on one path is fine; a path that is a prefix of another is not (a value cannot

@@ -213,6 +213,8 @@ pub struct ColumnSpec {
     pub path: JsonPath,
     /// Whether a record without a value for it is rejected.
     pub required: bool,
+    /// Its earlier name, when it was renamed (the table keeps the field id).
+    pub renamed_from: Option<String>,
 }
 
 /// The column types a spec may use (all supported by Athena and Glue).

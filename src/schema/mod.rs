@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+pub mod evolve;
+
 use arrow_schema::SchemaRef as ArrowSchemaRef;
 use iceberg::spec::{
     NestedField, PartitionSpec, PrimitiveType, Schema, SchemaRef, StructType, Transform, Type,
@@ -153,7 +155,7 @@ pub fn describe_partitioning(spec: &PartitionSpec, schema: &Schema) -> Vec<Strin
 /// show) in `kafka_key`, any other key (Avro, long and UUID serializers) as its bytes in
 /// `kafka_key_bytes`; at most one of the two is set, neither for a record without a key.
 /// `kafka_key_bytes` came after the first release: [`crate::tables`] adds it to older tables.
-fn kafka_fields(first: i32) -> [NestedField; 5] {
+pub(crate) fn kafka_fields(first: i32) -> [NestedField; 5] {
     use PrimitiveType as P;
     [
         NestedField::required(first, "kafka_partition", Type::Primitive(P::Int)),
@@ -194,7 +196,7 @@ mod tests {
     use crate::spec::PipelineSpec;
 
     fn example() -> PipelineSpec {
-        let text = include_str!("../infra/pipeline.toml");
+        let text = include_str!("../../infra/pipeline.toml");
         PipelineSpec::parse(text, Path::new("infra/pipeline.toml")).expect("example spec is valid")
     }
 

@@ -1,0 +1,540 @@
+//! Schema evolution: what changes when a table in the catalog meets its spec again.
+//!
+//! Columns are matched by name, or by `renamed_from` (the field id is kept, so old files keep
+//! their values under the new name). The spec's columns come first in the evolved schema, in the
+//! spec's order, then the Kafka columns; a new column gets the next field id after the table's
+//! `last-column-id`, so two writers that evolve the same table from the same spec agree on every
+//! id. What the Iceberg spec allows is planned; everything else is refused with what to do
+//! instead:
+//!
+//! - a new column must be optional (rows written before it have no value);
+//! - types only widen: int → long, float → double, decimal(P,S) → decimal(P',S) with P' > P;
+//! - required → optional is allowed, optional → required is not;
+//! - a column no longer in the spec is dropped from the schema (its data stays in the files that
+//!   have it), unless a partition field is computed from it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
+
+use super::{kafka_fields, primitive};
+use crate::error::{Error, Result};
+use crate::spec::{KAFKA_COLUMNS, TableSpec};
+
+/// One change the evolution makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A new optional column.
+    Add {
+        /// Its name.
+        name: String,
+        /// Its type.
+        ty: PrimitiveType,
+    },
+    /// A column's type widened.
+    Widen {
+        /// The column.
+        name: String,
+        /// The table's type.
+        from: PrimitiveType,
+        /// The spec's (wider) type.
+        to: PrimitiveType,
+    },
+    /// A column renamed (same field id).
+    Rename {
+        /// The table's name.
+        from: String,
+        /// The spec's name.
+        to: String,
+    },
+    /// A required column made optional.
+    Relax {
+        /// The column.
+        name: String,
+    },
+    /// A column dropped from the schema.
+    Drop {
+        /// The column.
+        name: String,
+    },
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Add { name, ty } => write!(f, "+ column {name} {} (optional)", show(ty)),
+            Change::Widen { name, from, to } => {
+                write!(f, "~ {name} {} → {}", show(from), show(to))
+            }
+            Change::Rename { from, to } => write!(f, "~ {from} renamed to {to} (same field id)"),
+            Change::Relax { name } => write!(f, "~ {name}: required → optional"),
+            Change::Drop { name } => write!(
+                f,
+                "- column {name} (dropped from the schema; older files keep its values)"
+            ),
+        }
+    }
+}
+
+/// A change the evolution cannot make, and what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The column.
+    pub column: String,
+    /// The change asked for, e.g. `optional → required`.
+    pub change: String,
+    /// Why not, and what to do instead.
+    pub why: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "! {}: {} — refused: {}",
+            self.column, self.change, self.why
+        )
+    }
+}
+
+/// What meeting the spec again does to a table's schema.
+#[derive(Debug, Clone)]
+pub struct SchemaPlan {
+    /// The changes, in spec order (drops last).
+    pub changes: Vec<Change>,
+    /// The changes that cannot be made; when any, nothing is changed.
+    pub refused: Vec<Refusal>,
+    /// The evolved schema (with the current schema's id + 1), when there are changes and no
+    /// refusals.
+    pub evolved: Option<Schema>,
+}
+
+impl SchemaPlan {
+    /// Whether the table already matches the spec.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.refused.is_empty()
+    }
+
+    /// The refusals as one error naming the table.
+    pub fn refusal_error(&self, table: &str) -> Option<Error> {
+        if self.refused.is_empty() {
+            return None;
+        }
+        let lines: Vec<String> = self.refused.iter().map(ToString::to_string).collect();
+        Some(Error::SchemaRefused {
+            table: table.to_string(),
+            reasons: lines.join("; "),
+        })
+    }
+}
+
+/// The type as written in specs.
+pub fn show(ty: &PrimitiveType) -> String {
+    match ty {
+        PrimitiveType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+        PrimitiveType::Boolean => "boolean".into(),
+        PrimitiveType::Int => "int".into(),
+        PrimitiveType::Long => "long".into(),
+        PrimitiveType::Float => "float".into(),
+        PrimitiveType::Double => "double".into(),
+        PrimitiveType::Date => "date".into(),
+        PrimitiveType::Timestamp => "timestamp".into(),
+        PrimitiveType::String => "string".into(),
+        PrimitiveType::Binary => "binary".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether Iceberg lets a column of type `from` be read as `to`.
+pub fn widens(from: &PrimitiveType, to: &PrimitiveType) -> bool {
+    use PrimitiveType as P;
+    match (from, to) {
+        (P::Int, P::Long) | (P::Float, P::Double) => true,
+        (
+            P::Decimal {
+                precision: p1,
+                scale: s1,
+            },
+            P::Decimal {
+                precision: p2,
+                scale: s2,
+            },
+        ) => s1 == s2 && p2 > p1,
+        _ => false,
+    }
+}
+
+fn primitive_of(field: &NestedField) -> Option<&PrimitiveType> {
+    match field.field_type.as_ref() {
+        Type::Primitive(p) => Some(p),
+        _ => None,
+    }
+}
+
+/// Plans `spec` against `current` (the table's current schema; `last_column_id` from its
+/// metadata; `partition_sources`: the field ids partition fields are computed from).
+pub fn plan(
+    current: &Schema,
+    last_column_id: i32,
+    partition_sources: &[i32],
+    spec: &TableSpec,
+) -> SchemaPlan {
+    let fields: Vec<&NestedFieldRef> = current.as_struct().fields().iter().collect();
+    let by_name = |name: &str| fields.iter().find(|f| f.name == name).copied();
+    let mut changes = Vec::new();
+    let mut refused = Vec::new();
+    let mut next_id = last_column_id.max(current.highest_field_id());
+    let mut kept: Vec<i32> = Vec::new();
+    let mut evolved: Vec<NestedField> = Vec::new();
+    let refuse = |refused: &mut Vec<Refusal>, column: &str, change: String, why: String| {
+        refused.push(Refusal {
+            column: column.to_string(),
+            change,
+            why,
+        })
+    };
+
+    for c in &spec.columns {
+        let want = primitive(c.column_type);
+        let existing = match by_name(&c.name) {
+            Some(f) => Some(f),
+            None => match c.renamed_from.as_deref().and_then(by_name) {
+                Some(old) => {
+                    changes.push(Change::Rename {
+                        from: old.name.clone(),
+                        to: c.name.clone(),
+                    });
+                    Some(old)
+                }
+                None => None,
+            },
+        };
+        let Some(old) = existing else {
+            if c.required {
+                refuse(
+                    &mut refused,
+                    &c.name,
+                    format!("new column {} required", show(&want)),
+                    "rows already in the table have no value for it; add it without `required = true`"
+                        .into(),
+                );
+            }
+            next_id += 1;
+            changes.push(Change::Add {
+                name: c.name.clone(),
+                ty: want.clone(),
+            });
+            evolved.push(NestedField::optional(
+                next_id,
+                &c.name,
+                Type::Primitive(want),
+            ));
+            continue;
+        };
+        kept.push(old.id);
+        let Some(have) = primitive_of(old) else {
+            refuse(
+                &mut refused,
+                &c.name,
+                format!("{} → {}", old.field_type, show(&want)),
+                "the table's column is not a primitive type; give the spec's column another name"
+                    .into(),
+            );
+            continue;
+        };
+        let mut ty = have.clone();
+        if *have != want {
+            if widens(have, &want) {
+                changes.push(Change::Widen {
+                    name: c.name.clone(),
+                    from: have.clone(),
+                    to: want.clone(),
+                });
+                ty = want.clone();
+            } else {
+                refuse(
+                    &mut refused,
+                    &c.name,
+                    format!("{} → {}", show(have), show(&want)),
+                    format!(
+                        "Iceberg only widens int → long, float → double and decimal precision up (same scale); \
+                         keep {} here, or add a new column with the new type",
+                        show(have)
+                    ),
+                );
+            }
+        }
+        let required = match (old.required, c.required) {
+            (true, false) => {
+                changes.push(Change::Relax {
+                    name: c.name.clone(),
+                });
+                false
+            }
+            (false, true) => {
+                refuse(
+                    &mut refused,
+                    &c.name,
+                    "optional → required".into(),
+                    "rows already in the table may have no value for it; keep it optional \
+                     (a derived table can filter out the rows without it)"
+                        .into(),
+                );
+                false
+            }
+            (r, _) => r,
+        };
+        let mut field = if required {
+            NestedField::required(old.id, &c.name, Type::Primitive(ty))
+        } else {
+            NestedField::optional(old.id, &c.name, Type::Primitive(ty))
+        };
+        field.doc = old.doc.clone();
+        evolved.push(field);
+    }
+
+    // The Kafka columns, as the table has them; an older table gains the ones it lacks.
+    for k in kafka_fields(0) {
+        match by_name(&k.name) {
+            Some(f) => {
+                kept.push(f.id);
+                evolved.push(f.as_ref().clone());
+            }
+            None => {
+                next_id += 1;
+                changes.push(Change::Add {
+                    name: k.name.clone(),
+                    ty: primitive_of(&k).cloned().unwrap_or(PrimitiveType::Binary),
+                });
+                let mut f = NestedField::optional(next_id, &k.name, k.field_type.as_ref().clone());
+                f.doc = k.doc.clone();
+                evolved.push(f);
+            }
+        }
+    }
+
+    for f in &fields {
+        if kept.contains(&f.id) || KAFKA_COLUMNS.contains(&f.name.as_str()) {
+            continue;
+        }
+        if partition_sources.contains(&f.id) {
+            refuse(
+                &mut refused,
+                &f.name,
+                "dropped".into(),
+                "the table is partitioned by it; keep the column in the spec".into(),
+            );
+            continue;
+        }
+        changes.push(Change::Drop {
+            name: f.name.clone(),
+        });
+    }
+
+    let same_order = {
+        let have: Vec<i32> = fields.iter().map(|f| f.id).collect();
+        let want: Vec<i32> = evolved.iter().map(|f| f.id).collect();
+        have == want
+    };
+    let evolved = if refused.is_empty() && (!changes.is_empty() || !same_order) {
+        Schema::builder()
+            .with_schema_id(current.schema_id() + 1)
+            .with_fields(evolved.into_iter().map(Arc::new))
+            .build()
+            .ok()
+    } else {
+        None
+    };
+    SchemaPlan {
+        changes,
+        refused,
+        evolved,
+    }
+}
+
+/// The plan as the lines `streamtable check` prints under a table (empty: no change).
+pub fn describe(plan: &SchemaPlan) -> Vec<String> {
+    plan.changes
+        .iter()
+        .map(ToString::to_string)
+        .chain(plan.refused.iter().map(ToString::to_string))
+        .collect()
+}
+
+/// Fails with the refusals of `plan` for `table`.
+pub fn refuse_if_any(table: &str, plan: &SchemaPlan) -> Result<()> {
+    match plan.refusal_error(table) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::schema::TableLayout;
+    use crate::spec::PipelineSpec;
+
+    fn table(columns: &str) -> TableSpec {
+        let at = if columns.contains("\"at\"") { "at" } else { "when" };
+        let text = format!(
+            "[[tables]]\nname = \"t\"\ntopic = \"t\"\npartition_by = [\"day({at})\"]\ncolumns = [\n{columns}\n]\n"
+        );
+        PipelineSpec::parse(&text, Path::new("p.toml"))
+            .expect("spec")
+            .tables
+            .remove(0)
+    }
+
+    const V1: &str = r#"{ name = "id", type = "string", required = true },
+{ name = "n", type = "int" },
+{ name = "amount", type = "decimal(12,2)", required = true },
+{ name = "at", type = "timestamp", required = true },"#;
+
+    fn current() -> Schema {
+        TableLayout::for_table(&table(V1))
+            .expect("layout")
+            .schema
+            .as_ref()
+            .clone()
+    }
+
+    fn lines(p: &SchemaPlan) -> Vec<String> {
+        describe(p)
+    }
+
+    #[test]
+    fn the_same_spec_plans_nothing() {
+        let s = current();
+        let p = plan(&s, s.highest_field_id(), &[4], &table(V1));
+        assert!(p.is_empty(), "{:?}", lines(&p));
+        assert!(p.evolved.is_none());
+    }
+
+    #[test]
+    fn add_widen_rename_relax_and_drop() {
+        let s = current();
+        let last = s.highest_field_id();
+        let v2 = table(
+            r#"{ name = "id", type = "string" },
+{ name = "count", type = "long", renamed_from = "n" },
+{ name = "coupon", type = "string" },
+{ name = "at", type = "timestamp", required = true },"#,
+        );
+        let p = plan(&s, last, &[4], &v2);
+        assert_eq!(
+            lines(&p),
+            [
+                "~ id: required → optional",
+                "~ n renamed to count (same field id)",
+                "~ count int → long",
+                "+ column coupon string (optional)",
+                "- column amount (dropped from the schema; older files keep its values)",
+            ]
+        );
+        let evolved = p.evolved.expect("evolved");
+        assert_eq!(evolved.schema_id(), s.schema_id() + 1);
+        let f = |name: &str| evolved.field_by_name(name).expect(name).clone();
+        assert_eq!(f("count").id, s.field_by_name("n").expect("n").id);
+        assert_eq!(*f("count").field_type, Type::Primitive(PrimitiveType::Long));
+        // A new column takes the id after the table's last, never a dropped one's.
+        assert_eq!(f("coupon").id, last + 1);
+        assert!(evolved.field_by_name("amount").is_none());
+        assert!(!f("id").required);
+        // The Kafka columns keep their ids, after the spec's columns.
+        for k in KAFKA_COLUMNS {
+            assert_eq!(f(k).id, s.field_by_name(k).expect(k).id);
+        }
+        let names: Vec<&str> = evolved
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(&names[..4], ["id", "count", "coupon", "at"]);
+    }
+
+    #[test]
+    fn a_dropped_id_is_never_reused() {
+        let s = current();
+        // The table once had more columns than it has now.
+        let p = plan(
+            &s,
+            s.highest_field_id() + 3,
+            &[4],
+            &table(&format!("{V1}\n{{ name = \"extra\", type = \"double\" }},")),
+        );
+        let evolved = p.evolved.expect("evolved");
+        assert_eq!(
+            evolved.field_by_name("extra").expect("extra").id,
+            s.highest_field_id() + 4
+        );
+    }
+
+    #[test]
+    fn incompatible_changes_are_refused_with_what_to_do() {
+        let s = current();
+        let last = s.highest_field_id();
+        let cases = [
+            (
+                r#"{ name = "id", type = "string", required = true },
+{ name = "n", type = "int", required = true },
+{ name = "amount", type = "decimal(12,2)", required = true },
+{ name = "at", type = "timestamp", required = true },"#,
+                "! n: optional → required — refused: rows already in the table may have no value for it",
+            ),
+            (
+                r#"{ name = "id", type = "string", required = true },
+{ name = "n", type = "int" },
+{ name = "amount", type = "decimal(10,2)", required = true },
+{ name = "at", type = "timestamp", required = true },"#,
+                "! amount: decimal(12,2) → decimal(10,2) — refused: Iceberg only widens",
+            ),
+            (
+                r#"{ name = "id", type = "long", required = true },
+{ name = "n", type = "int" },
+{ name = "amount", type = "decimal(12,2)", required = true },
+{ name = "at", type = "timestamp", required = true },"#,
+                "! id: string → long — refused:",
+            ),
+            (
+                &format!("{V1}\n{{ name = \"new\", type = \"int\", required = true }},"),
+                "! new: new column int required — refused: rows already in the table have no value",
+            ),
+            (
+                r#"{ name = "id", type = "string", required = true },
+{ name = "n", type = "int" },
+{ name = "amount", type = "decimal(12,2)", required = true },
+{ name = "when", type = "timestamp", required = true },"#,
+                "! at: dropped — refused: the table is partitioned by it",
+            ),
+        ];
+        for (columns, want) in cases {
+            let p = plan(&s, last, &[4], &table(columns));
+            let got = lines(&p);
+            assert!(
+                got.iter().any(|l| l.starts_with(want)),
+                "{want:?} not in {got:?}"
+            );
+            assert!(p.evolved.is_none(), "{got:?}");
+            let e = p.refusal_error("t").expect("refused").to_string();
+            assert!(e.starts_with("table t: schema change refused: !"), "{e}");
+        }
+    }
+
+    #[test]
+    fn widening_follows_the_iceberg_spec() {
+        use PrimitiveType as P;
+        let d = |precision, scale| P::Decimal { precision, scale };
+        assert!(widens(&P::Int, &P::Long));
+        assert!(widens(&P::Float, &P::Double));
+        assert!(widens(&d(12, 2), &d(18, 2)));
+        assert!(!widens(&d(12, 2), &d(18, 3)));
+        assert!(!widens(&P::Long, &P::Int));
+        assert!(!widens(&P::Int, &P::Double));
+        assert!(!widens(&P::Int, &P::String));
+    }
+}
