@@ -29,7 +29,11 @@ pub mod ingest {
         let spec = config.load_pipeline()?;
         let backend = Backend::connect(&config.backend).await?;
         let options = IngestOptions::from_env(&spec)?;
-        let ingestor = Arc::new(Ingestor::new(&spec, &backend)?.with_options(options));
+        let ingestor = Arc::new(
+            Ingestor::connect(&spec, &backend)
+                .await?
+                .with_options(options),
+        );
         let clock = backend.clock.clone();
         lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
             let (ingestor, clock) = (ingestor.clone(), clock.clone());

@@ -282,7 +282,7 @@ pub async fn run_until(
     }
     if let Some(spec) = &tables.windowed_spec {
         // Before the commit, so that the windows it closes land in this run.
-        let flushed = match crate::ingest::Ingestor::new(spec, backend) {
+        let flushed = match crate::ingest::Ingestor::connect(spec, backend).await {
             Ok(ingestor) => ingestor.flush_idle().await,
             Err(e) => Err(e),
         };

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use iceberg::spec::{FormatVersion, Schema};
 use iceberg::table::Table;
-use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
+use crate::schema::evolve::{self, SchemaPlan};
 use crate::schema::{TableLayout, describe_partitioning};
-use crate::spec::{DEAD_LETTER_TABLE, KAFKA_COLUMNS, PipelineSpec};
+use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec, TableSpec};
 
 /// One table: its layout and its target file size.
 #[derive(Debug, Clone)]
@@ -24,6 +24,9 @@ pub struct TableDef {
     /// For a windowed table's partial rows: the view analysts query (kept in the table's
     /// properties, where `streamtable query` finds it).
     pub view: Option<crate::spec::ViewSpec>,
+    /// The table's spec, which its schema evolves to (`None`: the dead-letter table and
+    /// reference tables, whose columns streamtable fixes or analysts own).
+    pub spec: Option<TableSpec>,
 }
 
 /// Every table of a pipeline, the dead-letter table included, by name.
@@ -58,6 +61,7 @@ impl TableSet {
                         .iter()
                         .find(|d| d.table.name == t.name)
                         .and_then(|d| d.view.clone()),
+                    spec: Some(t.clone()),
                 },
             );
         }
@@ -67,6 +71,7 @@ impl TableSet {
                 layout: Arc::new(TableLayout::dead_letters()?),
                 target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
                 view: None,
+                spec: None,
             },
         );
         let mut references = BTreeMap::new();
@@ -77,6 +82,7 @@ impl TableSet {
                     layout: Arc::new(TableLayout::for_reference(r)?),
                     target_file_size_bytes: spec.settings.target_file_size_mb * 1024 * 1024,
                     view: None,
+                    spec: None,
                 },
             );
         }
@@ -154,9 +160,14 @@ impl TableSet {
             .catalog
             .create_if_absent(&self.namespace, creation)
             .await?;
-        let table = add_missing_kafka_columns(backend, name, table, &def.layout.schema).await?;
-        check_schema(name, table.metadata().current_schema(), &def.layout.schema)?;
         check_partition_spec(name, &table, &def.layout)?;
+        let table = match &def.spec {
+            Some(spec) => evolve_table(backend, &self.ident(name), spec, table).await?,
+            None => {
+                check_schema(name, table.metadata().current_schema(), &def.layout.schema)?;
+                table
+            }
+        };
         if let Some(v) = &def.view {
             backend
                 .catalog
@@ -198,57 +209,83 @@ pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> 
     ])
 }
 
-/// Adds the Kafka columns a table created by an earlier release lacks (`kafka_key_bytes`): the
-/// table's columns are then the spec's columns plus a suffix of the Kafka columns, and the next
-/// field id the table assigns is the one the layout (and every file ingest writes) uses.
-async fn add_missing_kafka_columns(
+/// How many times a schema change is retried against other writers.
+const EVOLVE_ATTEMPTS: u32 = 8;
+
+/// The plan of `spec` against `table` as the catalog has it.
+pub fn plan_for(table: &Table, spec: &TableSpec) -> SchemaPlan {
+    let metadata = table.metadata();
+    let sources: Vec<i32> = metadata
+        .default_partition_spec()
+        .fields()
+        .iter()
+        .map(|f| f.source_id)
+        .collect();
+    evolve::plan(
+        metadata.current_schema(),
+        metadata.last_column_id(),
+        &sources,
+        spec,
+    )
+}
+
+/// Evolves `table` to `spec` (new optional columns, widened types, renames, relaxed and dropped
+/// columns) through a metadata commit, or refuses with what to do instead. Two writers that
+/// evolve the same table to the same spec compute the same schema: the loser of the swap
+/// reloads and finds nothing left to do.
+pub async fn evolve_table(
     backend: &Backend,
-    name: &str,
-    table: Table,
-    expected: &Schema,
+    ident: &TableIdent,
+    spec: &TableSpec,
+    mut table: Table,
 ) -> Result<Table> {
-    let actual = table.metadata().current_schema().as_struct().fields();
-    let wanted = expected.as_struct().fields();
-    if actual.len() >= wanted.len() {
-        return Ok(table);
-    }
-    let (prefix, missing) = wanted.split_at(actual.len());
-    let is_prefix = actual
-        .iter()
-        .zip(prefix)
-        .all(|(a, e)| a.id == e.id && a.name == e.name && a.field_type == e.field_type);
-    let ids_follow = missing
-        .iter()
-        .enumerate()
-        .all(|(i, f)| f.id == table.metadata().last_column_id() + 1 + i as i32);
-    let kafka_only = missing
-        .iter()
-        .all(|f| KAFKA_COLUMNS.contains(&f.name.as_str()) && !f.required);
-    if !(is_prefix && ids_follow && kafka_only) {
-        return Ok(table); // check_schema explains the difference
-    }
-    let mut update = Transaction::new(&table).update_schema();
-    for f in missing {
-        let column = match &f.doc {
-            Some(doc) => AddColumn::builder()
-                .name(f.name.clone())
-                .field_type(f.field_type.as_ref().clone())
-                .doc(doc.clone())
-                .build(),
-            None => AddColumn::optional(&f.name, f.field_type.as_ref().clone()),
+    let name = ident.name();
+    for attempt in 0..EVOLVE_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(crate::clock::jitter(20u64 << attempt.min(6))).await;
+            match backend.catalog.load(ident).await? {
+                Some((t, _)) => table = t,
+                None => return Err(Error::Config(format!("table {name} disappeared"))),
+            }
+        }
+        let plan = plan_for(&table, spec);
+        evolve::refuse_if_any(name, &plan)?;
+        let Some(evolved) = plan.evolved else {
+            return Ok(table);
         };
-        update = update.add_column(column);
+        let Some((_, pointer)) = backend.catalog.load(ident).await? else {
+            return Err(Error::Config(format!("table {name} disappeared")));
+        };
+        if pointer.metadata_location != table.metadata_location().unwrap_or_default() {
+            continue; // changed since it was loaded: plan again
+        }
+        let metadata = table
+            .metadata()
+            .clone()
+            .into_builder(Some(pointer.metadata_location.clone()))
+            .add_current_schema(evolved)
+            .and_then(|b| b.build())
+            .map_err(|e| Error::iceberg(format!("evolve the schema of {name}"), e))?
+            .metadata;
+        match backend
+            .catalog
+            .commit_metadata(&table, &pointer, metadata)
+            .await
+        {
+            Ok(Some(t)) => {
+                let changes: Vec<String> = plan.changes.iter().map(ToString::to_string).collect();
+                tracing::info!(table = name, changes = ?changes, schema_id = t.metadata().current_schema_id(),
+                    "table schema evolved to the spec");
+                return Ok(t);
+            }
+            Ok(None) | Err(Error::CommitStateUnknown { .. }) => continue,
+            Err(e) => return Err(e),
+        }
     }
-    let tx = update
-        .apply(Transaction::new(&table))
-        .map_err(|e| Error::iceberg(format!("add Kafka columns to {name}"), e))?;
-    let table = tx
-        .commit(&backend.catalog)
-        .await
-        .map_err(|e| Error::iceberg(format!("add Kafka columns to {name}"), e))?;
-    let added: Vec<&str> = missing.iter().map(|f| f.name.as_str()).collect();
-    tracing::info!(table = name, columns = ?added, "added the Kafka columns of this release");
-    Ok(table)
+    Err(Error::CommitContention {
+        table: name.to_string(),
+        attempts: EVOLVE_ATTEMPTS,
+    })
 }
 
 /// Refuses a table whose partitioning is not the spec's: files written for one layout must
@@ -267,7 +304,7 @@ pub fn check_partition_spec(name: &str, table: &Table, layout: &TableLayout) -> 
     )))
 }
 
-/// Refuses to commit into a table whose schema no longer matches the spec's.
+/// Refuses to commit into a table (whose columns streamtable fixes) that no longer has them.
 pub fn check_schema(table: &str, actual: &Schema, expected: &Schema) -> Result<()> {
     let a = actual.as_struct().fields();
     let e = expected.as_struct().fields();
@@ -296,7 +333,7 @@ pub fn check_schema(table: &str, actual: &Schema, expected: &Schema) -> Result<(
     };
     Err(Error::Config(format!(
         "table {table} in the catalog has columns [{}] but the pipeline spec says [{}]; \
-         the spec's columns of an existing table can only change once schema evolution is supported",
+         this table's columns are fixed by streamtable: restore them, or drop the table so that it is created again",
         show(a),
         show(e)
     )))

@@ -164,7 +164,7 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     }
     let tables = TableSet::new(&spec, &backend.namespace)?;
     seed_currency_rates(&backend, &tables).await?;
-    let ingestor = Arc::new(Ingestor::new(&spec, &backend)?);
+    let ingestor = Arc::new(Ingestor::connect(&spec, &backend).await?);
 
     println!(
         "1. ingest: {} events per topic, ESM batches of {}",

@@ -34,7 +34,8 @@ pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
 pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
-    let ingestor = Ingestor::new(&spec, &backend)?
+    let ingestor = Ingestor::connect(&spec, &backend)
+        .await?
         .with_options(crate::ingest::IngestOptions::from_env(&spec)?);
     for path in events {
         let event = read_event(path)?;
@@ -57,7 +58,7 @@ pub struct ReplayArgs {
 pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
     let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
-    let ingestor = Ingestor::new(&spec, &backend)?;
+    let ingestor = Ingestor::connect(&spec, &backend).await?;
     #[cfg(feature = "aws")]
     let mut s3 = None;
     for location in &args.batches {

@@ -18,6 +18,7 @@ mod batch;
 mod derive;
 pub mod encode;
 mod idle;
+mod layouts;
 mod options;
 mod pending;
 mod records;
@@ -104,6 +105,9 @@ pub struct Ingestor {
     state_cache: std::sync::Mutex<
         HashMap<crate::checkpoint::SourcePartition, (u64, crate::process::state::PartitionState)>,
     >,
+    /// Topics whose table (or a derived table of theirs) the catalog refused, with the reason:
+    /// their records are not written until the spec and the table agree again.
+    refused: HashMap<String, (String, String)>,
 }
 
 impl Ingestor {
@@ -192,6 +196,7 @@ impl Ingestor {
             props: encode::micro_file_properties(),
             state_cache: Default::default(),
             clock: crate::clock::system(),
+            refused: HashMap::new(),
         })
     }
 
@@ -202,10 +207,8 @@ impl Ingestor {
     /// retry skips them by their checkpoints.
     pub async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary> {
         self.processor.refresh(self.clock.now_ms()).await?;
-        let groups: Vec<(SourcePartition, Vec<&EsmRecord>)> =
-            group_by_partition(event)?.into_iter().collect();
+        let (groups, mut first_error) = self.without_refused(group_by_partition(event)?);
         let mut total = IngestSummary::default();
-        let mut first_error = None;
         let sources: Vec<SourcePartition> = groups.iter().map(|(s, _)| s.clone()).collect();
         let stateful: Vec<bool> = sources
             .iter()
@@ -373,6 +376,7 @@ impl Ingestor {
         planned: &[Planned<'_>],
         states: &mut HashMap<SourcePartition, PartitionState>,
     ) -> Result<(Vec<EncodedFile>, records::Counts)> {
+        self.check_refused(planned)?;
         let mut dead =
             DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
         let mut counts = records::Counts::default();

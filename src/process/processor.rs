@@ -162,6 +162,25 @@ impl Processor {
         self.tables.iter().map(|t| &t.layout)
     }
 
+    /// Each derived table (run here) with the table it is computed from.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tables
+            .iter()
+            .map(|t| (t.name.as_str(), t.source.as_str()))
+    }
+
+    /// Uses `layout` (the catalog's field ids) for the derived table of its name, when it has
+    /// the same columns as the planned one; returns whether it did.
+    pub fn use_layout(&mut self, layout: &Arc<TableLayout>) -> bool {
+        match self.tables.iter_mut().find(|t| t.name == layout.name) {
+            Some(t) if t.layout.same_shape(layout) => {
+                t.layout = layout.clone();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// How derived table `name` runs, in a few words (for `streamtable check`).
     pub fn describe(&self, name: &str) -> Option<String> {
         if let Some((_, j)) = self.joins.iter().find(|(n, _)| n == name) {

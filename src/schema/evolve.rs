@@ -379,7 +379,11 @@ mod tests {
     use crate::spec::PipelineSpec;
 
     fn table(columns: &str) -> TableSpec {
-        let at = if columns.contains("\"at\"") { "at" } else { "when" };
+        let at = if columns.contains("\"at\"") {
+            "at"
+        } else {
+            "when"
+        };
         let text = format!(
             "[[tables]]\nname = \"t\"\ntopic = \"t\"\npartition_by = [\"day({at})\"]\ncolumns = [\n{columns}\n]\n"
         );

@@ -67,6 +67,42 @@ impl TableLayout {
         })
     }
 
+    /// The layout of a table as the catalog has it: its current schema (field ids included)
+    /// and default partition spec. Files written with it carry the table's own ids, whatever
+    /// the evolution the table went through.
+    pub fn of_table(
+        name: &str,
+        schema: SchemaRef,
+        partition_spec: Arc<PartitionSpec>,
+    ) -> Result<Self> {
+        let ctx = |what: &str| format!("table {name}: {what}");
+        let partition_type = partition_spec
+            .partition_type(&schema)
+            .map_err(|e| Error::iceberg(ctx("partition type"), e))?;
+        let arrow_schema = iceberg::arrow::schema_to_arrow_schema(&schema)
+            .map_err(|e| Error::iceberg(ctx("arrow schema"), e))?;
+        Ok(TableLayout {
+            name: name.to_string(),
+            schema,
+            partition_spec,
+            partition_type,
+            arrow_schema: Arc::new(arrow_schema),
+        })
+    }
+
+    /// Whether `other` has the same columns (names, types, nullability, order) and partitioning,
+    /// whatever the field ids: the rows one builds fit the other.
+    pub fn same_shape(&self, other: &TableLayout) -> bool {
+        let strip = |s: &arrow_schema::Schema| {
+            s.fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable()))
+                .collect::<Vec<_>>()
+        };
+        strip(&self.arrow_schema) == strip(&other.arrow_schema)
+            && self.partitioning() == other.partitioning()
+    }
+
     /// The partitioning as written in specs and messages: `["day(created_at)"]`. Pending files
     /// carry it, so that a file is never registered under another partitioning.
     pub fn partitioning(&self) -> Vec<String> {

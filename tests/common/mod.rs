@@ -6,6 +6,7 @@ pub mod analyst_scenarios;
 pub mod chaos;
 pub mod compaction_scenarios;
 pub mod derived_scenarios;
+pub mod evolution_scenarios;
 pub mod faults;
 pub mod idle_scenarios;
 pub mod join_scenarios;

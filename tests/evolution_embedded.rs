@@ -1,0 +1,16 @@
+//! Schema evolution on the embedded backend (SQLite catalog, local warehouse).
+
+mod common;
+
+use common::evolution_scenarios as s;
+
+#[tokio::test]
+async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values() {
+    s::a_changed_spec_evolves_the_table_and_old_rows_keep_their_values(&common::embedded().await)
+        .await;
+}
+
+#[tokio::test]
+async fn a_refused_change_stops_only_its_table() {
+    s::a_refused_change_stops_only_its_table(&common::embedded().await).await;
+}
