@@ -45,8 +45,9 @@ enum Command {
     /// records, or event files) back through ingest, exactly once.
     Replay(cli::ReplayArgs),
     /// Validate the pipeline spec and print, per table, its source, its SQL, its inferred
-    /// schema and how it runs (exit code 1 when the spec is invalid); use it in CI before
-    /// `sam deploy`.
+    /// schema and how it runs, then what it changes in the catalog's existing tables (+ added,
+    /// ~ widened, renamed or relaxed, - dropped, ! refused). Exit code 1 when the spec is
+    /// invalid or a change would be refused; use it in CI before `sam deploy`.
     Check,
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
@@ -95,7 +96,7 @@ async fn main() -> ExitCode {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Scheduled(c) => cli::scheduled(&config, c).await,
             Command::Replay(r) => cli::replay(&config, r).await,
-            Command::Check => cli::check::run(&config),
+            Command::Check => cli::check::run(&config).await,
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,

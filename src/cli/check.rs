@@ -4,17 +4,72 @@
 
 use std::fmt::Write;
 
-use crate::config::Config;
-use crate::error::Result;
+use crate::config::{Backend, BackendConfig, Config};
+use crate::error::{Error, Result};
 use crate::process::Processor;
 use crate::spec::{ColumnSpec, KAFKA_COLUMNS, PartitionField, PipelineSpec};
+use crate::tables::{TableSet, check_partition_spec, plan_for};
 
-/// Loads, plans and prints the spec of `config`.
-pub fn run(config: &Config) -> Result<()> {
+/// Loads, plans and prints the spec of `config`, then what it changes in the catalog's tables
+/// (like `terraform plan`). Fails when a change would be refused.
+pub async fn run(config: &Config) -> Result<()> {
     let spec = config.load_pipeline()?;
     let processor = Processor::new(&spec)?;
     print!("{}", render(&spec, &processor));
+    if let BackendConfig::Embedded { home } = &config.backend
+        && !home.join("catalog.db").exists()
+    {
+        println!(
+            "\ncatalog: none at {} yet; every table is created from the spec on first use",
+            home.display()
+        );
+        return Ok(());
+    }
+    let backend = Backend::connect(&config.backend).await?;
+    let tables = TableSet::new(&spec, &backend.namespace)?;
+    let (text, refused) = catalog_plan(&backend, &tables).await?;
+    print!("{text}");
+    if refused > 0 {
+        return Err(Error::Spec(format!(
+            "{refused} table(s) cannot take the spec's changes (lines starting with !); fix the spec before deploying"
+        )));
+    }
     Ok(())
+}
+
+/// What the spec changes in each table the catalog has (read only: nothing is evolved here),
+/// and how many tables would refuse it.
+pub async fn catalog_plan(backend: &Backend, tables: &TableSet) -> Result<(String, usize)> {
+    let mut out = format!(
+        "\nchanges to the catalog (namespace {}):\n",
+        tables.namespace
+    );
+    let mut refused = 0;
+    for (name, def) in &tables.tables {
+        let Some(spec) = &def.spec else { continue };
+        let Some((table, _)) = backend.catalog.load(&tables.ident(name)).await? else {
+            let _ = writeln!(out, "  table {name}: + created on first use");
+            continue;
+        };
+        let mut lines = Vec::new();
+        if let Err(e) = check_partition_spec(name, &table, &def.layout) {
+            lines.push(format!("! partitioning — refused: {e}"));
+        }
+        let plan = plan_for(&table, spec);
+        lines.extend(crate::schema::evolve::describe(&plan));
+        if lines.iter().any(|l| l.starts_with('!')) {
+            refused += 1;
+        }
+        if lines.is_empty() {
+            let _ = writeln!(out, "  table {name}: no change");
+        } else {
+            let _ = writeln!(out, "  table {name}:");
+            for l in lines {
+                let _ = writeln!(out, "    {l}");
+            }
+        }
+    }
+    Ok((out, refused))
 }
 
 fn columns(out: &mut String, columns: &[ColumnSpec], with_paths: bool) {

@@ -146,8 +146,23 @@ pub async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values(h: 
     let s1 = before["current_snapshot_id"].as_i64().expect("snapshot");
     assert_eq!(before["count"], 2);
 
-    // v2 evolves the table when ingest starts; the new rows carry the new column.
+    // `streamtable check` shows the plan first, the same on every backend.
     let v2 = spec(V2);
+    let tables = TableSet::new(&v2, &h.backend.namespace).expect("tables");
+    let (plan, refused) = streamtable::cli::check::catalog_plan(&h.backend, &tables)
+        .await
+        .expect("plan");
+    assert_eq!(refused, 0);
+    assert!(
+        plan.contains(
+            "  table orders:\n    ~ qty int → long\n    ~ amount decimal(12,2) → decimal(18,2)\n    \
+             ~ amount: required → optional\n    ~ status renamed to state (same field id)\n    \
+             + column coupon string (optional)\n    \
+             - column customer_id (dropped from the schema; older files keep its values)\n"
+        ) && plan.contains("  table payments: no change\n"),
+        "{plan}"
+    );
+    // v2 evolves the table when ingest starts; the new rows carry the new column.
     let report = land(
         h,
         &v2,
@@ -181,6 +196,19 @@ pub async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values(h: 
     assert_eq!(
         h.read_external_at("pyiceberg", "orders", Some(s1))["count"],
         2
+    );
+
+    // A narrowing is shown as refused before anything is deployed.
+    let (plan, refused) = streamtable::cli::check::catalog_plan(
+        &h.backend,
+        &TableSet::new(&spec(V3), &h.backend.namespace).expect("tables"),
+    )
+    .await
+    .expect("plan");
+    assert_eq!(refused, 1, "{plan}");
+    assert!(
+        plan.contains("    ! qty: long → int — refused: Iceberg only widens"),
+        "{plan}"
     );
 
     // Starting again with the same spec changes nothing.
