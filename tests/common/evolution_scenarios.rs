@@ -254,6 +254,16 @@ pub async fn a_refused_change_stops_only_its_table(h: &Harness) {
     );
     assert_eq!(h.read_external("pyiceberg", "payments")["count"], 2);
     assert_eq!(h.read_external("pyiceberg", "orders")["count"], 1);
+    // `streamtable tables` shows it with the last run's failures.
+    let status = scheduled::last_run(&h.backend)
+        .await
+        .expect("status")
+        .expect("a run finished");
+    let shown = streamtable::cli::table_list::render_last_run(&status, status.finished_at_ms);
+    assert!(
+        shown.contains("orders") && shown.contains("! qty: long → int — refused"),
+        "{shown}"
+    );
     // The refused record was not checkpointed: once the spec is fixed it lands.
     let fixed = Ingestor::connect(&v2, &h.backend).await.expect("ingestor");
     fixed
