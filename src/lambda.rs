@@ -29,15 +29,35 @@ pub mod ingest {
         let spec = config.load_pipeline()?;
         let backend = Backend::connect(&config.backend).await?;
         let options = IngestOptions::from_env(&spec)?;
-        let ingestor = Arc::new(
-            Ingestor::connect(&spec, &backend)
-                .await?
-                .with_options(options),
-        );
         let clock = backend.clock.clone();
+        // Resolved against the catalog (tables evolved to the spec, their field ids read) on
+        // the first invocation rather than in init: a catalog that cannot be reached then fails
+        // that invocation, which the event source mapping retries, instead of the init phase.
+        let ingestor: Arc<tokio::sync::OnceCell<Ingestor>> = Arc::default();
+        let setup = Arc::new((spec, backend, options));
         lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
-            let (ingestor, clock) = (ingestor.clone(), clock.clone());
-            async move { handle(&ingestor, clock.as_ref(), &event.payload).await }
+            let (ingestor, setup, clock) = (ingestor.clone(), setup.clone(), clock.clone());
+            async move {
+                let (spec, backend, options) = setup.as_ref();
+                let ingestor = match ingestor
+                    .get_or_try_init(|| async {
+                        Ok::<_, crate::Error>(
+                            Ingestor::connect(spec, backend)
+                                .await?
+                                .with_options(options.clone()),
+                        )
+                    })
+                    .await
+                {
+                    Ok(i) => i,
+                    Err(e) => {
+                        tracing::error!(error = %e, retryable = e.is_retryable(),
+                            "tables not resolved against the catalog; the event source mapping will retry the batch");
+                        return Err(e.into());
+                    }
+                };
+                handle(ingestor, clock.as_ref(), &event.payload).await
+            }
         }))
         .await
     }

@@ -188,7 +188,8 @@ impl Sink {
 }
 
 /// The batch's columns in the order of `schema`, matched by Iceberg field id; a column the
-/// file predates (added to the table later) is all nulls.
+/// file predates (added to the table later) is all nulls, and a column written before its type
+/// was widened (int → long, float → double, decimal precision up) is cast to the wider type.
 pub fn project(
     batch: &RecordBatch,
     schema: &ArrowSchemaRef,
@@ -203,7 +204,19 @@ pub fn project(
             .iter()
             .position(|f| id(f).is_some() && id(f) == id(field));
         match found {
-            Some(i) => columns.push(batch.column(i).clone()),
+            Some(i) if batch.column(i).data_type() == field.data_type() => {
+                columns.push(batch.column(i).clone())
+            }
+            Some(i) => columns.push(
+                arrow_cast::cast(batch.column(i), field.data_type()).map_err(|e| {
+                    format!(
+                        "column {} ({} in the file) cannot be read as {}: {e}",
+                        field.name(),
+                        batch.column(i).data_type(),
+                        field.data_type()
+                    )
+                })?,
+            ),
             None if field.is_nullable() => columns.push(arrow_array::new_null_array(
                 field.data_type(),
                 batch.num_rows(),

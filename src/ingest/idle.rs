@@ -45,6 +45,11 @@ impl Ingestor {
             if !self.processor.is_stateful(&t.spec.name) {
                 continue;
             }
+            // A refused table gets no files (they would carry ids the table may not have).
+            if let Err(e) = self.check_refused_topic(topic) {
+                tracing::warn!(topic = %topic, error = %e, "idle windows not closed: a table of the topic is refused");
+                continue;
+            }
             let sources: Vec<SourcePartition> = self
                 .state
                 .partitions(topic)

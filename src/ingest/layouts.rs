@@ -137,7 +137,7 @@ impl Ingestor {
         (kept, error)
     }
 
-    fn check_refused_topic(&self, topic: &str) -> Result<()> {
+    pub(super) fn check_refused_topic(&self, topic: &str) -> Result<()> {
         match self.refused.get(topic) {
             Some((table, why)) => Err(Error::SchemaRefused {
                 table: table.clone(),

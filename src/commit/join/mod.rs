@@ -38,6 +38,7 @@ use super::select::TableFiles;
 use crate::config::Backend;
 use crate::decode::DeadLetterBuilder;
 use crate::error::{Error, Result};
+use crate::schema::TableLayout;
 use crate::spec::{DEAD_LETTER_TABLE, IntervalJoin, JoinSide};
 use crate::tables::TableSet;
 use rows::{
@@ -104,8 +105,8 @@ pub(super) async fn run_join(
         })?,
         None => JoinState::default(),
     };
-    let left_layout = tables.get(&join.left.table)?.layout.clone();
-    let right_layout = tables.get(&join.right.table)?.layout.clone();
+    let left_layout = catalog_layout(backend, tables, &join.left.table).await?;
+    let right_layout = catalog_layout(backend, tables, &join.right.table).await?;
     let left = side(
         backend,
         &left_layout,
@@ -156,7 +157,7 @@ pub(super) async fn run_join(
         .collect()
         .await
         .map_err(fail)?;
-    let def = tables.get(name)?;
+    let layout = table_layout(tables, name, current)?;
     let location = current
         .metadata()
         .location()
@@ -164,10 +165,10 @@ pub(super) async fn run_join(
         .to_string();
     let mut output = TableFiles::default();
     for batch in joined.iter().filter(|b| b.num_rows() > 0) {
-        let rows = conform(&with_kafka_columns(batch)?, &def.layout)?;
+        let rows = conform(&with_kafka_columns(batch)?, &layout)?;
         add_files(
             backend,
-            &def.layout,
+            &layout,
             &rows,
             &location,
             &format!("join-{intent_id}-{}", output.files.len()),
@@ -282,4 +283,29 @@ fn watermark(state: &JoinState, side: &JoinSide) -> Option<i64> {
         .map(|(_, t)| *t)
         .min()
         .map(|t| t.saturating_sub(side.out_of_orderness_us))
+}
+
+/// Table `name`'s layout as the catalog has it (field ids after evolution), checked to have the
+/// spec's columns.
+fn table_layout(tables: &TableSet, name: &str, table: &Table) -> Result<TableLayout> {
+    let metadata = table.metadata();
+    let layout = TableLayout::of_table(
+        name,
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().clone(),
+    )?;
+    if !layout.same_shape(&tables.get(name)?.layout) {
+        return Err(Error::Config(format!(
+            "table {name}: the catalog's columns are not the spec's; `streamtable check` shows the difference"
+        )));
+    }
+    Ok(layout)
+}
+
+/// [`table_layout`] of a side of the join, loaded from the catalog.
+async fn catalog_layout(backend: &Backend, tables: &TableSet, name: &str) -> Result<TableLayout> {
+    match backend.catalog.load(&tables.ident(name)).await? {
+        Some((table, _)) => table_layout(tables, name, &table),
+        None => Ok(tables.get(name)?.layout.as_ref().clone()),
+    }
 }

@@ -84,12 +84,30 @@ pub(super) async fn read(
     concat_batches(&schema, &batches).map_err(arrow)
 }
 
-/// `batch` in `layout`'s columns, matched by name and cast; columns it lacks are NULL.
+/// `batch` in `layout`'s columns and types; columns it lacks are NULL. Columns of a data file
+/// (which carry Iceberg field ids) are matched by id, so a file written before a column was
+/// renamed keeps its values; rows computed here (no ids) are matched by name.
 pub(super) fn conform(batch: &RecordBatch, layout: &TableLayout) -> Result<RecordBatch> {
+    const FIELD_ID: &str = "PARQUET:field_id";
     let n = batch.num_rows();
+    let input = batch.schema();
+    let by_id = input
+        .fields()
+        .iter()
+        .any(|f| f.metadata().contains_key(FIELD_ID));
     let mut columns: Vec<ArrayRef> = Vec::new();
     for f in layout.arrow_schema.fields() {
-        columns.push(match batch.column_by_name(f.name()) {
+        let found = if by_id {
+            let id = f.metadata().get(FIELD_ID);
+            input
+                .fields()
+                .iter()
+                .position(|g| id.is_some() && g.metadata().get(FIELD_ID) == id)
+                .map(|i| batch.column(i))
+        } else {
+            batch.column_by_name(f.name())
+        };
+        columns.push(match found {
             Some(c) if c.data_type() == f.data_type() => c.clone(),
             Some(c) => cast(c, f.data_type()).map_err(arrow)?,
             None => new_null_array(f.data_type(), n),
@@ -278,4 +296,85 @@ pub(super) fn dead_letters(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Int32Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::spec::PipelineSpec;
+
+    fn layout() -> TableLayout {
+        let spec = PipelineSpec::parse(
+            r#"[[tables]]
+name = "t"
+topic = "t"
+columns = [{ name = "state", type = "string" }, { name = "n", type = "long" }]
+"#,
+            std::path::Path::new("p.toml"),
+        )
+        .expect("spec");
+        TableLayout::for_table(&spec.tables[0]).expect("layout")
+    }
+
+    fn field(name: &str, ty: DataType, id: Option<&str>) -> Field {
+        let f = Field::new(name, ty, true);
+        match id {
+            Some(id) => f.with_metadata(HashMap::from([(
+                "PARQUET:field_id".to_string(),
+                id.to_string(),
+            )])),
+            None => f,
+        }
+    }
+
+    /// A file written before `status` was renamed `state` (same field id 1) and while `n` was
+    /// an int keeps its values; rows without ids are matched by name.
+    #[test]
+    fn file_columns_are_matched_by_field_id_and_widened() {
+        let layout = layout();
+        let mut fields = vec![
+            field("status", DataType::Utf8, Some("1")),
+            field("n", DataType::Int32, Some("2")),
+            field("state", DataType::Utf8, Some("99")),
+        ];
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec!["paid"])),
+            Arc::new(Int32Array::from(vec![7])),
+            Arc::new(StringArray::from(vec!["other column"])),
+        ];
+        // The Kafka columns, as every data file has them.
+        for f in layout.arrow_schema.fields().iter().skip(2) {
+            fields.push(f.as_ref().clone());
+            columns
+                .push(cast(&arrow_array::Int64Array::from(vec![0]), f.data_type()).expect("cast"));
+        }
+        let file =
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("file batch");
+        let rows = conform(&file, &layout).expect("conform");
+        assert_eq!(rows.column(0).as_string::<i32>().value(0), "paid");
+        assert_eq!(
+            rows.column(1)
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .value(0),
+            7
+        );
+
+        let mut fields = vec![field("state", DataType::Utf8, None)];
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec!["by name"]))];
+        for f in layout.arrow_schema.fields().iter().skip(2) {
+            fields.push(Field::new(f.name(), f.data_type().clone(), f.is_nullable()));
+            columns
+                .push(cast(&arrow_array::Int64Array::from(vec![0]), f.data_type()).expect("cast"));
+        }
+        let computed = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch");
+        let rows = conform(&computed, &layout).expect("conform");
+        assert_eq!(rows.column(0).as_string::<i32>().value(0), "by name");
+    }
 }
