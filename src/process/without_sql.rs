@@ -45,6 +45,16 @@ impl Processor {
         std::iter::empty()
     }
 
+    /// No derived table.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::empty()
+    }
+
+    /// No derived table to take a layout.
+    pub fn use_layout(&mut self, _layout: &Arc<TableLayout>) -> bool {
+        false
+    }
+
     /// No derived table to describe.
     pub fn describe(&self, _name: &str) -> Option<String> {
         None
