@@ -32,8 +32,10 @@ async fn a_partition_over_the_budget_does_not_stop_compaction() {
 
 #[tokio::test]
 async fn batches_that_cannot_be_committed_do_not_block_the_others() {
-    r::batches_that_cannot_be_committed_do_not_block_the_others(&mut common::embedded().await)
-        .await;
+    common::blocked_scenarios::batches_that_cannot_be_committed_do_not_block_the_others(
+        &mut common::embedded().await,
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -29,7 +29,10 @@ async fn a_scheduled_run_ends_under_steady_ingest() {
 
 #[tokio::test]
 async fn batches_that_cannot_be_committed_do_not_block_the_others() {
-    r::batches_that_cannot_be_committed_do_not_block_the_others(&mut common::moto().await).await;
+    common::blocked_scenarios::batches_that_cannot_be_committed_do_not_block_the_others(
+        &mut common::moto().await,
+    )
+    .await;
 }
 
 #[tokio::test]
