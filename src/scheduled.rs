@@ -270,11 +270,17 @@ pub async fn run_until(
         state_items_upgraded: backend.state.upgrade(backend.clock.now_ms()).await?,
         ..Default::default()
     };
+    // The tables as evolved to the spec: the idle flush below writes with their layouts.
+    let mut resolved = crate::ingest::Resolved::default();
     for name in tables.tables.keys() {
-        if let Err(e) = tables.ensure(backend, name).await {
+        let ensured = tables.ensure(backend, name).await;
+        if let Err(e) = &ensured {
             report
                 .failures
-                .push(Failure::new("commit", Some(name), None, &e));
+                .push(Failure::new("commit", Some(name), None, e));
+        }
+        if let Err(e) = resolved.record(tables, name, ensured) {
+            resolved.refused.insert(name.clone(), e.to_string());
         }
     }
     if let Err(e) = tables.ensure_references(backend).await {
@@ -282,8 +288,11 @@ pub async fn run_until(
     }
     if let Some(spec) = &tables.windowed_spec {
         // Before the commit, so that the windows it closes land in this run.
-        let flushed = match crate::ingest::Ingestor::connect(spec, backend).await {
-            Ok(ingestor) => ingestor.flush_idle().await,
+        let flushed = match crate::ingest::Ingestor::new(spec, backend) {
+            Ok(mut ingestor) => {
+                ingestor.use_layouts(&resolved);
+                ingestor.flush_idle().await
+            }
             Err(e) => Err(e),
         };
         match flushed {

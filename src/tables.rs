@@ -146,6 +146,23 @@ impl TableSet {
         Ok(())
     }
 
+    /// Table `name`'s layout as the catalog has it (field ids after evolution), checked to have
+    /// the spec's columns.
+    pub fn catalog_layout(&self, name: &str, table: &Table) -> Result<TableLayout> {
+        let metadata = table.metadata();
+        let layout = TableLayout::of_table(
+            name,
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().clone(),
+        )?;
+        if !layout.same_shape(&self.get(name)?.layout) {
+            return Err(Error::Config(format!(
+                "table {name}: the catalog's columns are not the spec's; `streamtable check` shows the difference"
+            )));
+        }
+        Ok(layout)
+    }
+
     /// The table, created from the spec if it does not exist yet.
     pub async fn ensure(&self, backend: &Backend, name: &str) -> Result<Table> {
         let def = self.get(name)?;
@@ -240,25 +257,32 @@ pub async fn evolve_table(
     mut table: Table,
 ) -> Result<Table> {
     let name = ident.name();
+    let gone = || Error::Config(format!("table {name} disappeared"));
+    // The pointer `table` was loaded with, once known (a caller's table comes without it).
+    let mut pointer = None;
     for attempt in 0..EVOLVE_ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(crate::clock::jitter(20u64 << attempt.min(6))).await;
-            match backend.catalog.load(ident).await? {
-                Some((t, _)) => table = t,
-                None => return Err(Error::Config(format!("table {name} disappeared"))),
-            }
+            let (t, p) = backend.catalog.load(ident).await?.ok_or_else(gone)?;
+            (table, pointer) = (t, Some(p));
         }
         let plan = plan_for(&table, spec);
-        evolve::refuse_if_any(name, &plan)?;
+        if let Some(refused) = plan.refusal_error(name) {
+            return Err(refused);
+        }
         let Some(evolved) = plan.evolved else {
             return Ok(table);
         };
-        let Some((_, pointer)) = backend.catalog.load(ident).await? else {
-            return Err(Error::Config(format!("table {name} disappeared")));
+        let pointer = match pointer.take() {
+            Some(p) => p,
+            None => {
+                let (t, p) = backend.catalog.load(ident).await?.ok_or_else(gone)?;
+                if t.metadata_location() != table.metadata_location() {
+                    continue; // changed since the caller loaded it: plan again
+                }
+                p
+            }
         };
-        if pointer.metadata_location != table.metadata_location().unwrap_or_default() {
-            continue; // changed since it was loaded: plan again
-        }
         let metadata = table
             .metadata()
             .clone()

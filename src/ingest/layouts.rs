@@ -12,6 +12,8 @@ use crate::checkpoint::SourcePartition;
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::esm::EsmRecord;
+use iceberg::table::Table;
+
 use crate::schema::TableLayout;
 use crate::spec::PipelineSpec;
 use crate::tables::{TableSet, check_partition_spec, evolve_table};
@@ -40,35 +42,31 @@ impl TableSet {
                 Ok(()) => evolve_table(backend, &ident, spec, table).await,
                 Err(e) => Err(e),
             };
-            let table = match evolved {
-                Ok(t) => t,
-                Err(e) if e.is_retryable() => return Err(e),
-                Err(e) => {
-                    tracing::error!(table = %name, error = %e, "table refused: its topic is not ingested until the spec and the table agree");
-                    let why = match e {
-                        Error::SchemaRefused { reasons, .. } => reasons,
-                        other => other.to_string(),
-                    };
-                    out.refused.insert(name.clone(), why);
-                    continue;
-                }
-            };
-            let metadata = table.metadata();
-            let layout = TableLayout::of_table(
-                name,
-                metadata.current_schema().clone(),
-                metadata.default_partition_spec().clone(),
-            )?;
-            if !layout.same_shape(&def.layout) {
-                out.refused.insert(
-                    name.clone(),
-                    "the catalog's columns do not have the spec's shape after evolution".into(),
-                );
-                continue;
-            }
-            out.layouts.insert(name.clone(), Arc::new(layout));
+            out.record(self, name, evolved)?;
         }
         Ok(out)
+    }
+}
+
+impl Resolved {
+    /// Records what the catalog said of table `name` (the table as evolved, or why not): its
+    /// layout, or its refusal. Retryable failures (the catalog unreachable) are returned.
+    pub fn record(&mut self, tables: &TableSet, name: &str, table: Result<Table>) -> Result<()> {
+        let refused = match table.and_then(|t| tables.catalog_layout(name, &t)) {
+            Ok(layout) => {
+                self.layouts.insert(name.to_string(), Arc::new(layout));
+                return Ok(());
+            }
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => e,
+        };
+        tracing::error!(table = %name, error = %refused, "table refused: its topic is not ingested until the spec and the table agree");
+        let why = match refused {
+            Error::SchemaRefused { reasons, .. } => reasons,
+            other => other.to_string(),
+        };
+        self.refused.insert(name.to_string(), why);
+        Ok(())
     }
 }
 

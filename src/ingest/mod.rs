@@ -19,6 +19,7 @@ mod derive;
 pub mod encode;
 mod idle;
 mod layouts;
+pub use layouts::Resolved;
 mod options;
 mod pending;
 mod records;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
 
 use super::{kafka_fields, primitive};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::spec::{KAFKA_COLUMNS, TableSpec};
 
 /// One change the evolution makes.
@@ -360,14 +360,6 @@ pub fn describe(plan: &SchemaPlan) -> Vec<String> {
         .map(ToString::to_string)
         .chain(plan.refused.iter().map(ToString::to_string))
         .collect()
-}
-
-/// Fails with the refusals of `plan` for `table`.
-pub fn refuse_if_any(table: &str, plan: &SchemaPlan) -> Result<()> {
-    match plan.refusal_error(table) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -53,18 +53,7 @@ impl TableLayout {
         let partition_spec = builder
             .build()
             .map_err(|e| Error::iceberg(ctx("partition spec"), e))?;
-        let partition_type = partition_spec
-            .partition_type(&schema)
-            .map_err(|e| Error::iceberg(ctx("partition type"), e))?;
-        let arrow_schema = iceberg::arrow::schema_to_arrow_schema(&schema)
-            .map_err(|e| Error::iceberg(ctx("arrow schema"), e))?;
-        Ok(TableLayout {
-            name: name.to_string(),
-            schema,
-            partition_spec: Arc::new(partition_spec),
-            partition_type,
-            arrow_schema: Arc::new(arrow_schema),
-        })
+        Self::of_table(name, schema, Arc::new(partition_spec))
     }
 
     /// The layout of a table as the catalog has it: its current schema (field ids included)

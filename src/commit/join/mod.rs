@@ -157,7 +157,7 @@ pub(super) async fn run_join(
         .collect()
         .await
         .map_err(fail)?;
-    let layout = table_layout(tables, name, current)?;
+    let layout = tables.catalog_layout(name, current)?;
     let location = current
         .metadata()
         .location()
@@ -285,27 +285,10 @@ fn watermark(state: &JoinState, side: &JoinSide) -> Option<i64> {
         .map(|t| t.saturating_sub(side.out_of_orderness_us))
 }
 
-/// Table `name`'s layout as the catalog has it (field ids after evolution), checked to have the
-/// spec's columns.
-fn table_layout(tables: &TableSet, name: &str, table: &Table) -> Result<TableLayout> {
-    let metadata = table.metadata();
-    let layout = TableLayout::of_table(
-        name,
-        metadata.current_schema().clone(),
-        metadata.default_partition_spec().clone(),
-    )?;
-    if !layout.same_shape(&tables.get(name)?.layout) {
-        return Err(Error::Config(format!(
-            "table {name}: the catalog's columns are not the spec's; `streamtable check` shows the difference"
-        )));
-    }
-    Ok(layout)
-}
-
-/// [`table_layout`] of a side of the join, loaded from the catalog.
+/// [`TableSet::catalog_layout`] of a side of the join, loaded from the catalog.
 async fn catalog_layout(backend: &Backend, tables: &TableSet, name: &str) -> Result<TableLayout> {
     match backend.catalog.load(&tables.ident(name)).await? {
-        Some((table, _)) => table_layout(tables, name, &table),
+        Some((table, _)) => tables.catalog_layout(name, &table),
         None => Ok(tables.get(name)?.layout.as_ref().clone()),
     }
 }
