@@ -134,6 +134,8 @@ pub struct Backend {
     pub namespace: String,
     /// The clock everything time-dependent asks.
     pub clock: Arc<dyn Clock>,
+    /// The Glue Schema Registry (AWS backend), for Avro records framed by Glue's serializer.
+    pub glue_schemas: Option<Arc<dyn crate::registry::SchemaSource>>,
 }
 
 impl Backend {
@@ -156,6 +158,7 @@ impl Backend {
                     catalog,
                     namespace: DEFAULT_NAMESPACE.to_string(),
                     clock: crate::clock::system(),
+                    glue_schemas: None,
                 })
             }
             BackendConfig::Aws { .. } => Self::connect_aws(config).await,
@@ -185,6 +188,8 @@ impl Backend {
         let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
         let glue = aws_sdk_glue::Client::new(&sdk);
         let warehouse = Warehouse::s3(s3, bucket, prefix);
+        let glue_schemas: Arc<dyn crate::registry::SchemaSource> =
+            Arc::new(crate::registry::GlueRegistry::new(glue.clone()));
         let catalog = TableCatalog::new(
             Arc::new(GluePointers::new(glue)),
             warehouse.file_io().clone(),
@@ -196,6 +201,7 @@ impl Backend {
             catalog,
             namespace: glue_database.clone(),
             clock: crate::clock::system(),
+            glue_schemas: Some(glue_schemas),
         })
     }
 

@@ -102,6 +102,18 @@ pub enum Error {
         reasons: String,
     },
 
+    /// A schema registry could not answer (unreachable, 5xx, throttled, credentials refused).
+    /// The batch is not landed and is retried; its records are never dead-lettered for this.
+    #[error("schema registry {registry}: {message}")]
+    Registry {
+        /// The registry (URL or Glue).
+        registry: String,
+        /// What failed.
+        message: String,
+        /// Whether trying again later can succeed without a change of configuration.
+        retryable: bool,
+    },
+
     /// An error from the Iceberg library (metadata, writers, file IO).
     #[error("iceberg: {context}: {source}")]
     Iceberg {
@@ -135,7 +147,9 @@ impl Error {
     /// event source mapping only for these; everything else is handled inside the batch.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::ObjectStore { retryable, .. } | Error::State { retryable, .. } => *retryable,
+            Error::ObjectStore { retryable, .. }
+            | Error::State { retryable, .. }
+            | Error::Registry { retryable, .. } => *retryable,
             Error::CheckpointContention { .. }
             | Error::CommitContention { .. }
             | Error::CommitStateUnknown { .. } => true,

@@ -41,6 +41,7 @@ pub mod decode;
 pub mod esm;
 pub mod generate;
 pub mod partition;
+pub mod registry;
 pub mod schema;
 pub mod spec;
 

@@ -69,7 +69,7 @@ impl Node {
         }
     }
 
-    fn find(&self, key: &str) -> Option<usize> {
+    pub fn find(&self, key: &str) -> Option<usize> {
         self.children
             .iter()
             .position(|(k, _)| k.len() == key.len() && &**k == key)

@@ -5,6 +5,7 @@
 //! type, out of range or an unparseable timestamp. The [`RejectKind`] and a message naming the
 //! column and its JSON path go to the dead-letter table with the raw bytes.
 
+pub mod avro;
 mod columns;
 mod json;
 pub mod value;
@@ -52,11 +53,17 @@ pub enum RejectKind {
     /// The record came later than a window's allowed lateness: the window's result was final
     /// (the message names the table, the window and the watermark).
     Late,
+    /// An Avro topic's value has no schema registry header (Confluent or Glue).
+    NoSchemaId,
+    /// The value's schema id is not in the registry (or its schema cannot be read).
+    UnknownSchema,
+    /// The value's body does not follow the schema its header names.
+    SchemaMismatch,
 }
 
 impl RejectKind {
     /// Every kind, for documentation and tests.
-    pub const ALL: [RejectKind; 14] = [
+    pub const ALL: [RejectKind; 17] = [
         RejectKind::InvalidBase64,
         RejectKind::Tombstone,
         RejectKind::EmptyValue,
@@ -71,6 +78,9 @@ impl RejectKind {
         RejectKind::UnknownTopic,
         RejectKind::Transform,
         RejectKind::Late,
+        RejectKind::NoSchemaId,
+        RejectKind::UnknownSchema,
+        RejectKind::SchemaMismatch,
     ];
 
     /// The value stored in the `error_kind` column.
@@ -90,6 +100,9 @@ impl RejectKind {
             RejectKind::UnknownTopic => "unknown_topic",
             RejectKind::Transform => "transform",
             RejectKind::Late => "late",
+            RejectKind::NoSchemaId => "no_schema_id",
+            RejectKind::UnknownSchema => "unknown_schema",
+            RejectKind::SchemaMismatch => "schema_mismatch",
         }
     }
 }
@@ -127,6 +140,43 @@ struct Column {
     column_type: ColumnType,
     required: bool,
     slot: usize,
+}
+
+/// Decodes one topic's record values, in the topic's format.
+#[derive(Debug)]
+pub enum Decoder {
+    /// JSON objects.
+    Json(RecordDecoder),
+    /// Registry-framed Avro.
+    Avro(avro::AvroDecoder),
+}
+
+impl Decoder {
+    /// The decoder of `table`'s format.
+    pub fn new(table: &TableSpec) -> Decoder {
+        match table.format {
+            crate::spec::Format::Json => Decoder::Json(RecordDecoder::new(table)),
+            crate::spec::Format::Avro => Decoder::Avro(avro::AvroDecoder::new(table)),
+        }
+    }
+
+    /// Decodes one value (already size-checked) into its cells, one per column in spec order.
+    pub fn decode<'a>(
+        &self,
+        value: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+        max_bytes: usize,
+    ) -> Result<Vec<Cell<'a>>, Rejection> {
+        match self {
+            Decoder::Json(d) => {
+                let json = std::str::from_utf8(value).map_err(|e| {
+                    Rejection::new(RejectKind::InvalidUtf8, format!("value is not UTF-8: {e}"))
+                })?;
+                d.decode(json)
+            }
+            Decoder::Avro(d) => d.decode(value, scratch, max_bytes),
+        }
+    }
 }
 
 /// Decodes JSON record values for one table.

@@ -67,7 +67,7 @@ pub struct ValueError {
 }
 
 impl ValueError {
-    fn new(kind: RejectKind, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: RejectKind, detail: impl Into<String>) -> Self {
         ValueError {
             kind,
             detail: detail.into(),

@@ -24,6 +24,7 @@ mod options;
 mod pending;
 mod records;
 mod replayed;
+mod schemas;
 mod split;
 mod state;
 mod summary;
@@ -44,7 +45,7 @@ use parquet::file::properties::WriterProperties;
 use crate::checkpoint::{Advance, Checkpoint, SourceAdvance, SourcePartition, plan};
 use crate::clock::Clock;
 use crate::config::Backend;
-use crate::decode::{DeadLetterBuilder, RecordDecoder, RowBuilder};
+use crate::decode::{DeadLetterBuilder, Decoder, RowBuilder};
 use crate::error::{Error, Result};
 use crate::process::Processor;
 use crate::process::state::PartitionState;
@@ -81,7 +82,7 @@ pub struct EncodedEvent {
 pub(crate) struct TopicTable {
     pub spec: TableSpec,
     pub layout: Arc<TableLayout>,
-    pub decoder: RecordDecoder,
+    pub decoder: Decoder,
     pub location: String,
 }
 
@@ -109,6 +110,8 @@ pub struct Ingestor {
     /// Topics whose table (or a derived table of theirs) the catalog refused, with the reason:
     /// their records are not written until the spec and the table agree again.
     refused: HashMap<String, (String, String)>,
+    /// Where Avro topics' writer schemas come from.
+    registries: crate::registry::Registries,
 }
 
 impl Ingestor {
@@ -120,7 +123,12 @@ impl Ingestor {
             backend.state.clone(),
             &backend.namespace,
         )?
-        .with_clock(backend.clock.clone());
+        .with_clock(backend.clock.clone())
+        .with_registries(crate::registry::Registries::configure(
+            &spec.registry,
+            |k| std::env::var(k).ok(),
+            backend.glue_schemas.clone(),
+        )?);
         #[cfg(feature = "sql")]
         let ingestor = {
             let mut ingestor = ingestor;
@@ -139,6 +147,12 @@ impl Ingestor {
     pub fn with_options(mut self, options: IngestOptions) -> Ingestor {
         self.props = encode::micro_file_properties_at(options.zstd_level);
         self.options = options;
+        self
+    }
+
+    /// The same ingestor with other schema registries.
+    pub fn with_registries(mut self, registries: crate::registry::Registries) -> Ingestor {
+        self.registries = registries;
         self
     }
 
@@ -170,7 +184,7 @@ impl Ingestor {
                 TopicTable {
                     spec: t.clone(),
                     layout,
-                    decoder: RecordDecoder::new(t),
+                    decoder: Decoder::new(t),
                     location: warehouse.table_location(namespace, &t.name),
                 },
             );
@@ -198,6 +212,11 @@ impl Ingestor {
             state_cache: Default::default(),
             clock: crate::clock::system(),
             refused: HashMap::new(),
+            registries: crate::registry::Registries::configure(
+                &spec.registry,
+                |k| std::env::var(k).ok(),
+                None,
+            )?,
         })
     }
 
@@ -378,6 +397,7 @@ impl Ingestor {
         states: &mut HashMap<SourcePartition, PartitionState>,
     ) -> Result<(Vec<EncodedFile>, records::Counts)> {
         self.check_refused(planned)?;
+        self.resolve_schemas(planned).await?;
         let mut dead =
             DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
         let mut counts = records::Counts::default();

@@ -45,6 +45,7 @@ pub(super) fn decode_records(
 ) {
     let mut value_buf = Vec::new();
     let mut key_buf = Vec::new();
+    let mut scratch = Vec::new();
     for record in records {
         let partition = source.partition;
         let outcome = decode_one(
@@ -52,8 +53,11 @@ pub(super) fn decode_records(
             record,
             partition,
             max_record_bytes,
-            &mut value_buf,
-            &mut key_buf,
+            Buffers {
+                value: &mut value_buf,
+                key: &mut key_buf,
+                scratch: &mut scratch,
+            },
             rows.as_deref_mut(),
         );
         match outcome {
@@ -124,16 +128,28 @@ impl ClearAnd for Vec<u8> {
     }
 }
 
+/// Reused buffers of one decoding pass.
+struct Buffers<'b> {
+    value: &'b mut Vec<u8>,
+    key: &'b mut Vec<u8>,
+    /// A decompressed body.
+    scratch: &'b mut Vec<u8>,
+}
+
 /// Decodes one record into `rows`, or says why it cannot be.
 fn decode_one(
     table: Option<&TopicTable>,
     record: &EsmRecord,
     partition: i32,
     max_record_bytes: usize,
-    value_buf: &mut Vec<u8>,
-    key_buf: &mut Vec<u8>,
+    buffers: Buffers<'_>,
     rows: Option<&mut RowBuilder>,
 ) -> Result<(), Rejection> {
+    let Buffers {
+        value: value_buf,
+        key: key_buf,
+        scratch,
+    } = buffers;
     let (Some(table), Some(rows)) = (table, rows) else {
         let topic = record.topic.as_deref().unwrap_or("(none)");
         return Err(Rejection::new(
@@ -194,9 +210,7 @@ fn decode_one(
             ),
         ));
     }
-    let json = std::str::from_utf8(value_buf)
-        .map_err(|e| Rejection::new(RejectKind::InvalidUtf8, format!("value is not UTF-8: {e}")))?;
-    let cells = table.decoder.decode(json)?;
+    let cells = table.decoder.decode(value_buf, scratch, max_record_bytes)?;
     rows.append(
         &cells,
         RecordMeta {

@@ -207,6 +207,7 @@ pub(super) fn parse_derived(
                 target_file_size_mb,
                 land: true,
                 event_time: None,
+                format: super::Format::Json,
             },
             source: inferred.source,
             references: inferred.references,

@@ -59,6 +59,13 @@ struct RawSpec {
     reference_tables: Vec<Spanned<super::derived::RawReference>>,
     #[serde(default)]
     derived_tables: Vec<Spanned<super::derived::RawDerived>>,
+    registry: Option<Spanned<RawRegistry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegistry {
+    url: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -81,6 +88,7 @@ struct RawTable {
     land: bool,
     watermark: Option<Spanned<String>>,
     idle_timeout: Option<Spanned<String>>,
+    format: Option<Spanned<String>>,
 }
 
 fn yes() -> bool {
@@ -234,6 +242,18 @@ impl PipelineSpec {
                 }
                 (et, None) => et,
             };
+            let format = match &t.format {
+                Some(f) => Format::parse(f.get_ref()).ok_or_else(|| {
+                    at(
+                        f.span(),
+                        format!(
+                            "unknown format {:?}; use \"json\" (the default) or \"avro\" (behind a Confluent or Glue schema registry)",
+                            f.get_ref()
+                        ),
+                    )
+                })?,
+                None => Format::Json,
+            };
             tables.push(TableSpec {
                 name: name.clone(),
                 topic: topic.clone(),
@@ -242,6 +262,7 @@ impl PipelineSpec {
                 target_file_size_mb,
                 land: t.land,
                 event_time,
+                format,
             });
         }
         let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;
@@ -257,14 +278,43 @@ impl PipelineSpec {
             &at,
             &at_line,
         )?;
+        let registry = match &raw.registry {
+            Some(r) => RegistrySpec {
+                url: Some(
+                    parse_registry_url(&r.get_ref().url, origin)
+                        .map_err(|m| at(r.get_ref().url.span(), m))?,
+                ),
+            },
+            None => RegistrySpec::default(),
+        };
         Ok(PipelineSpec {
             origin: origin.to_path_buf(),
             settings,
+            registry,
             tables,
             references,
             derived,
         })
     }
+}
+
+/// A registry URL: `http(s)://…`, or `file:DIR` made relative to the spec's directory.
+fn parse_registry_url(url: &Spanned<String>, origin: &Path) -> std::result::Result<String, String> {
+    let text = url.get_ref().trim();
+    if let Some(dir) = text.strip_prefix("file:") {
+        let dir = Path::new(dir);
+        let dir = match origin.parent() {
+            Some(base) if dir.is_relative() => base.join(dir),
+            _ => dir.to_path_buf(),
+        };
+        return Ok(format!("file:{}", dir.display()));
+    }
+    if text.starts_with("http://") || text.starts_with("https://") {
+        return Ok(text.trim_end_matches('/').to_string());
+    }
+    Err(format!(
+        "registry url {text:?} must start with https:// (a Confluent-compatible registry) or file: (a directory of <schema id>.avsc files)"
+    ))
 }
 
 /// The `partition_by` list of table `name`, checked against its columns.

@@ -60,6 +60,8 @@ pub struct PipelineSpec {
     pub origin: PathBuf,
     /// Settings shared by every table.
     pub settings: Settings,
+    /// The schema registry Avro topics' schemas come from (`[registry]`).
+    pub registry: RegistrySpec,
     /// The topics' tables, in file order (also those with `land = false`, which feed derived
     /// tables only).
     pub tables: Vec<TableSpec>,
@@ -163,6 +165,16 @@ pub struct ViewSpec {
     pub columns: Vec<(String, String)>,
 }
 
+/// Where Avro writer schemas come from (`[registry]`). Records framed for the AWS Glue Schema
+/// Registry are looked up in Glue on the AWS backend whatever this says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistrySpec {
+    /// A Confluent-compatible registry (`https://…`), or `file:DIR` (a directory of
+    /// `<schema id>.avsc` files, relative to the spec file). `STREAMTABLE_REGISTRY_URL`
+    /// overrides it.
+    pub url: Option<String>,
+}
+
 /// Settings shared by every table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -200,6 +212,39 @@ pub struct TableSpec {
     /// The event-time column and how far out of order records arrive (`watermark = "created_at -
     /// INTERVAL '30' SECOND"`); needed by windows and dedup.
     pub event_time: Option<EventTime>,
+    /// How the topic's record values are encoded (`format = "json" | "avro"`).
+    pub format: Format,
+}
+
+/// How a topic's record values are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// A JSON object per record (the default).
+    #[default]
+    Json,
+    /// Avro binary behind a schema registry header (Confluent or AWS Glue); the writer's schema
+    /// comes from the registry.
+    Avro,
+}
+
+impl Format {
+    /// Parses `json` or `avro`.
+    pub fn parse(text: &str) -> Option<Format> {
+        match text {
+            "json" => Some(Format::Json),
+            "avro" => Some(Format::Avro),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Json => "json",
+            Format::Avro => "avro",
+        })
+    }
 }
 
 /// One column: where its value comes from in the JSON record and what type it has.

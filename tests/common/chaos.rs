@@ -392,5 +392,6 @@ pub fn backend(
         catalog,
         namespace: backend.namespace.clone(),
         clock: backend.clock.clone(),
+        glue_schemas: backend.glue_schemas.clone(),
     }
 }

@@ -1,0 +1,65 @@
+//! Before a group of partitions is decoded: the writer schemas its Avro records name, fetched
+//! from the registry once per process.
+
+use std::collections::BTreeSet;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+use super::{Ingestor, Planned};
+use crate::decode::Decoder;
+use crate::decode::avro::frame;
+use crate::error::Result;
+use crate::registry::Lookup;
+
+/// Base64 characters that hold the longest registry header (Glue: 18 bytes).
+const HEADER_CHARS: usize = 24;
+
+impl Ingestor {
+    /// Fetches every schema the Avro records of `planned` name and their decoders do not have.
+    /// A registry that cannot answer fails the group (nothing lands, the batch is retried); an
+    /// id it does not have leaves those records to be dead letters that say so.
+    pub(super) async fn resolve_schemas(&self, planned: &[Planned<'_>]) -> Result<()> {
+        for p in planned {
+            let Some(table) = self.topics.get(&p.source.topic) else {
+                continue;
+            };
+            let Decoder::Avro(decoder) = &table.decoder else {
+                continue;
+            };
+            let mut wanted = BTreeSet::new();
+            let mut header = [0u8; 18];
+            for record in &p.records {
+                let Some(value) = record.value.as_deref() else {
+                    continue;
+                };
+                let Some(prefix) = value.get(..value.len().min(HEADER_CHARS)) else {
+                    continue;
+                };
+                let Ok(n) = STANDARD.decode_slice(prefix, &mut header) else {
+                    continue;
+                };
+                let id = header.get(..n).and_then(|h| frame(h).ok()).map(|f| f.id);
+                if let Some(id) = id.filter(|id| !decoder.knows(id)) {
+                    wanted.insert(id);
+                }
+            }
+            for id in wanted {
+                let started = std::time::Instant::now();
+                match self.registries.fetch(&id).await? {
+                    Lookup::Found(text) => {
+                        decoder.add_schema(id, &text);
+                        tracing::info!(topic = %p.source.topic, schema = %id,
+                            ms = started.elapsed().as_millis() as u64, "fetched a writer schema");
+                    }
+                    Lookup::Missing(reason) => {
+                        tracing::warn!(topic = %p.source.topic, schema = %id, %reason,
+                            "schema not in the registry; its records become dead letters");
+                        decoder.add_missing(id, reason);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! A Confluent-compatible schema registry over HTTP(S): `GET /schemas/ids/{id}`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::{Lookup, SchemaId, SchemaSource, fault};
+use crate::error::{Error, Result};
+
+/// How long one request may take before the batch is retried.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Confluent-compatible registry (Confluent Platform or Cloud, Redpanda, Apicurio's
+/// compatibility API, Karapace).
+#[derive(Debug, Clone)]
+pub struct ConfluentRegistry {
+    client: reqwest::Client,
+    url: String,
+    auth: Option<(String, String)>,
+}
+
+#[derive(Deserialize)]
+struct SchemaResponse {
+    schema: String,
+    #[serde(rename = "schemaType")]
+    schema_type: Option<String>,
+}
+
+impl ConfluentRegistry {
+    /// A client of the registry at `url`, with basic auth `key:secret` when given.
+    pub fn new(url: &str, auth: Option<&str>) -> Result<ConfluentRegistry> {
+        let url = url.trim_end_matches('/').to_string();
+        if url.starts_with("https://") {
+            install_tls_provider()?;
+        } else if url.starts_with("http://") {
+            // The client builds its TLS configuration even for plain HTTP.
+            let _ = install_tls_provider();
+        } else {
+            return Err(Error::Config(format!(
+                "registry url {url:?} must start with https:// or http://"
+            )));
+        }
+        let auth = match auth.filter(|a| !a.is_empty()) {
+            None => None,
+            Some(a) => {
+                let (key, secret) = a.split_once(':').ok_or_else(|| {
+                    Error::Config(format!(
+                        "{} must be key:secret (the registry's API key and secret)",
+                        super::AUTH_ENV
+                    ))
+                })?;
+                Some((key.to_string(), secret.to_string()))
+            }
+        };
+        let client = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| Error::Config(format!("registry client for {url}: {e}")))?;
+        Ok(ConfluentRegistry { client, url, auth })
+    }
+}
+
+#[cfg(feature = "aws")]
+fn install_tls_provider() -> Result<()> {
+    // The AWS SDK's TLS stack (rustls with aws-lc) serves the registry too; installing it twice
+    // is harmless.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    Ok(())
+}
+
+#[cfg(not(feature = "aws"))]
+fn install_tls_provider() -> Result<()> {
+    Err(Error::Config(
+        "an https:// registry needs the build's TLS stack (the aws feature)".into(),
+    ))
+}
+
+#[async_trait]
+impl SchemaSource for ConfluentRegistry {
+    async fn fetch(&self, id: &SchemaId) -> Result<Lookup> {
+        let SchemaId::Confluent(n) = id else {
+            return Ok(Lookup::Missing(format!(
+                "{id} cannot be looked up in the Confluent registry at {}",
+                self.url
+            )));
+        };
+        let url = format!("{}/schemas/ids/{n}", self.url);
+        let mut request = self
+            .client
+            .get(&url)
+            .header("Accept", "application/vnd.schemaregistry.v1+json");
+        if let Some((key, secret)) = &self.auth {
+            request = request.basic_auth(key, Some(secret));
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| fault(&self.url, format!("GET {url}: {e}"), true))?;
+        let status = response.status();
+        if status.as_u16() == 404 {
+            return Ok(Lookup::Missing(format!(
+                "{id} is not in the registry at {} (404)",
+                self.url
+            )));
+        }
+        if status.as_u16() == 401 || status.as_u16() == 403 {
+            return Err(fault(
+                &self.url,
+                format!(
+                    "GET {url}: {status}: the registry refused the credentials; set {} to the registry's key:secret",
+                    super::AUTH_ENV
+                ),
+                true,
+            ));
+        }
+        if !status.is_success() {
+            let retryable = status.is_server_error() || status.as_u16() == 429;
+            return Err(fault(&self.url, format!("GET {url}: {status}"), retryable));
+        }
+        let body: SchemaResponse = response.json().await.map_err(|e| {
+            fault(
+                &self.url,
+                format!("GET {url}: not a schema response: {e}"),
+                true,
+            )
+        })?;
+        match body.schema_type.as_deref() {
+            None | Some("AVRO") => Ok(Lookup::Found(body.schema)),
+            Some(other) => Ok(Lookup::Missing(format!(
+                "{id} is a {other} schema; the topic's format is avro"
+            ))),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("Confluent-compatible registry at {}", self.url)
+    }
+}

@@ -1,0 +1,69 @@
+//! The AWS Glue Schema Registry: `GetSchemaVersion` by schema version id.
+
+use async_trait::async_trait;
+
+use super::{Lookup, SchemaId, SchemaSource, fault};
+use crate::aws::SdkFault;
+use crate::error::Result;
+
+/// The Glue Schema Registry of the backend's account and region.
+#[derive(Debug, Clone)]
+pub struct GlueRegistry {
+    client: aws_sdk_glue::Client,
+}
+
+impl GlueRegistry {
+    /// The registry behind `client`.
+    pub fn new(client: aws_sdk_glue::Client) -> GlueRegistry {
+        GlueRegistry { client }
+    }
+}
+
+#[async_trait]
+impl SchemaSource for GlueRegistry {
+    async fn fetch(&self, id: &SchemaId) -> Result<Lookup> {
+        let SchemaId::Glue(version) = id else {
+            return Ok(Lookup::Missing(format!(
+                "{id} cannot be looked up in the Glue Schema Registry"
+            )));
+        };
+        let out = self
+            .client
+            .get_schema_version()
+            .schema_version_id(version.to_string())
+            .send()
+            .await;
+        match out {
+            Ok(v) => {
+                let format = v.data_format().map(|f| f.as_str().to_string());
+                match (format.as_deref(), v.schema_definition()) {
+                    (Some("AVRO") | None, Some(text)) => Ok(Lookup::Found(text.to_string())),
+                    (Some(other), Some(_)) => Ok(Lookup::Missing(format!(
+                        "{id} is a {other} schema; the topic's format is avro"
+                    ))),
+                    (_, None) => Ok(Lookup::Missing(format!(
+                        "{id} has no schema definition in Glue"
+                    ))),
+                }
+            }
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.is_not_found() {
+                    Ok(Lookup::Missing(format!(
+                        "{id} is not in the Glue Schema Registry"
+                    )))
+                } else {
+                    Err(fault(
+                        "Glue Schema Registry",
+                        f.message,
+                        f.retryable || f.status.is_none(),
+                    ))
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        "Glue Schema Registry".into()
+    }
+}
