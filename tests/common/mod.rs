@@ -9,6 +9,7 @@ pub mod compaction_scenarios;
 pub mod derived_scenarios;
 pub mod evolution_scenarios;
 pub mod faults;
+pub mod format_scenarios;
 pub mod idle_scenarios;
 pub mod join_scenarios;
 pub mod reliability_layout_scenarios;
