@@ -211,6 +211,11 @@ impl RecordDecoder {
         }
     }
 
+    /// Each column's type and whether it is required, in spec order.
+    pub fn column_types(&self) -> impl Iterator<Item = (ColumnType, bool)> + '_ {
+        self.columns.iter().map(|c| (c.column_type, c.required))
+    }
+
     /// Number of columns a decoded row has.
     pub fn width(&self) -> usize {
         self.columns.len()

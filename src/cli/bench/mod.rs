@@ -2,6 +2,7 @@
 
 mod compact;
 mod cost;
+mod formats;
 mod freshness;
 mod ingest;
 mod process;
@@ -27,6 +28,19 @@ pub enum BenchCommand {
         partitions: i32,
         /// Timed iterations (the median is reported).
         #[arg(long, default_value_t = 15)]
+        iterations: usize,
+    },
+    /// Record formats: the 10,000-order batch as JSON and as Confluent-framed Avro (the same
+    /// records), decoded and encoded to Parquet in memory by one invocation.
+    Formats {
+        /// Records per batch.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Kafka partitions in the batch.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Timed iterations (the median is reported).
+        #[arg(long, default_value_t = 20)]
         iterations: usize,
     },
     /// Derived tables: the 10,000-order batch with `orders_clean` (lookup join, filter,
@@ -152,6 +166,11 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             )
             .await
         }
+        BenchCommand::Formats {
+            records,
+            partitions,
+            iterations,
+        } => formats::formats(config, *records, *partitions, (*iterations).max(1)).await,
         BenchCommand::IngestOnce { event, json } => ingest::ingest_once(config, event, *json).await,
         BenchCommand::Compact {
             total_mb,

@@ -3,6 +3,8 @@
 //!
 //! Everything is deterministic from a seed, so a run can be reproduced exactly.
 
+pub mod avro;
+
 use std::fmt::Write as _;
 
 use base64::Engine;
