@@ -15,9 +15,12 @@ use crate::cli::{Disorder, synthetic_stream};
 use crate::clock::now_ms;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
+use crate::generate::avro::AvroProducer;
 use crate::generate::{EventFactory, kafka_event};
 use crate::ingest::{IngestSummary, Ingestor};
 use crate::query::{QueryEngine, TimeTravel};
+use crate::registry::{DirRegistry, Registries};
+use crate::spec::Format;
 use crate::tables::TableSet;
 
 /// Arguments of `streamtable demo`.
@@ -86,12 +89,18 @@ fn bar(multi: &MultiProgress, len: u64, prefix: &str) -> ProgressBar {
     pb
 }
 
-/// Sends `events` events of `topic` through the handler, in ESM batches.
+/// The topic the demo produces as Avro (Confluent framing), to show a registry format next to
+/// the JSON topics.
+const AVRO_TOPIC: &str = "readings";
+
+/// Sends `events` events of `topic` through the handler, in ESM batches (written as Avro by
+/// `avro` when given).
 async fn feed(
     ingestor: Arc<Ingestor>,
     backend: Backend,
     topic: String,
     args: (u64, u64, i32),
+    avro: Option<Arc<AvroProducer>>,
     pb: ProgressBar,
 ) -> Result<IngestSummary> {
     let (events, batch, partitions) = args;
@@ -122,7 +131,7 @@ async fn feed(
     let (mut sent, mut n) = (0u64, 0u64);
     while sent < events {
         let count = batch.min(events - sent);
-        let records = synthetic_stream(
+        let mut records = synthetic_stream(
             &mut factory,
             &topic,
             count,
@@ -132,6 +141,15 @@ async fn feed(
             start_ms,
             &disorder,
         );
+        if let Some(p) = &avro {
+            // A record the producer's serializer refuses stays as it is (a bad producer).
+            for r in &mut records {
+                let json = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok());
+                if let Some(value) = json.and_then(|j| p.encode_json(j).ok()) {
+                    r.value = Some(value);
+                }
+            }
+        }
         let event = kafka_event(&records);
         total.add(&ingestor.handle(&event).await?);
         if n % REDELIVER_EVERY == 0 {
@@ -164,7 +182,12 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     }
     let tables = TableSet::new(&spec, &backend.namespace)?;
     seed_currency_rates(&backend, &tables).await?;
-    let ingestor = Arc::new(Ingestor::connect(&spec, &backend).await?);
+    let (avro, registries) = avro_topic(config, &mut spec, args)?;
+    let ingestor = Arc::new(
+        Ingestor::connect(&spec, &backend)
+            .await?
+            .with_registries(registries),
+    );
 
     println!(
         "1. ingest: {} events per topic, ESM batches of {}",
@@ -174,6 +197,7 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     let mut tasks = Vec::new();
     for t in &spec.tables {
         let pb = bar(&multi, args.events, &t.topic);
+        let producer = (t.format == Format::Avro).then(|| avro.clone());
         let job = feed(
             ingestor.clone(),
             backend.clone(),
@@ -183,6 +207,7 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
                 args.batch_size.clamp(1, 10_000),
                 args.partitions.max(1),
             ),
+            producer,
             pb,
         );
         tasks.push((t.name.clone(), tokio::spawn(job)));
@@ -242,6 +267,42 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Makes [`AVRO_TOPIC`]'s table an Avro topic: its writer schema (derived from the table's
+/// columns) registered as id 1 in a directory registry under the embedded home (or a temporary
+/// directory on the aws backend).
+fn avro_topic(
+    config: &Config,
+    spec: &mut crate::spec::PipelineSpec,
+    args: &DemoArgs,
+) -> Result<(Arc<AvroProducer>, Registries)> {
+    let topic = format!("{}{AVRO_TOPIC}", args.topic_prefix.as_deref().unwrap_or(""));
+    let table = spec
+        .tables
+        .iter_mut()
+        .find(|t| t.topic == topic)
+        .ok_or_else(|| Error::Config(format!("the demo needs a table for topic {topic}")))?;
+    table.format = Format::Avro;
+    let producer = Arc::new(AvroProducer::new(table, 1));
+    let dir = match &config.backend {
+        BackendConfig::Embedded { home } => home.join("registry"),
+        BackendConfig::Aws { .. } => std::env::temp_dir().join("streamtable-demo-registry"),
+    };
+    let path = dir.join("1.avsc");
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, producer.schema()))
+        .map_err(|source| Error::Io {
+            op: "write the demo's schema",
+            path: path.clone(),
+            source,
+        })?;
+    println!(
+        "topic {topic} is produced as Avro (Confluent framing, writer schema id 1 in {})",
+        dir.display()
+    );
+    let registries = Registries::of(Some(Arc::new(DirRegistry::new(dir))), None);
+    Ok((producer, registries))
 }
 
 /// Fills the `currency_rates` reference table (when the spec has it and it is empty), as an

@@ -12,6 +12,7 @@
 //! its body does not follow its schema (`schema_mismatch`), or a value does not fit its column
 //! (the same kinds as JSON: `wrong_type`, `missing_field`, `out_of_range`, …).
 
+mod cursor;
 mod read;
 mod schema;
 

@@ -5,12 +5,12 @@
 //! columns (by the spec's paths, so `customer.id` reads the nested record's field), descends into
 //! a nested record that holds columns, or is skipped. Columns the writer schema does not have
 //! stay NULL — the Avro rule for a field added later — and a required one rejects the record.
-//! Every read is bounds-checked; nothing in a payload can make the reader panic, loop without
-//! progress or recurse without limit.
+//! Every read goes through the bounds-checked [`Cursor`].
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::cursor::{Cursor, Fault, MAX_DEPTH, value_error};
 use super::schema::{Schema, Type};
 use crate::decode::json::{Child, Node};
 use crate::decode::value::{
@@ -18,9 +18,6 @@ use crate::decode::value::{
 };
 use crate::decode::{Cell, RejectKind};
 use crate::spec::ColumnType;
-
-/// Deepest nesting of records, arrays, maps and unions a payload may have.
-const MAX_DEPTH: usize = 64;
 
 /// Why a body could not be read.
 #[derive(Debug)]
@@ -37,6 +34,16 @@ pub(super) enum ReadError {
 }
 
 /// A table's column as the plan needs it.
+impl From<Fault> for ReadError {
+    /// A fault outside any column's value (a union index, a length): the body is malformed.
+    fn from(f: Fault) -> Self {
+        match f {
+            Fault::Malformed(m) => ReadError::Malformed(m),
+            Fault::Value(v) => ReadError::Malformed(v.detail),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct Target {
     pub column: usize,
@@ -206,7 +213,7 @@ fn read_step<'a>(
         )));
     }
     match &step.action {
-        Action::Skip => c.skip(schema, &step.ty, depth),
+        Action::Skip => Ok(c.skip(schema, &step.ty, depth)?),
         Action::Null => Ok(()),
         Action::Record(fields) => {
             for f in fields {
@@ -249,25 +256,6 @@ fn read_step<'a>(
             Ok(())
         }
     }
-}
-
-enum Fault {
-    Malformed(String),
-    Value(ValueError),
-}
-
-impl From<Fault> for ReadError {
-    /// A fault outside any column's value (a union index, a length): the body is malformed.
-    fn from(f: Fault) -> Self {
-        match f {
-            Fault::Malformed(m) => ReadError::Malformed(m),
-            Fault::Value(v) => ReadError::Malformed(v.detail),
-        }
-    }
-}
-
-fn value_error(kind: RejectKind, detail: String) -> Fault {
-    Fault::Value(ValueError::new(kind, detail))
 }
 
 /// Reads one value of the writer's `ty` as a cell of a `col` column.
@@ -422,171 +410,5 @@ fn rescale(v: i128, from: u32, precision: u8, scale: u8) -> Result<i128, Fault> 
             RejectKind::OutOfRange,
             format!("{} does not fit decimal({precision},{scale})", shown()),
         )),
-    }
-}
-
-/// A bounds-checked reader over one body.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    /// Items (array, map entries) still allowed: bounds work on payloads of zero-sized items.
-    budget: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn eof(&self, what: &str) -> Fault {
-        Fault::Malformed(format!(
-            "payload ends inside {what} (byte {} of {})",
-            self.pos,
-            self.buf.len()
-        ))
-    }
-
-    fn byte(&mut self) -> Result<u8, Fault> {
-        let b = *self.buf.get(self.pos).ok_or_else(|| self.eof("a value"))?;
-        self.pos += 1;
-        Ok(b)
-    }
-
-    /// A zig-zag varint `long` (an `int` is encoded the same way).
-    fn long(&mut self) -> Result<i64, Fault> {
-        let mut v: u64 = 0;
-        for shift in (0..70).step_by(7) {
-            let b = *self.buf.get(self.pos).ok_or_else(|| self.eof("a number"))?;
-            self.pos += 1;
-            if shift == 63 && b > 1 {
-                return Err(Fault::Malformed("varint longer than 64 bits".into()));
-            }
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
-            }
-        }
-        Err(Fault::Malformed("varint longer than 10 bytes".into()))
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Fault> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len());
-        let Some(end) = end else {
-            return Err(self.eof(&format!("{n} bytes")));
-        };
-        let out = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(out)
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8], Fault> {
-        let n = self.long()?;
-        let n = usize::try_from(n).map_err(|_| Fault::Malformed(format!("negative length {n}")))?;
-        self.take(n)
-    }
-
-    fn str(&mut self) -> Result<&'a str, Fault> {
-        let b = self.bytes()?;
-        std::str::from_utf8(b)
-            .map_err(|e| value_error(RejectKind::InvalidUtf8, format!("string is not UTF-8: {e}")))
-    }
-
-    fn float(&mut self) -> Result<f32, Fault> {
-        let b = self.take(4)?;
-        Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn double(&mut self) -> Result<f64, Fault> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(f64::from_le_bytes(a))
-    }
-
-    /// Skips one value of `ty`.
-    fn skip(&mut self, schema: &Schema, ty: &Type, depth: usize) -> Result<(), ReadError> {
-        Ok(self.skip_inner(schema, ty, depth)?)
-    }
-
-    fn skip_inner(&mut self, schema: &Schema, ty: &Type, depth: usize) -> Result<(), Fault> {
-        if depth > MAX_DEPTH {
-            return Err(Fault::Malformed(format!(
-                "nested more than {MAX_DEPTH} levels deep"
-            )));
-        }
-        match ty {
-            Type::Null => {}
-            Type::Boolean => {
-                self.byte()?;
-            }
-            Type::Int | Type::Long | Type::Date | Type::TimestampMillis | Type::TimestampMicros => {
-                self.long()?;
-            }
-            Type::Enum(_) => {
-                self.long()?;
-            }
-            Type::Float => {
-                self.take(4)?;
-            }
-            Type::Double => {
-                self.take(8)?;
-            }
-            Type::Bytes | Type::String | Type::Decimal { fixed: None, .. } => {
-                self.bytes()?;
-            }
-            Type::Fixed(n) | Type::Decimal { fixed: Some(n), .. } => {
-                self.take(*n)?;
-            }
-            Type::Record(i) => {
-                let fields = schema.records.get(*i).map(|r| r.fields.as_slice());
-                for f in fields.unwrap_or_default() {
-                    self.skip_inner(schema, &f.ty, depth + 1)?;
-                }
-            }
-            Type::Union(branches) => {
-                let i = self.long()?;
-                let b = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| branches.get(i))
-                    .ok_or_else(|| Fault::Malformed(format!("union branch {i} does not exist")))?;
-                self.skip_inner(schema, b, depth + 1)?;
-            }
-            Type::Array(item) => self.skip_blocks(schema, item, None, depth)?,
-            Type::Map(value) => self.skip_blocks(schema, value, Some(()), depth)?,
-        }
-        Ok(())
-    }
-
-    /// Skips an array's or a map's blocks (a map's entries start with a string key).
-    fn skip_blocks(
-        &mut self,
-        schema: &Schema,
-        item: &Type,
-        keyed: Option<()>,
-        depth: usize,
-    ) -> Result<(), Fault> {
-        loop {
-            let count = self.long()?;
-            if count == 0 {
-                return Ok(());
-            }
-            if count < 0 {
-                // A negative count is followed by the block's size in bytes.
-                let size = self.long()?;
-                let size = usize::try_from(size)
-                    .map_err(|_| Fault::Malformed(format!("negative block size {size}")))?;
-                self.take(size)?;
-                continue;
-            }
-            let count = usize::try_from(count).unwrap_or(usize::MAX);
-            if count > self.budget {
-                return Err(Fault::Malformed(format!(
-                    "a block of {count} items is more than the payload can hold"
-                )));
-            }
-            self.budget -= count;
-            for _ in 0..count {
-                if keyed.is_some() {
-                    self.bytes()?;
-                }
-                self.skip_inner(schema, item, depth + 1)?;
-            }
-        }
     }
 }
