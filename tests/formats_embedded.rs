@@ -1,4 +1,4 @@
-//! Avro topics behind a schema registry on the embedded backend (SQLite catalog, local files),
+//! Avro and Protobuf topics behind a schema registry on the embedded backend (SQLite catalog, local files),
 //! with the Confluent-compatible registry stand-in.
 
 mod common;
@@ -15,4 +15,10 @@ async fn avro_records_land_with_their_values_and_evolve() {
 async fn an_unreachable_registry_retries_the_batch() {
     let h = common::embedded().await;
     s::an_unreachable_registry_retries_the_batch(&h).await;
+}
+
+#[tokio::test]
+async fn protobuf_records_land_with_their_values_and_evolve() {
+    let h = common::embedded().await;
+    common::protobuf_scenarios::protobuf_records_land_and_evolve(&h, None).await;
 }

@@ -7,7 +7,9 @@
 
 pub mod avro;
 mod columns;
+pub mod framing;
 mod json;
+pub mod protobuf;
 pub mod value;
 
 use std::fmt;
@@ -149,6 +151,20 @@ pub enum Decoder {
     Json(RecordDecoder),
     /// Registry-framed Avro.
     Avro(avro::AvroDecoder),
+    /// Registry-framed Protobuf.
+    Protobuf(protobuf::ProtobufDecoder),
+}
+
+/// A decoder whose writer schemas come from a schema registry, added before decoding.
+pub trait RegistryDecoder: Send + Sync {
+    /// Whether the schema `id` has been added.
+    fn knows(&self, id: &framing::SchemaId) -> bool;
+    /// Adds the schema `id` as the registry returned it (`kind`: `AVRO`, `PROTOBUF`, …). A schema
+    /// of another kind, or one that cannot be read, is kept as such: its records are dead letters
+    /// that say why.
+    fn add_schema(&self, id: framing::SchemaId, kind: &str, text: &str);
+    /// Records that the registry does not have `id`, and why.
+    fn add_missing(&self, id: framing::SchemaId, reason: String);
 }
 
 impl Decoder {
@@ -157,6 +173,18 @@ impl Decoder {
         match table.format {
             crate::spec::Format::Json => Decoder::Json(RecordDecoder::new(table)),
             crate::spec::Format::Avro => Decoder::Avro(avro::AvroDecoder::new(table)),
+            crate::spec::Format::Protobuf => {
+                Decoder::Protobuf(protobuf::ProtobufDecoder::new(table))
+            }
+        }
+    }
+
+    /// The registry side of a registry format's decoder.
+    pub fn registry(&self) -> Option<&dyn RegistryDecoder> {
+        match self {
+            Decoder::Json(_) => None,
+            Decoder::Avro(d) => Some(d),
+            Decoder::Protobuf(d) => Some(d),
         }
     }
 
@@ -175,6 +203,7 @@ impl Decoder {
                 d.decode(json)
             }
             Decoder::Avro(d) => d.decode(value, scratch, max_bytes),
+            Decoder::Protobuf(d) => d.decode(value, scratch, max_bytes),
         }
     }
 }

@@ -107,6 +107,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::decode::RegistryDecoder;
     use crate::decode::avro::{AvroDecoder, SchemaId};
     use crate::spec::PipelineSpec;
 
@@ -132,7 +133,7 @@ columns = [
         let t = &spec.tables[0];
         let p = AvroProducer::new(t, 3);
         let d = AvroDecoder::new(t);
-        d.add_schema(SchemaId::Confluent(3), p.schema());
+        d.add_schema(SchemaId::Confluent(3), "AVRO", p.schema());
         for json in [
             r#"{"s":"x","i":-7,"l":9007199254740993,"f":1.5,"d":-2.25,"b":true,"day":"2026-11-30","ts":"2026-11-30T10:00:00.123456Z","m":"-128.00"}"#,
             r#"{"s":"","ts":0,"m":"127.99"}"#,

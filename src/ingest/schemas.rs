@@ -1,4 +1,5 @@
-//! Before a group of partitions is decoded: the writer schemas its Avro records name, fetched
+//! Before a group of partitions is decoded: the writer schemas its Avro and Protobuf records
+//! name, fetched
 //! from the registry once per process.
 
 use std::collections::BTreeSet;
@@ -7,8 +8,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{Ingestor, Planned};
-use crate::decode::Decoder;
-use crate::decode::avro::frame;
+use crate::decode::framing::frame;
 use crate::error::Result;
 use crate::registry::Lookup;
 
@@ -24,7 +24,7 @@ impl Ingestor {
             let Some(table) = self.topics.get(&p.source.topic) else {
                 continue;
             };
-            let Decoder::Avro(decoder) = &table.decoder else {
+            let Some(decoder) = table.decoder.registry() else {
                 continue;
             };
             let mut wanted = BTreeSet::new();
@@ -47,8 +47,8 @@ impl Ingestor {
             for id in wanted {
                 let started = std::time::Instant::now();
                 match self.registries.fetch(&id).await? {
-                    Lookup::Found(text) => {
-                        decoder.add_schema(id, &text);
+                    Lookup::Found { schema, kind } => {
+                        decoder.add_schema(id, &kind, &schema);
                         tracing::info!(topic = %p.source.topic, schema = %id,
                             ms = started.elapsed().as_millis() as u64, "fetched a writer schema");
                     }

@@ -125,12 +125,11 @@ impl SchemaSource for ConfluentRegistry {
                 true,
             )
         })?;
-        match body.schema_type.as_deref() {
-            None | Some("AVRO") => Ok(Lookup::Found(body.schema)),
-            Some(other) => Ok(Lookup::Missing(format!(
-                "{id} is a {other} schema; the topic's format is avro"
-            ))),
-        }
+        Ok(Lookup::Found {
+            schema: body.schema,
+            // The registry leaves `schemaType` out for Avro.
+            kind: body.schema_type.unwrap_or_else(|| "AVRO".into()),
+        })
     }
 
     fn describe(&self) -> String {

@@ -1,5 +1,6 @@
-//! A directory of schema files as a registry: `<id>.avsc` for Confluent ids, `<uuid>.avsc` for
-//! Glue schema version ids. For the embedded backend, the demo and tests without a server.
+//! A directory of schema files as a registry: `<id>.avsc` (Avro) or `<id>.proto` (Protobuf) for
+//! Confluent ids, `<uuid>.avsc` / `<uuid>.proto` for Glue schema version ids. For the embedded
+//! backend, the demo and tests without a server.
 
 use std::path::PathBuf;
 
@@ -20,10 +21,10 @@ impl DirRegistry {
         DirRegistry { dir: dir.into() }
     }
 
-    fn path(&self, id: &SchemaId) -> PathBuf {
+    fn path(&self, id: &SchemaId, extension: &str) -> PathBuf {
         match id {
-            SchemaId::Confluent(n) => self.dir.join(format!("{n}.avsc")),
-            SchemaId::Glue(u) => self.dir.join(format!("{u}.avsc")),
+            SchemaId::Confluent(n) => self.dir.join(format!("{n}.{extension}")),
+            SchemaId::Glue(u) => self.dir.join(format!("{u}.{extension}")),
         }
     }
 }
@@ -31,20 +32,30 @@ impl DirRegistry {
 #[async_trait]
 impl SchemaSource for DirRegistry {
     async fn fetch(&self, id: &SchemaId) -> Result<Lookup> {
-        let path = self.path(id);
-        match tokio::fs::read_to_string(&path).await {
-            Ok(text) => Ok(Lookup::Found(text)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lookup::Missing(format!(
-                "{id} is not in the registry directory {} (no {})",
-                self.dir.display(),
-                path.display()
-            ))),
-            Err(source) => Err(Error::Io {
-                op: "read schema",
-                path,
-                source,
-            }),
+        for (extension, kind) in [("avsc", "AVRO"), ("proto", "PROTOBUF")] {
+            let path = self.path(id, extension);
+            match tokio::fs::read_to_string(&path).await {
+                Ok(schema) => {
+                    return Ok(Lookup::Found {
+                        schema,
+                        kind: kind.into(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::Io {
+                        op: "read schema",
+                        path,
+                        source,
+                    });
+                }
+            }
         }
+        Ok(Lookup::Missing(format!(
+            "{id} is not in the registry directory {} (no {} or .proto)",
+            self.dir.display(),
+            self.path(id, "avsc").display()
+        )))
     }
 
     fn describe(&self) -> String {

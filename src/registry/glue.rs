@@ -35,13 +35,15 @@ impl SchemaSource for GlueRegistry {
             .await;
         match out {
             Ok(v) => {
-                let format = v.data_format().map(|f| f.as_str().to_string());
-                match (format.as_deref(), v.schema_definition()) {
-                    (Some("AVRO") | None, Some(text)) => Ok(Lookup::Found(text.to_string())),
-                    (Some(other), Some(_)) => Ok(Lookup::Missing(format!(
-                        "{id} is a {other} schema; the topic's format is avro"
-                    ))),
-                    (_, None) => Ok(Lookup::Missing(format!(
+                let kind = v
+                    .data_format()
+                    .map_or("AVRO".to_string(), |f| f.as_str().to_string());
+                match v.schema_definition() {
+                    Some(text) => Ok(Lookup::Found {
+                        schema: text.to_string(),
+                        kind,
+                    }),
+                    None => Ok(Lookup::Missing(format!(
                         "{id} has no schema definition in Glue"
                     ))),
                 }

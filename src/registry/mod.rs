@@ -7,7 +7,8 @@
 //!   `STREAMTABLE_REGISTRY_URL`), with basic auth from `STREAMTABLE_REGISTRY_AUTH`
 //!   (`key:secret`; the SAM template fills it from Secrets Manager);
 //! - the AWS Glue Schema Registry (Glue-framed records, AWS backend);
-//! - a directory of `<id>.avsc` files (`file:DIR`), for the embedded backend and the demo.
+//! - a directory of `<id>.avsc` and `<id>.proto` files (`file:DIR`), for the embedded backend and
+//!   the demo.
 //!
 //! What a fetch can end in, and what happens to the batch:
 //! - the schema: records decode with it;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-pub use crate::decode::avro::SchemaId;
+pub use crate::decode::framing::SchemaId;
 use crate::error::{Error, Result};
 use crate::spec::RegistrySpec;
 
@@ -38,8 +39,13 @@ pub use glue::GlueRegistry;
 /// The answer of a registry about one id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
-    /// The schema's JSON text.
-    Found(String),
+    /// The schema's text and its kind as the registry names it (`AVRO`, `PROTOBUF`, …).
+    Found {
+        /// The schema (Avro: JSON; Protobuf: `.proto` source).
+        schema: String,
+        /// `AVRO`, `PROTOBUF` or `JSON`.
+        kind: String,
+    },
     /// The registry does not have it (or it is not an Avro schema); the reason names both.
     Missing(String),
 }

@@ -21,11 +21,17 @@ async fn a_directory_registry_answers_confluent_and_glue_ids() {
     let r = Registries::configure(&spec, env(&[]), None).expect("registries");
     assert_eq!(
         r.fetch(&SchemaId::Confluent(7)).await.expect("fetch"),
-        Lookup::Found(r#""string""#.into())
+        Lookup::Found {
+            schema: r#""string""#.into(),
+            kind: "AVRO".into()
+        }
     );
     assert_eq!(
         r.fetch(&SchemaId::Glue(uuid)).await.expect("fetch"),
-        Lookup::Found(r#""long""#.into())
+        Lookup::Found {
+            schema: r#""long""#.into(),
+            kind: "AVRO".into()
+        }
     );
     let Lookup::Missing(why) = r.fetch(&SchemaId::Confluent(8)).await.expect("fetch") else {
         panic!("id 8 is not there");

@@ -247,7 +247,7 @@ impl PipelineSpec {
                     at(
                         f.span(),
                         format!(
-                            "unknown format {:?}; use \"json\" (the default) or \"avro\" (behind a Confluent or Glue schema registry)",
+                            "unknown format {:?}; use \"json\" (the default), \"avro\" or \"protobuf\" (behind a Confluent or Glue schema registry)",
                             f.get_ref()
                         ),
                     )

@@ -225,14 +225,18 @@ pub enum Format {
     /// Avro binary behind a schema registry header (Confluent or AWS Glue); the writer's schema
     /// comes from the registry.
     Avro,
+    /// Protobuf behind a schema registry header (Confluent with message indexes, or AWS Glue
+    /// with a message index); the `.proto` schema comes from the registry.
+    Protobuf,
 }
 
 impl Format {
-    /// Parses `json` or `avro`.
+    /// Parses `json`, `avro` or `protobuf`.
     pub fn parse(text: &str) -> Option<Format> {
         match text {
             "json" => Some(Format::Json),
             "avro" => Some(Format::Avro),
+            "protobuf" => Some(Format::Protobuf),
             _ => None,
         }
     }
@@ -243,6 +247,7 @@ impl fmt::Display for Format {
         f.write_str(match self {
             Format::Json => "json",
             Format::Avro => "avro",
+            Format::Protobuf => "protobuf",
         })
     }
 }

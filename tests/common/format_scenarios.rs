@@ -33,7 +33,17 @@ const COLUMNS_V1: &str = r#"
   { name = "created_at",  type = "timestamp",     required = true },
 "#;
 
-fn spec(registry: &str, topic: &str, extra_columns: &str) -> PipelineSpec {
+pub(super) fn spec(registry: &str, topic: &str, extra_columns: &str) -> PipelineSpec {
+    spec_in(registry, topic, extra_columns, "avro")
+}
+
+/// The orders table on `topic` in `format`, with `extra_columns` after the first version's.
+pub(super) fn spec_in(
+    registry: &str,
+    topic: &str,
+    extra_columns: &str,
+    format: &str,
+) -> PipelineSpec {
     let text = format!(
         r#"
 [registry]
@@ -42,7 +52,7 @@ url = "{registry}"
 [[tables]]
 name = "orders"
 topic = "{topic}"
-format = "avro"
+format = "{format}"
 partition_by = ["day(created_at)"]
 columns = [{COLUMNS_V1}{extra_columns}]
 "#
@@ -75,7 +85,7 @@ fn schema_v2() -> Value {
     s
 }
 
-const T0: i64 = 1_795_946_400_000;
+pub(super) const T0: i64 = 1_795_946_400_000;
 
 fn order(n: i64, customer: Option<&str>, amount: &str, coupon: Option<&str>) -> Value {
     let mut v = json!({
@@ -103,13 +113,30 @@ pub enum Framing<'a> {
 
 /// Framed values of `records` written with `schema` by fastavro.
 fn produce(schema: &Value, records: &[Value], framing: &Framing<'_>) -> Vec<Vec<u8>> {
+    run_producer(
+        "avro_records.py",
+        &["--schema", &schema.to_string()],
+        records,
+        framing,
+    )
+}
+
+/// Runs a producer script of `tests/py` with `args`, `records` and `framing`; its values.
+pub(super) fn run_producer(
+    script: &str,
+    args: &[&str],
+    records: &[Value],
+    framing: &Framing<'_>,
+) -> Vec<Vec<u8>> {
     let python = std::env::var("STREAMTABLE_TEST_PYTHON").expect(
-        "STREAMTABLE_TEST_PYTHON is not set: the Avro tests write records with fastavro; run ./scripts/test",
+        "STREAMTABLE_TEST_PYTHON is not set: the format tests write records with fastavro and protobuf; run ./scripts/test",
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/avro_records.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(script);
     let mut cmd = std::process::Command::new(python);
-    cmd.arg(script)
-        .args(["--schema", &schema.to_string()])
+    cmd.arg(&script)
+        .args(args)
         .args(["--records", &Value::from(records.to_vec()).to_string()]);
     match framing {
         Framing::Confluent { url, subject } => {
@@ -122,10 +149,11 @@ fn produce(schema: &Value, records: &[Value], framing: &Framing<'_>) -> Vec<Vec<
             }
         }
     }
-    let out = cmd.output().expect("run avro_records.py");
+    let out = cmd.output().expect("run the producer");
     assert!(
         out.status.success(),
-        "avro_records.py failed: {}",
+        "{} failed: {}",
+        script.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -141,7 +169,7 @@ fn produce(schema: &Value, records: &[Value], framing: &Framing<'_>) -> Vec<Vec<
         .collect()
 }
 
-fn records(topic: &str, first_offset: i64, values: Vec<Vec<u8>>) -> Vec<SourceRecord> {
+pub(super) fn records(topic: &str, first_offset: i64, values: Vec<Vec<u8>>) -> Vec<SourceRecord> {
     values
         .into_iter()
         .zip(first_offset..)
@@ -157,7 +185,7 @@ fn records(topic: &str, first_offset: i64, values: Vec<Vec<u8>>) -> Vec<SourceRe
         .collect()
 }
 
-async fn land(h: &Harness, spec: &PipelineSpec, records: &[SourceRecord]) {
+pub(super) async fn land(h: &Harness, spec: &PipelineSpec, records: &[SourceRecord]) {
     let ingestor = Ingestor::connect(spec, &h.backend).await.expect("ingestor");
     ingestor.handle(&event(records)).await.expect("ingest");
     let tables = TableSet::new(spec, &h.backend.namespace).expect("tables");
@@ -167,7 +195,7 @@ async fn land(h: &Harness, spec: &PipelineSpec, records: &[SourceRecord]) {
     assert!(report.failures.is_empty(), "{:?}", report.failures);
 }
 
-fn business(h: &Harness, snapshot: Option<i64>, columns: usize) -> Vec<Vec<String>> {
+pub(super) fn business(h: &Harness, snapshot: Option<i64>, columns: usize) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = h
         .pyiceberg_rows("orders", snapshot)
         .into_iter()
@@ -178,7 +206,7 @@ fn business(h: &Harness, snapshot: Option<i64>, columns: usize) -> Vec<Vec<Strin
 }
 
 /// The committed dead letters, as pyiceberg reads them: (offset, kind, message) by offset.
-fn dead_letters(h: &Harness) -> Vec<(i64, String, String)> {
+pub(super) fn dead_letters(h: &Harness) -> Vec<(i64, String, String)> {
     let columns: Vec<String> =
         serde_json::from_value(h.read_external("pyiceberg", "dead_letters")["columns"].clone())
             .expect("columns");
@@ -193,11 +221,11 @@ fn dead_letters(h: &Harness) -> Vec<(i64, String, String)> {
     rows
 }
 
-fn row(cells: &[&str]) -> Vec<String> {
+pub(super) fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|c| c.to_string()).collect()
 }
 
-fn ts(n: i64) -> String {
+pub(super) fn ts(n: i64) -> String {
     ((T0 + n) * 1000).to_string()
 }
 

@@ -23,9 +23,16 @@ import fastavro
 
 
 def register_confluent(url, subject, schema_text):
+    return register_confluent_kind(url, subject, schema_text, "AVRO")
+
+
+def register_confluent_kind(url, subject, schema_text, kind):
+    body = {"schema": schema_text}
+    if kind != "AVRO":
+        body["schemaType"] = kind
     req = urllib.request.Request(
         f"{url}/subjects/{subject}/versions",
-        data=json.dumps({"schema": schema_text}).encode(),
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
         method="POST",
     )
@@ -34,6 +41,10 @@ def register_confluent(url, subject, schema_text):
 
 
 def register_glue(target, schema_text):
+    return register_glue_format(target, schema_text, "AVRO")
+
+
+def register_glue_format(target, schema_text, data_format):
     import boto3
 
     registry, name = target.split(":")
@@ -45,7 +56,7 @@ def register_glue(target, schema_text):
         pass
     try:
         out = glue.create_schema(RegistryId={"RegistryName": registry}, SchemaName=name,
-                                 DataFormat="AVRO", Compatibility="BACKWARD",
+                                 DataFormat=data_format, Compatibility="BACKWARD",
                                  SchemaDefinition=schema_text)
         return out["SchemaVersionId"]
     except glue.exceptions.AlreadyExistsException:

@@ -136,9 +136,10 @@ async fn run_one(
     }
     let t = median(total_ms);
     println!(
-        "{name}: median {t:.1} ms = {:.0} records/s per core, {:.1} MB/s of record values \
-         ({:.2} MB of values, {:.0} bytes per record; event {:.2} MB; Parquet {:.2} MB)",
+        "{name}: median {t:.1} ms = {:.0} records/s per core, {:.1} MB/s of event, {:.1} MB/s of \
+         record values ({:.2} MB of values, {:.0} bytes per record; event {:.2} MB; Parquet {:.2} MB)",
         records as f64 / (t / 1e3),
+        event.len() as f64 / 1e6 / (t / 1e3),
         payload as f64 / 1e6 / (t / 1e3),
         payload as f64 / 1e6,
         payload as f64 / records as f64,

@@ -9,6 +9,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::*;
+use crate::decode::RegistryDecoder;
 use crate::spec::PipelineSpec;
 
 const SPEC: &str = r#"
@@ -39,7 +40,7 @@ const WRITER: &str = r#"{"type":"record","name":"Order","fields":[
 fn decoder() -> AvroDecoder {
     let spec = PipelineSpec::parse(SPEC, Path::new("t.toml")).expect("spec");
     let d = AvroDecoder::new(&spec.tables[0]);
-    d.add_schema(SchemaId::Confluent(7), WRITER);
+    d.add_schema(SchemaId::Confluent(7), "AVRO", WRITER);
     d
 }
 
@@ -136,7 +137,7 @@ fn reads_nested_fields_logical_types_and_skips_the_rest() {
 fn glue_framing_plain_and_zlib() {
     let d = decoder();
     let uuid = uuid::Uuid::from_u128(0x1234);
-    d.add_schema(SchemaId::Glue(uuid), WRITER);
+    d.add_schema(SchemaId::Glue(uuid), "AVRO", WRITER);
     let b = body(Some("c"), &[0x01]);
     let mut plain = vec![3, 0];
     plain.extend_from_slice(uuid.as_bytes());
@@ -218,8 +219,7 @@ fn every_bad_value_is_a_rejection_with_a_reason() {
 #[test]
 fn a_writer_schema_that_does_not_fit_the_columns_names_the_column() {
     let d = decoder();
-    d.add_schema(
-        SchemaId::Confluent(8),
+    d.add_schema(SchemaId::Confluent(8), "AVRO",
         r#"{"type":"record","name":"O","fields":[{"name":"order_id","type":"string"},{"name":"amount","type":"double"},{"name":"created_at","type":"long"}]}"#,
     );
     let mut b = Vec::new();
@@ -239,6 +239,7 @@ fn a_writer_schema_that_does_not_fit_the_columns_names_the_column() {
     // A required column the writer's schema lacks.
     d.add_schema(
         SchemaId::Confluent(9),
+        "AVRO",
         r#"{"type":"record","name":"O","fields":[{"name":"order_id","type":"string"}]}"#,
     );
     let mut b = Vec::new();
@@ -249,7 +250,7 @@ fn a_writer_schema_that_does_not_fit_the_columns_names_the_column() {
     assert_eq!(r.kind, RejectKind::MissingField);
     assert!(r.message.contains("amount"), "{}", r.message);
     // A schema the registry serves that does not parse.
-    d.add_schema(SchemaId::Confluent(10), "{");
+    d.add_schema(SchemaId::Confluent(10), "AVRO", "{");
     let r = d
         .decode(&confluent(10, &b), &mut scratch, 1 << 20)
         .expect_err("unreadable schema");

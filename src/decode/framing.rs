@@ -1,0 +1,116 @@
+//! Schema registry framings: the header before a record's body that names the writer's schema.
+//!
+//! Two framings, told apart by their first byte:
+//! - Confluent: magic byte `0`, then the schema id as 4 bytes big-endian, then (Protobuf only)
+//!   the message indexes, then the body;
+//! - AWS Glue Schema Registry: header version `3`, compression (`0` none, `5` zlib), the schema
+//!   version's UUID (16 bytes), then the body (compressed or not; Protobuf: a message index
+//!   first).
+
+use std::fmt;
+use std::io::Read;
+
+use super::{RejectKind, Rejection};
+
+/// Which schema a record says it was written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SchemaId {
+    /// A Confluent Schema Registry id.
+    Confluent(u32),
+    /// An AWS Glue Schema Registry schema version id.
+    Glue(uuid::Uuid),
+}
+
+impl fmt::Display for SchemaId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaId::Confluent(id) => write!(f, "Confluent schema id {id}"),
+            SchemaId::Glue(id) => write!(f, "Glue schema version {id}"),
+        }
+    }
+}
+
+/// Confluent wire format: magic byte.
+pub const CONFLUENT_MAGIC: u8 = 0;
+/// Glue Schema Registry wire format: header version byte.
+pub const GLUE_HEADER_VERSION: u8 = 3;
+/// Glue: body not compressed.
+pub const GLUE_COMPRESSION_NONE: u8 = 0;
+/// Glue: body compressed with zlib.
+pub const GLUE_COMPRESSION_ZLIB: u8 = 5;
+const GLUE_HEADER_LEN: usize = 18;
+
+/// A framed value: the writer's schema and the body.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Framed<'a> {
+    /// The writer's schema.
+    pub id: SchemaId,
+    /// The body (still compressed when `zlib`).
+    pub body: &'a [u8],
+    /// Whether the body is zlib-compressed (Glue).
+    pub zlib: bool,
+}
+
+/// Reads the registry header of a value.
+pub fn frame(value: &[u8]) -> Result<Framed<'_>, Rejection> {
+    match value.first() {
+        Some(&CONFLUENT_MAGIC) if value.len() >= 5 => Ok(Framed {
+            id: SchemaId::Confluent(u32::from_be_bytes([value[1], value[2], value[3], value[4]])),
+            body: &value[5..],
+            zlib: false,
+        }),
+        Some(&GLUE_HEADER_VERSION) if value.len() >= GLUE_HEADER_LEN => {
+            let zlib = match value[1] {
+                GLUE_COMPRESSION_NONE => false,
+                GLUE_COMPRESSION_ZLIB => true,
+                other => {
+                    return Err(Rejection::new(
+                        RejectKind::NoSchemaId,
+                        format!(
+                            "Glue Schema Registry header names compression {other}; only 0 (none) and 5 (zlib) exist"
+                        ),
+                    ));
+                }
+            };
+            let mut uuid = [0u8; 16];
+            uuid.copy_from_slice(&value[2..GLUE_HEADER_LEN]);
+            Ok(Framed {
+                id: SchemaId::Glue(uuid::Uuid::from_bytes(uuid)),
+                body: &value[GLUE_HEADER_LEN..],
+                zlib,
+            })
+        }
+        first => Err(Rejection::new(
+            RejectKind::NoSchemaId,
+            format!(
+                "value ({} bytes, first byte {}) has no schema registry header: expected the Confluent magic byte 0 and a 4-byte schema id, or the Glue header version 3; set format = \"json\" if the topic carries JSON",
+                value.len(),
+                first.map_or("none".to_string(), |b| b.to_string())
+            ),
+        )),
+    }
+}
+
+/// Decompresses a zlib body into `out`, refusing more than `max_bytes`.
+pub(super) fn inflate(body: &[u8], out: &mut Vec<u8>, max_bytes: usize) -> Result<(), Rejection> {
+    out.clear();
+    let limit = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    flate2::read::ZlibDecoder::new(body)
+        .take(limit)
+        .read_to_end(out)
+        .map_err(|e| {
+            Rejection::new(
+                RejectKind::SchemaMismatch,
+                format!("zlib-compressed body (Glue compression 5) does not inflate: {e}"),
+            )
+        })?;
+    if out.len() > max_bytes {
+        return Err(Rejection::new(
+            RejectKind::Oversize,
+            format!("body inflates to more than {max_bytes} bytes (max_record_bytes)"),
+        ));
+    }
+    Ok(())
+}
