@@ -20,6 +20,51 @@ use streamtable::spec::PipelineSpec;
 /// The example pipeline: orders, payments, readings, and their derived tables.
 pub const PIPELINE: &str = include_str!("../infra/pipeline.toml");
 
+/// Topics whose values are registry-framed Avro (schema id 1) and Protobuf (schema id 2).
+const REGISTRY_TABLES: &str = r#"
+
+[[tables]]
+name = "orders_avro"
+topic = "orders-avro"
+format = "avro"
+columns = [
+  { name = "order_id",   type = "string",        required = true },
+  { name = "amount",     type = "decimal(18,2)", required = true },
+  { name = "qty",        type = "int" },
+  { name = "country",    type = "string" },
+  { name = "created_at", type = "timestamp",     required = true },
+]
+
+[[tables]]
+name = "orders_proto"
+topic = "orders-proto"
+format = "protobuf"
+columns = [
+  { name = "order_id",    type = "string",        required = true },
+  { name = "customer_id", type = "string",        path = "$.customer.id" },
+  { name = "amount",      type = "decimal(18,2)" },
+  { name = "status",      type = "string" },
+  { name = "created_at",  type = "timestamp" },
+]
+"#;
+
+/// The Protobuf topic's schema.
+const PROTO: &str = r#"
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Order {
+  message Customer { string id = 1; }
+  enum Status { NEW = 0; PAID = 1; }
+  string order_id = 1;
+  Customer customer = 2;
+  string amount = 3;
+  Status status = 4;
+  google.protobuf.Timestamp created_at = 5;
+  repeated Order children = 6;
+}
+"#;
+
 /// The example pipeline as this build can run it: whole with SQL (the test suite), its topics'
 /// tables only without (the fuzz crate builds without DataFusion unless `--features sql`).
 fn pipeline() -> &'static str {
@@ -49,7 +94,24 @@ fn fixture() -> &'static Fixture {
             .build()
             .expect("runtime");
         let home = tempfile::tempdir().expect("home");
-        let spec = PipelineSpec::parse(pipeline(), Path::new("pipeline.toml")).expect("spec");
+        let registry = home.path().join("registry");
+        std::fs::create_dir_all(&registry).expect("registry dir");
+        let text = format!(
+            "{}{REGISTRY_TABLES}\n[registry]\nurl = \"file:{}\"\n",
+            pipeline(),
+            registry.display()
+        );
+        let spec = PipelineSpec::parse(&text, Path::new("pipeline.toml")).expect("spec");
+        // The Avro topic's writer schema (id 1), as its producer would register it, and the
+        // Protobuf topic's .proto (id 2).
+        let avro = spec
+            .tables
+            .iter()
+            .find(|t| t.topic == "orders-avro")
+            .expect("avro table");
+        let producer = streamtable::generate::avro::AvroProducer::new(avro, 1);
+        std::fs::write(registry.join("1.avsc"), producer.schema()).expect("schema");
+        std::fs::write(registry.join("2.proto"), PROTO).expect("schema");
         let mut once: BTreeSet<String> = spec.tables.iter().map(|t| t.name.clone()).collect();
         once.insert("dead_letters".into());
         let ingestor = runtime.block_on(async {
@@ -125,13 +187,40 @@ pub fn esm_event(bytes: &[u8]) {
 }
 
 /// Arbitrary bytes as one record: the first byte picks the topic and whether there is a key
-/// (taken from the next bytes), the next eight the Kafka timestamp, the rest is the value.
+/// (taken from the next bytes), the next eight the Kafka timestamp, the rest is the value. On the
+/// registry topics (`orders-avro`: bits 0x30 = 0x10, `orders-proto`: 0x20), bit 0x08 puts their schema's Confluent
+/// header in front of the value (Protobuf: with the first message's index).
 pub fn record_value(bytes: &[u8]) {
-    let Some((&selector, rest)) = bytes.split_first() else {
-        return;
+    if let Some(event) = record_event(bytes) {
+        ingest_event(&event);
+    }
+}
+
+/// The tables [`record_value`]'s record lands in (its topic's table, or `dead_letters`).
+pub fn record_value_tables(bytes: &[u8]) -> BTreeSet<String> {
+    let f = fixture();
+    let Some(event) = record_event(bytes) else {
+        return BTreeSet::new();
     };
+    let encoded = f
+        .runtime
+        .block_on(f.ingestor.encode_event_counted(&event))
+        .expect("encodes");
+    encoded
+        .files
+        .iter()
+        .map(|file| file.table.clone())
+        .collect()
+}
+
+fn record_event(bytes: &[u8]) -> Option<EsmEvent> {
+    let (&selector, rest) = bytes.split_first()?;
     let topics = ["orders", "payments", "readings", "unknown"];
-    let topic = topics[usize::from(selector) % topics.len()];
+    let topic = match selector & 0x30 {
+        0x10 => "orders-avro",
+        0x20 => "orders-proto",
+        _ => topics[usize::from(selector) % topics.len()],
+    };
     let (timestamp, rest) = match rest.split_first_chunk::<8>() {
         Some((t, rest)) => (i64::from_le_bytes(*t), rest),
         None => (1_795_946_400_000, rest),
@@ -140,6 +229,18 @@ pub fn record_value(bytes: &[u8]) {
         (Some(STANDARD.encode(&rest[..4])), &rest[4..])
     } else {
         (None, rest)
+    };
+    let framed: Vec<u8>;
+    let value = match (topic, selector & 0x08 != 0) {
+        ("orders-avro", true) => {
+            framed = [&[0u8, 0, 0, 0, 1][..], value].concat();
+            &framed[..]
+        }
+        ("orders-proto", true) => {
+            framed = [&[0u8, 0, 0, 0, 2, 0][..], value].concat();
+            &framed[..]
+        }
+        _ => value,
     };
     let record = EsmRecord {
         topic: Some(topic.to_string()),
@@ -150,11 +251,10 @@ pub fn record_value(bytes: &[u8]) {
         value: (selector & 0x40 == 0).then(|| STANDARD.encode(value)),
         ..Default::default()
     };
-    let event = EsmEvent {
+    Some(EsmEvent {
         records: [(format!("{topic}-0"), vec![record])].into_iter().collect(),
         ..Default::default()
-    };
-    ingest_event(&event);
+    })
 }
 
 /// Arbitrary text as a pipeline spec: refused with a message, or valid and then usable (every
@@ -166,7 +266,7 @@ pub fn pipeline_spec(text: &str) {
                 streamtable::schema::TableLayout::for_table(t).unwrap_or_else(|e| {
                     panic!("a valid spec's table {} has no layout: {e}", t.name)
                 });
-                let _ = streamtable::decode::RecordDecoder::new(t);
+                let _ = streamtable::decode::Decoder::new(t);
             }
         }
         Err(e) => assert!(e.to_string().starts_with("fuzz.toml"), "{e}"),

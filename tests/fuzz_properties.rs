@@ -232,3 +232,22 @@ fn the_epoch_poison_pill_is_a_dead_letter() {
     bytes.extend(br#"{"order_id":"o","amount":1,"created_at":8300000000000000}"#);
     targets::record_value(&bytes);
 }
+
+/// The registry topics' seeds are real records: they land in their tables, not as dead letters
+/// (so the fuzzers start from bodies that reach the column mapping).
+#[test]
+fn the_registry_seeds_land_as_rows() {
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/record_value");
+    for (seed, table) in [
+        ("seed-avro-order", "orders_avro"),
+        ("seed-protobuf-order", "orders_proto"),
+    ] {
+        let bytes = std::fs::read(root.join(seed)).expect("seed");
+        let tables = targets::record_value_tables(&bytes);
+        assert!(
+            tables.contains(table) && !tables.contains("dead_letters"),
+            "{seed}: {tables:?}"
+        );
+    }
+}
