@@ -284,6 +284,13 @@ fn to_cell<'a>(value: &Value, kind: &Kind, col: ColumnType) -> Result<Cell<'a>, 
         (Value::F32(v), C::Float) if v.is_finite() => Ok(Cell::Float(*v)),
         (Value::F32(v), C::Double) if v.is_finite() => Ok(Cell::Double(f64::from(*v))),
         (Value::F64(v), C::Double) if v.is_finite() => Ok(Cell::Double(*v)),
+        (Value::F64(v), C::Float) if v.is_finite() => {
+            if v.abs() > f64::from(f32::MAX) {
+                Err(out_of_range(format!("{v} does not fit a float")))
+            } else {
+                Ok(Cell::Float(*v as f32))
+            }
+        }
         (Value::F32(_) | Value::F64(_), C::Float | C::Double) => {
             Err(out_of_range("not a finite number".into()))
         }

@@ -196,3 +196,39 @@ proptest::proptest! {
         let _ = decode(&confluent(&body));
     }
 }
+
+#[test]
+fn values_convert_to_columns_exactly_or_are_refused() {
+    use ColumnType as C;
+    let k = Kind::Double;
+    let cell = |v: Value, kind: &Kind, col: ColumnType| to_cell(&v, kind, col);
+    assert!(matches!(cell(Value::F64(1.5), &k, C::Float), Ok(Cell::Float(f)) if f == 1.5));
+    assert!(matches!(
+        cell(Value::F64(1e300), &k, C::Float),
+        Err(CellError::Value(RejectKind::OutOfRange, _))
+    ));
+    assert!(matches!(
+        cell(Value::F64(f64::NAN), &k, C::Double),
+        Err(CellError::Value(RejectKind::OutOfRange, _))
+    ));
+    assert!(matches!(
+        cell(Value::U64(u64::MAX), &Kind::Uint64, C::Long),
+        Err(CellError::Value(RejectKind::OutOfRange, _))
+    ));
+    assert!(matches!(
+        cell(Value::I64(7), &Kind::Int64, C::Decimal { precision: 4, scale: 2 }),
+        Ok(Cell::Decimal(700))
+    ));
+    assert!(matches!(
+        cell(Value::I64(700), &Kind::Int64, C::Decimal { precision: 4, scale: 2 }),
+        Err(CellError::Value(RejectKind::OutOfRange, _))
+    ));
+    assert!(matches!(
+        cell(Value::Bool(true), &Kind::Bool, C::String),
+        Err(CellError::Wrong(_))
+    ));
+    assert!(matches!(
+        cell(Value::I64(1_795_946_400_000), &Kind::Int64, C::Timestamp),
+        Ok(Cell::Timestamp(1_795_946_400_000_000))
+    ));
+}
