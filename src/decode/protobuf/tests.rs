@@ -216,11 +216,25 @@ fn values_convert_to_columns_exactly_or_are_refused() {
         Err(CellError::Value(RejectKind::OutOfRange, _))
     ));
     assert!(matches!(
-        cell(Value::I64(7), &Kind::Int64, C::Decimal { precision: 4, scale: 2 }),
+        cell(
+            Value::I64(7),
+            &Kind::Int64,
+            C::Decimal {
+                precision: 4,
+                scale: 2
+            }
+        ),
         Ok(Cell::Decimal(700))
     ));
     assert!(matches!(
-        cell(Value::I64(700), &Kind::Int64, C::Decimal { precision: 4, scale: 2 }),
+        cell(
+            Value::I64(700),
+            &Kind::Int64,
+            C::Decimal {
+                precision: 4,
+                scale: 2
+            }
+        ),
         Err(CellError::Value(RejectKind::OutOfRange, _))
     ));
     assert!(matches!(
