@@ -7,8 +7,10 @@
 //!   version's UUID (16 bytes), then the body (compressed or not; Protobuf: a message index
 //!   first).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
+use std::sync::{Arc, RwLock};
 
 use super::{RejectKind, Rejection};
 
@@ -113,4 +115,88 @@ pub(super) fn inflate(body: &[u8], out: &mut Vec<u8>, max_bytes: usize) -> Resul
         ));
     }
     Ok(())
+}
+
+/// The body of a framed value: as framed, or inflated into `scratch` when compressed.
+pub(super) fn body<'a>(
+    framed: &Framed<'a>,
+    scratch: &'a mut Vec<u8>,
+    max_bytes: usize,
+) -> Result<&'a [u8], Rejection> {
+    if framed.zlib {
+        inflate(framed.body, scratch, max_bytes)?;
+        Ok(scratch)
+    } else {
+        Ok(framed.body)
+    }
+}
+
+/// The writer schemas a registry format's decoder was given, each compiled for its table (`T`) or
+/// kept with why it cannot be used, and the ids the registry did not have at the last lookup
+/// (asked again the next time a batch names them).
+#[derive(Debug)]
+pub(super) struct SchemaCache<T> {
+    compiled: RwLock<HashMap<SchemaId, Result<Arc<T>, String>>>,
+    missing: RwLock<HashMap<SchemaId, String>>,
+}
+
+impl<T> Default for SchemaCache<T> {
+    fn default() -> Self {
+        SchemaCache {
+            compiled: RwLock::new(HashMap::new()),
+            missing: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> SchemaCache<T> {
+    /// Whether `id` was given.
+    pub fn knows(&self, id: &SchemaId) -> bool {
+        self.compiled.read().is_ok_and(|c| c.contains_key(id))
+    }
+
+    /// Keeps `id`'s compiled schema (or why there is none). A schema of `kind` other than
+    /// `want` (the topic's `format`) is refused with a reason naming both.
+    pub fn insert(
+        &self,
+        id: SchemaId,
+        kind: &str,
+        want: (&str, &str),
+        compile: impl FnOnce() -> Result<T, String>,
+    ) {
+        let (want_kind, format) = want;
+        let compiled = if kind == want_kind {
+            compile().map(Arc::new)
+        } else {
+            Err(format!(
+                "{id} is a {kind} schema in the registry; the topic's format is {format}"
+            ))
+        };
+        if let Ok(mut c) = self.compiled.write() {
+            c.insert(id, compiled);
+        }
+    }
+
+    /// Records that the registry does not have `id`, and why.
+    pub fn add_missing(&self, id: SchemaId, reason: String) {
+        if let Ok(mut m) = self.missing.write() {
+            m.insert(id, reason);
+        }
+    }
+
+    /// `id`'s compiled schema, or the `unknown_schema` rejection that says why there is none.
+    pub fn get(&self, id: &SchemaId) -> Result<Arc<T>, Rejection> {
+        let found = self.compiled.read().ok().and_then(|c| c.get(id).cloned());
+        match found {
+            Some(Ok(t)) => Ok(t),
+            Some(Err(why)) => Err(Rejection::new(RejectKind::UnknownSchema, why)),
+            None => {
+                let reason = self.missing.read().ok().and_then(|m| m.get(id).cloned());
+                Err(Rejection::new(
+                    RejectKind::UnknownSchema,
+                    reason.unwrap_or_else(|| format!("{id} is not in the schema registry")),
+                ))
+            }
+        }
+    }
 }

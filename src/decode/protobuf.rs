@@ -13,14 +13,12 @@
 //! their number in integer columns); `google.protobuf.Timestamp` fills `timestamp` columns.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
 
 use prost_reflect::{
     DescriptorPool, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value,
 };
 
-use super::framing::{SchemaId, frame, inflate};
+use super::framing::{SchemaCache, SchemaId, body, frame};
 use super::value::{
     MAX_DATE_DAYS, MIN_DATE_DAYS, TIME_RANGE, parse_decimal, parse_timestamp, timestamp_in_range,
 };
@@ -52,8 +50,7 @@ struct Compiled {
 #[derive(Debug)]
 pub struct ProtobufDecoder {
     columns: Vec<Column>,
-    schemas: RwLock<HashMap<SchemaId, Result<Arc<Compiled>, String>>>,
-    missing: RwLock<HashMap<SchemaId, String>>,
+    schemas: SchemaCache<Compiled>,
 }
 
 impl ProtobufDecoder {
@@ -71,8 +68,7 @@ impl ProtobufDecoder {
                     required: c.required,
                 })
                 .collect(),
-            schemas: RwLock::new(HashMap::new()),
-            missing: RwLock::new(HashMap::new()),
+            schemas: SchemaCache::default(),
         }
     }
 
@@ -85,25 +81,8 @@ impl ProtobufDecoder {
     ) -> Result<Vec<Cell<'a>>, Rejection> {
         let framed = frame(value)?;
         let id = framed.id;
-        let compiled = self
-            .schemas
-            .read()
-            .ok()
-            .and_then(|s| s.get(&id).cloned())
-            .ok_or_else(|| {
-                let reason = self.missing.read().ok().and_then(|m| m.get(&id).cloned());
-                Rejection::new(
-                    RejectKind::UnknownSchema,
-                    reason.unwrap_or_else(|| format!("{id} is not in the schema registry")),
-                )
-            })?
-            .map_err(|e| Rejection::new(RejectKind::UnknownSchema, e))?;
-        let data: &[u8] = if framed.zlib {
-            inflate(framed.body, scratch, max_bytes)?;
-            scratch
-        } else {
-            framed.body
-        };
+        let compiled = self.schemas.get(&id)?;
+        let data = body(&framed, scratch, max_bytes)?;
         let mismatch = |m: String| {
             Rejection::new(
                 RejectKind::SchemaMismatch,
@@ -416,28 +395,19 @@ impl protox::file::FileResolver for Single {
 
 impl RegistryDecoder for ProtobufDecoder {
     fn knows(&self, id: &SchemaId) -> bool {
-        self.schemas.read().is_ok_and(|s| s.contains_key(id))
+        self.schemas.knows(id)
     }
 
     fn add_schema(&self, id: SchemaId, kind: &str, text: &str) {
-        let compiled = if kind != "PROTOBUF" {
-            Err(format!(
-                "{id} is a {kind} schema in the registry; the topic's format is protobuf"
-            ))
-        } else {
-            compile(text)
-                .map(Arc::new)
-                .map_err(|e| format!("{id}: the registry's .proto cannot be compiled (imports other than google/protobuf/* are not resolved): {e}"))
-        };
-        if let Ok(mut schemas) = self.schemas.write() {
-            schemas.insert(id, compiled);
-        }
+        self.schemas.insert(id, kind, ("PROTOBUF", "protobuf"), || {
+            compile(text).map_err(|e| {
+                format!("{id}: the registry's .proto cannot be compiled (imports other than google/protobuf/* are not resolved): {e}")
+            })
+        });
     }
 
     fn add_missing(&self, id: SchemaId, reason: String) {
-        if let Ok(mut missing) = self.missing.write() {
-            missing.insert(id, reason);
-        }
+        self.schemas.add_missing(id, reason);
     }
 }
 

@@ -229,10 +229,27 @@ pub(super) fn ts(n: i64) -> String {
     ((T0 + n) * 1000).to_string()
 }
 
-/// Avro records of two schema versions (and, with `glue`, Glue-framed records plain and zlib)
-/// land with their values; bad values are dead letters with reasons; the table evolves when the
-/// spec takes the new field; time travel reads the table before the change.
-pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
+/// Framed values of records written with schema version 1 or 2.
+pub(super) type Produce<'a> = &'a dyn Fn(u8, &[Value], &Framing<'_>) -> Vec<Vec<u8>>;
+
+/// A registry format under test: how its producers write orders of each schema version.
+pub(super) struct FormatCase<'a> {
+    /// The spec's `format`.
+    pub format: &'a str,
+    /// Framed values of `records` (from [`FormatCase::order`]) written with schema version 1 or
+    /// 2 (2 adds an optional `coupon`).
+    pub produce: Produce<'a>,
+    /// Order `n` as the producer's input.
+    pub order: fn(i64, Option<&str>, &str, Option<&str>) -> Value,
+    /// Values of the topic that are not of the format, with their dead-letter kind.
+    pub foreign: Vec<(Vec<u8>, &'static str)>,
+}
+
+/// Records of two schema versions (and, with `glue`, Glue-framed records plain and zlib) land
+/// with their values; bad values are dead letters with reasons; the table evolves when the spec
+/// takes the new field; time travel reads the table before the change.
+pub(super) async fn land_and_evolve(h: &Harness, glue: Option<&str>, case: &FormatCase<'_>) {
+    let (produce, order) = (case.produce, case.order);
     let url = registry_url();
     let topic = format!("orders-{}", uuid::Uuid::new_v4().simple());
     let subject = format!("{topic}-value");
@@ -240,9 +257,9 @@ pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
         url: &url,
         subject: &subject,
     };
-    let v1 = spec(&url, &topic, "");
+    let v1 = spec_in(&url, &topic, "", case.format);
     let mut values = produce(
-        &schema_v1(),
+        1,
         &[
             order(1, Some("c1"), "19.99", None),
             order(2, None, "-5.00", None),
@@ -251,29 +268,30 @@ pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
     );
     if let Some(registry) = glue {
         let target = format!("{registry}:{topic}");
-        values.extend(produce(
-            &schema_v1(),
-            &[order(3, Some("c3"), "0.01", None)],
-            &Framing::Glue {
+        for (n, customer, amount, zlib) in
+            [(3, "c3", "0.01", false), (4, "c4", "123456789.10", true)]
+        {
+            let framing = Framing::Glue {
                 target: &target,
-                zlib: false,
-            },
-        ));
-        values.extend(produce(
-            &schema_v1(),
-            &[order(4, Some("c4"), "123456789.10", None)],
-            &Framing::Glue {
-                target: &target,
-                zlib: true,
-            },
-        ));
+                zlib,
+            };
+            values.extend(produce(
+                1,
+                &[order(n, Some(customer), amount, None)],
+                &framing,
+            ));
+        }
     }
     let good = values.len() as i64;
-    // Bad values: JSON on an Avro topic, an id the registry never issued, a cut-off body.
+    // Bad values: foreign ones, an id the registry never issued, a cut-off body.
     let cut = values[0][..values[0].len() - 4].to_vec();
     let mut unknown = vec![0u8, 0x7f, 0xff, 0xff, 0xf0];
     unknown.extend_from_slice(&values[0][5..]);
-    values.extend([br#"{"order_id":"x"}"#.to_vec(), unknown, cut]);
+    let mut kinds_expected: Vec<&str> = case.foreign.iter().map(|(_, k)| *k).collect();
+    values.extend(case.foreign.iter().map(|(v, _)| v.clone()));
+    values.extend([unknown, cut]);
+    kinds_expected.extend(["unknown_schema", "schema_mismatch"]);
+    let offsets = values.len() as i64;
     land(h, &v1, &records(&topic, 0, values)).await;
 
     let mut expected = vec![
@@ -287,48 +305,44 @@ pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
     assert_eq!(business(h, None, 6), expected);
     let dead = dead_letters(h);
     let kinds: Vec<(i64, &str)> = dead.iter().map(|d| (d.0, d.1.as_str())).collect();
-    assert_eq!(
-        kinds,
-        [
-            (good, "no_schema_id"),
-            (good + 1, "unknown_schema"),
-            (good + 2, "schema_mismatch")
-        ],
-        "{dead:?}"
-    );
+    let want: Vec<(i64, &str)> = (good..).zip(kinds_expected).collect();
+    assert_eq!(kinds, want, "{dead:?}");
+    let unknown = &dead[case.foreign.len()].2;
     assert!(
-        dead[1].2.contains("schema id 2147483632") && dead[1].2.contains("404"),
-        "{}",
-        dead[1].2
+        unknown.contains("schema id 2147483632") && unknown.contains("404"),
+        "{unknown}"
     );
-    let before = h.read_external("pyiceberg", "orders");
-    let s1 = before["current_snapshot_id"].as_i64().expect("snapshot");
+    let s1 = h.read_external("pyiceberg", "orders")["current_snapshot_id"]
+        .as_i64()
+        .expect("snapshot");
 
     // The producers move to v2 (a new optional field); the spec takes it as a column. Records
     // of v1 still arriving read it as NULL.
-    let v2 = spec(&url, &topic, r#"{ name = "coupon", type = "string" },"#);
+    let v2 = spec_in(
+        &url,
+        &topic,
+        r#"{ name = "coupon", type = "string" },"#,
+        case.format,
+    );
     let mut values = produce(
-        &schema_v2(),
+        2,
         &[order(10, Some("c10"), "1.50", Some("XMAS"))],
         &confluent,
     );
     values.extend(produce(
-        &schema_v1(),
+        1,
         &[order(11, Some("c11"), "2.50", None)],
         &confluent,
     ));
-    land(h, &v2, &records(&topic, good + 3, values)).await;
-    let rows = business(h, None, 7);
-    let with = |r: &Vec<String>, c: &str| {
-        let mut r = r.clone();
-        r.push(c.to_string());
-        r
-    };
-    let mut all: Vec<Vec<String>> = expected.iter().map(|r| with(r, "NULL")).collect();
+    land(h, &v2, &records(&topic, offsets, values)).await;
+    let mut all: Vec<Vec<String>> = expected
+        .iter()
+        .map(|r| [r.clone(), vec!["NULL".to_string()]].concat())
+        .collect();
     all.push(row(&["o10", "c10", "1.50", "10", "PAID", &ts(10), "XMAS"]));
     all.push(row(&["o11", "c11", "2.50", "11", "PAID", &ts(11), "NULL"]));
     all.sort();
-    assert_eq!(rows, all);
+    assert_eq!(business(h, None, 7), all);
     assert_eq!(
         h.read_external("duckdb", "orders")["count"],
         all.len() as i64
@@ -337,6 +351,25 @@ pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
         h.read_external_at("pyiceberg", "orders", Some(s1))["count"],
         expected.len() as i64
     );
+}
+
+/// Avro records written by fastavro: [`land_and_evolve`]; JSON on the topic is `no_schema_id`.
+pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
+    let produce = |version: u8, records: &[Value], framing: &Framing<'_>| {
+        let schema = if version == 1 {
+            schema_v1()
+        } else {
+            schema_v2()
+        };
+        produce(&schema, records, framing)
+    };
+    let case = FormatCase {
+        format: "avro",
+        produce: &produce,
+        order,
+        foreign: vec![(br#"{"order_id":"x"}"#.to_vec(), "no_schema_id")],
+    };
+    land_and_evolve(h, glue, &case).await;
 }
 
 /// A registry that cannot be reached fails the batch (retryable): nothing lands, nothing is

@@ -11,14 +11,13 @@ mod cursor;
 mod read;
 mod schema;
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use read::{Plan, ReadError, Target};
 use schema::Schema;
 
-use super::framing::inflate;
 pub use super::framing::{CONFLUENT_MAGIC, Framed, SchemaId, frame};
+use super::framing::{SchemaCache, body};
 use super::json::Node;
 use super::{Cell, RejectKind, Rejection};
 use crate::spec::{ColumnType, TableSpec};
@@ -31,19 +30,13 @@ struct Column {
     required: bool,
 }
 
-/// A writer schema compiled for this table, or why it cannot be.
-type Compiled = Result<Arc<Plan>, String>;
-
 /// Decodes registry-framed Avro values for one table.
 #[derive(Debug)]
 pub struct AvroDecoder {
     tree: Node,
     slots: Vec<Vec<Target>>,
     columns: Vec<Column>,
-    plans: RwLock<HashMap<SchemaId, Compiled>>,
-    /// Ids the registry did not have at the last lookup, with its reason (asked again the next
-    /// time a batch names them).
-    missing: RwLock<HashMap<SchemaId, String>>,
+    plans: SchemaCache<Plan>,
 }
 
 impl AvroDecoder {
@@ -73,8 +66,7 @@ impl AvroDecoder {
             tree,
             slots,
             columns,
-            plans: RwLock::new(HashMap::new()),
-            missing: RwLock::new(HashMap::new()),
+            plans: SchemaCache::default(),
         }
     }
 
@@ -87,30 +79,8 @@ impl AvroDecoder {
         max_bytes: usize,
     ) -> Result<Vec<Cell<'a>>, Rejection> {
         let framed = frame(value)?;
-        let plan = self
-            .plans
-            .read()
-            .ok()
-            .and_then(|p| p.get(&framed.id).cloned())
-            .ok_or_else(|| {
-                let reason = self
-                    .missing
-                    .read()
-                    .ok()
-                    .and_then(|m| m.get(&framed.id).cloned());
-                Rejection::new(
-                    RejectKind::UnknownSchema,
-                    reason
-                        .unwrap_or_else(|| format!("{} is not in the schema registry", framed.id)),
-                )
-            })?
-            .map_err(|e| Rejection::new(RejectKind::UnknownSchema, e))?;
-        let body = if framed.zlib {
-            inflate(framed.body, scratch, max_bytes)?;
-            scratch.as_slice()
-        } else {
-            framed.body
-        };
+        let plan = self.plans.get(&framed.id)?;
+        let body = body(&framed, scratch, max_bytes)?;
         let mut cells = vec![Cell::Null; self.columns.len()];
         plan.read(body, &mut cells)
             .map_err(|e| self.rejection(&framed.id, e))?;
@@ -158,28 +128,19 @@ impl AvroDecoder {
 
 impl super::RegistryDecoder for AvroDecoder {
     fn knows(&self, id: &SchemaId) -> bool {
-        self.plans.read().is_ok_and(|p| p.contains_key(id))
+        self.plans.knows(id)
     }
 
     fn add_schema(&self, id: SchemaId, kind: &str, text: &str) {
-        let compiled = if kind != "AVRO" {
-            Err(format!(
-                "{id} is a {kind} schema in the registry; the topic's format is avro"
-            ))
-        } else {
+        self.plans.insert(id, kind, ("AVRO", "avro"), || {
             Schema::parse(text)
-                .map(|s| Arc::new(Plan::new(Arc::new(s), &self.tree, &self.slots)))
+                .map(|s| Plan::new(Arc::new(s), &self.tree, &self.slots))
                 .map_err(|e| format!("{id}: the registry's schema cannot be read: {e}"))
-        };
-        if let Ok(mut plans) = self.plans.write() {
-            plans.insert(id, compiled);
-        }
+        });
     }
 
     fn add_missing(&self, id: SchemaId, reason: String) {
-        if let Ok(mut missing) = self.missing.write() {
-            missing.insert(id, reason);
-        }
+        self.plans.add_missing(id, reason);
     }
 }
 
