@@ -22,3 +22,9 @@ async fn protobuf_records_land_with_their_values_and_evolve() {
     let h = common::embedded().await;
     common::protobuf_scenarios::protobuf_records_land_and_evolve(&h, None).await;
 }
+
+#[tokio::test]
+async fn a_failing_registry_retries_the_batch() {
+    let h = common::embedded().await;
+    s::a_failing_registry_retries_the_batch(&h).await;
+}

@@ -25,3 +25,9 @@ async fn protobuf_records_of_both_registries_land_with_their_values_and_evolve()
     let registry = format!("reg-{}", uuid::Uuid::new_v4().simple());
     common::protobuf_scenarios::protobuf_records_land_and_evolve(&h, Some(&registry)).await;
 }
+
+#[tokio::test]
+async fn a_failing_registry_retries_the_batch() {
+    let h = common::moto().await;
+    s::a_failing_registry_retries_the_batch(&h).await;
+}

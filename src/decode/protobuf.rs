@@ -39,7 +39,7 @@ struct Column {
 
 /// A compiled `.proto` schema: its messages as Confluent indexes and Glue indexes find them.
 #[derive(Debug)]
-struct Compiled {
+pub(crate) struct Compiled {
     /// Top-level messages in file order.
     top: Vec<MessageDescriptor>,
     /// Every message, nested ones included, sorted by full name (Glue's index).
@@ -357,8 +357,15 @@ fn pick_confluent(compiled: &Compiled, indexes: &[usize]) -> Result<MessageDescr
     Ok(message)
 }
 
+impl Compiled {
+    /// The file's first top-level message.
+    pub(crate) fn first_message(&self) -> Option<MessageDescriptor> {
+        self.top.first().cloned()
+    }
+}
+
 /// Compiles `.proto` source (imports of Google's well-known types only).
-fn compile(text: &str) -> Result<Compiled, String> {
+pub(crate) fn compile(text: &str) -> Result<Compiled, String> {
     let file = protox::file::File::from_source(SCHEMA_FILE, text).map_err(|e| e.to_string())?;
     let mut resolver = protox::file::ChainFileResolver::new();
     resolver.add(Single(file));

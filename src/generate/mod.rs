@@ -4,6 +4,7 @@
 //! Everything is deterministic from a seed, so a run can be reproduced exactly.
 
 pub mod avro;
+pub mod protobuf;
 
 use std::fmt::Write as _;
 

@@ -409,3 +409,56 @@ pub async fn an_unreachable_registry_retries_the_batch(h: &Harness) {
     assert_eq!(business(h, None, 2), [["o1", "c1"]]);
     assert_eq!(h.read_external("pyiceberg", "dead_letters")["count"], 0);
 }
+
+/// Makes the registry stand-in answer the next `count` lookups of schema `id` with `status`.
+fn inject_registry_fault(url: &str, id: u32, status: u16, count: u32) {
+    let python = std::env::var("STREAMTABLE_TEST_PYTHON").expect("STREAMTABLE_TEST_PYTHON");
+    let body = json!({"id": id, "status": status, "count": count}).to_string();
+    let code = format!(
+        "import urllib.request; urllib.request.urlopen(urllib.request.Request('{url}/admin/fail', data={body:?}.encode(), method='POST'), timeout=10)"
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &code])
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A registry that answers 503, then refuses the credentials (401): each fails the batch
+/// (nothing lands, nothing is dead-lettered, the checkpoint stays); then the batch lands.
+pub async fn a_failing_registry_retries_the_batch(h: &Harness) {
+    let url = registry_url();
+    let topic = format!("orders-{}", uuid::Uuid::new_v4().simple());
+    let subject = format!("{topic}-value");
+    let values = produce(
+        &schema_v1(),
+        &[order(1, Some("c1"), "1.00", None)],
+        &Framing::Confluent {
+            url: &url,
+            subject: &subject,
+        },
+    );
+    let id = u32::from_be_bytes([values[0][1], values[0][2], values[0][3], values[0][4]]);
+    let batch = records(&topic, 0, values);
+    let spec = spec(&url, &topic, "");
+    for (status, says) in [(503, "503"), (401, "refused the credentials")] {
+        inject_registry_fault(&url, id, status, 1);
+        let ingestor = Ingestor::connect(&spec, &h.backend)
+            .await
+            .expect("ingestor");
+        let e = ingestor
+            .handle(&event(&batch))
+            .await
+            .expect_err("the registry failed");
+        assert!(e.is_retryable() && e.to_string().contains(says), "{e}");
+        assert_eq!(h.next_offset(&topic, 0).await, 0);
+        assert!(h.pending_files().await.is_empty());
+    }
+    land(h, &spec, &batch).await;
+    assert_eq!(business(h, None, 2), [["o1", "c1"]]);
+    assert_eq!(h.read_external("pyiceberg", "dead_letters")["count"], 0);
+}

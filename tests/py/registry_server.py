@@ -7,7 +7,8 @@ Implements the REST calls streamtable and the tests use:
   GET  /schemas/ids/{id}                                                  -> {"schema": "...", "schemaType"?}
   GET  /subjects/{subject}/versions/latest                                -> {"subject", "version", "id", "schema"}
 Registering the same schema text under a subject again returns its existing id, as the
-registry does. Unknown ids and subjects answer 404 with Confluent's error codes (40403, 40401).
+registry does. For fault tests, POST /admin/fail {"id": N, "status": S, "count": C} makes the next
+C lookups of schema id N answer with HTTP status S. Unknown ids and subjects answer 404 with Confluent's error codes (40403, 40401).
 Basic auth is checked when REGISTRY_AUTH=key:secret is set (401 otherwise).
 """
 
@@ -21,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOCK = threading.Lock()
 SCHEMAS = {}  # id -> (text, type)
 SUBJECTS = {}  # subject -> [id, ...]
+FAULTS = {}  # id -> [status, remaining count]
 AUTH = os.environ.get("REGISTRY_AUTH")
 
 
@@ -51,6 +53,10 @@ class Handler(BaseHTTPRequestHandler):
         parts = self.path.strip("/").split("/")
         with LOCK:
             if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
+                fault = FAULTS.get(int(parts[2]))
+                if fault and fault[1] > 0:
+                    fault[1] -= 1
+                    return self.reply(fault[0], {"error_code": fault[0], "message": "injected"})
                 found = SCHEMAS.get(int(parts[2]))
                 if found is None:
                     return self.reply(404, {"error_code": 40403, "message": "Schema not found"})
@@ -73,6 +79,10 @@ class Handler(BaseHTTPRequestHandler):
         parts = self.path.strip("/").split("/")
         length = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(length) or b"{}")
+        if parts == ["admin", "fail"]:
+            with LOCK:
+                FAULTS[int(body["id"])] = [int(body["status"]), int(body["count"])]
+            return self.reply(200, {})
         if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
             text, kind = body["schema"], body.get("schemaType", "AVRO")
             with LOCK:

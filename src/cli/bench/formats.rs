@@ -1,5 +1,6 @@
-//! `streamtable bench formats`: the 10,000-order batch as JSON and as Confluent-framed Avro
-//! (the same records), each decoded and encoded to Parquet in memory by one invocation.
+//! `streamtable bench formats`: the 10,000-order batch as JSON, as Confluent-framed Avro and as
+//! Confluent-framed Protobuf (the same records), each decoded and encoded to Parquet in memory
+//! by one invocation.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,13 +11,15 @@ use crate::clock::now_ms;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::generate::avro::AvroProducer;
+use crate::generate::protobuf::ProtobufProducer;
 use crate::generate::{EventFactory, SourceRecord, esm_event};
 use crate::ingest::Ingestor;
 use crate::registry::{DirRegistry, Registries};
 use crate::spec::{Format, PipelineSpec};
 
-/// Schema id the benchmark's producer registers its schema under.
-const SCHEMA_ID: u32 = 1;
+/// Schema ids the benchmark's producers register their schemas under.
+const AVRO_ID: u32 = 1;
+const PROTOBUF_ID: u32 = 2;
 
 pub(super) async fn formats(
     config: &Config,
@@ -25,14 +28,25 @@ pub(super) async fn formats(
     iterations: usize,
 ) -> Result<()> {
     let json_spec = super::spine_spec(config)?;
-    let mut avro_spec = json_spec.clone();
-    let orders = avro_spec
+    let in_format = |format: Format| -> Result<PipelineSpec> {
+        let mut spec = json_spec.clone();
+        let orders = spec
+            .tables
+            .iter_mut()
+            .find(|t| t.topic == "orders")
+            .ok_or_else(|| Error::Config("the spec has no table for topic orders".into()))?;
+        orders.format = format;
+        Ok(spec)
+    };
+    let avro_spec = in_format(Format::Avro)?;
+    let protobuf_spec = in_format(Format::Protobuf)?;
+    let orders = json_spec
         .tables
-        .iter_mut()
+        .iter()
         .find(|t| t.topic == "orders")
         .ok_or_else(|| Error::Config("the spec has no table for topic orders".into()))?;
-    orders.format = Format::Avro;
-    let producer = AvroProducer::new(orders, SCHEMA_ID);
+    let avro = AvroProducer::new(orders, AVRO_ID);
+    let protobuf = ProtobufProducer::new(orders, PROTOBUF_ID)?;
 
     let mut factory = EventFactory::new(42);
     let mut offsets = vec![0; partitions.max(1) as usize];
@@ -45,33 +59,39 @@ pub(super) async fn formats(
         0,
         now_ms() - 3_600_000,
     );
-    let avro_records: Vec<SourceRecord> = json_records
-        .iter()
-        .map(|r| {
-            let mut r = r.clone();
-            let json = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok());
-            if let Some(avro) = json.and_then(|j| producer.encode_json(j).ok()) {
-                r.value = Some(avro);
-            }
-            r
-        })
-        .collect();
+    let reencode = |encode: &dyn Fn(&str) -> Option<Vec<u8>>| -> Vec<SourceRecord> {
+        json_records
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                let json = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok());
+                if let Some(value) = json.and_then(encode) {
+                    r.value = Some(value);
+                }
+                r
+            })
+            .collect()
+    };
+    let avro_records = reencode(&|j| avro.encode_json(j).ok());
+    let protobuf_records = reencode(&|j| protobuf.encode_json(j).ok());
     let registry = tempdir("bench-registry")?;
-    std::fs::write(
-        registry.join(format!("{SCHEMA_ID}.avsc")),
-        producer.schema(),
-    )
-    .map_err(|source| Error::Io {
-        op: "write schema",
-        path: registry.clone(),
-        source,
-    })?;
+    for (file, schema) in [
+        (format!("{AVRO_ID}.avsc"), avro.schema()),
+        (format!("{PROTOBUF_ID}.proto"), protobuf.schema()),
+    ] {
+        std::fs::write(registry.join(file), schema).map_err(|source| Error::Io {
+            op: "write schema",
+            path: registry.clone(),
+            source,
+        })?;
+    }
     let registries = Registries::of(Some(Arc::new(DirRegistry::new(&registry))), None);
 
     println!("batch: {records} order records over {partitions} partitions, one invocation");
     for (name, spec, recs) in [
         ("json", &json_spec, &json_records),
         ("avro", &avro_spec, &avro_records),
+        ("protobuf", &protobuf_spec, &protobuf_records),
     ] {
         let payload: usize = recs
             .iter()

@@ -30,8 +30,8 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 15)]
         iterations: usize,
     },
-    /// Record formats: the 10,000-order batch as JSON and as Confluent-framed Avro (the same
-    /// records), decoded and encoded to Parquet in memory by one invocation.
+    /// Record formats: the 10,000-order batch as JSON, Confluent-framed Avro and Confluent-framed
+    /// Protobuf (the same records), decoded and encoded to Parquet in memory by one invocation.
     Formats {
         /// Records per batch.
         #[arg(long, default_value_t = 10_000)]
