@@ -7,7 +7,7 @@ use std::fmt::Write;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::process::Processor;
-use crate::spec::{ColumnSpec, KAFKA_COLUMNS, PartitionField, PipelineSpec};
+use crate::spec::{ColumnSpec, Format, KAFKA_COLUMNS, PartitionField, PipelineSpec};
 use crate::tables::{TableSet, check_partition_spec, plan_for};
 
 /// Loads, plans and prints the spec of `config`, then what it changes in the catalog's tables
@@ -96,6 +96,22 @@ fn partitioning(fields: &[PartitionField]) -> String {
         .join(", ")
 }
 
+/// How a topic's values are decoded, and where a registry format's schemas come from.
+fn format(format: Format, spec: &PipelineSpec) -> String {
+    let name = match format {
+        Format::Json => return "JSON".into(),
+        Format::Avro => "Avro",
+        Format::Protobuf => "Protobuf",
+    };
+    let confluent = match &spec.registry.url {
+        Some(url) => format!("Confluent-framed records' schemas from {url}"),
+        None => "no [registry] url: Confluent-framed records are unknown_schema dead letters unless STREAMTABLE_REGISTRY_URL is set".into(),
+    };
+    format!(
+        "{name} behind a schema registry ({confluent}; Glue-framed ones' from the Glue Schema Registry on the aws backend)"
+    )
+}
+
 /// The plan of `spec` as text.
 pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
     let mut out = String::new();
@@ -114,7 +130,8 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
             let _ = writeln!(out, "table {} <- topic {}{feeds}", t.name, t.topic);
             let _ = writeln!(
                 out,
-                "  runs: decoded from JSON in the ingest function, lands as is; partitioned by {}",
+                "  runs: decoded from {} in the ingest function, lands as is; partitioned by {}",
+                format(t.format, spec),
                 partitioning(&t.partition_by)
             );
         } else {
@@ -222,8 +239,36 @@ mod tests {
             "    severity         string",
             "reference table currency_rates (read by orders_clean; re-read every 300 s",
             "    LEFT JOIN currency_rates r ON o.currency = r.currency",
+            "runs: decoded from JSON in the ingest function",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_registry_format_says_where_its_schemas_come_from() {
+        let table = r#"
+[[tables]]
+name = "t"
+topic = "t"
+format = "protobuf"
+columns = [{ name = "a", type = "string" }]
+"#;
+        let spec = PipelineSpec::parse(table, Path::new("t.toml")).expect("spec");
+        let text = render(&spec, &Processor::new(&spec).expect("plans"));
+        assert!(
+            text.contains("decoded from Protobuf behind a schema registry (no [registry] url: Confluent-framed records are unknown_schema dead letters unless STREAMTABLE_REGISTRY_URL is set;"),
+            "{text}"
+        );
+        let spec = PipelineSpec::parse(
+            &format!("[registry]\nurl = \"https://sr.example.com\"\n{table}"),
+            Path::new("t.toml"),
+        )
+        .expect("spec");
+        let text = render(&spec, &Processor::new(&spec).expect("plans"));
+        assert!(
+            text.contains("Confluent-framed records' schemas from https://sr.example.com;"),
+            "{text}"
+        );
     }
 }

@@ -15,6 +15,7 @@ Basic auth is checked when REGISTRY_AUTH=key:secret is set (401 otherwise).
 import base64
 import json
 import os
+import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,5 +98,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
+    # Stopped by the test script with SIGTERM: a clean exit, not a death by signal.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     server.serve_forever()
