@@ -142,7 +142,6 @@ impl ProtobufDecoder {
             )
         };
         let mut current = msg;
-        let mut owned;
         let Some((leaf, parents)) = c.path.split_last() else {
             return Ok(Cell::Null);
         };
@@ -153,11 +152,10 @@ impl ProtobufDecoder {
             if field.supports_presence() && !current.has_field(&field) {
                 return Ok(Cell::Null);
             }
-            match current.get_field(&field).into_owned() {
-                Value::Message(m) => {
-                    owned = m;
-                    current = &owned;
-                }
+            // A set message field is borrowed, never copied; an unset one has no columns.
+            match current.get_field(&field) {
+                Cow::Borrowed(Value::Message(m)) => current = m,
+                Cow::Owned(Value::Message(_)) => return Ok(Cell::Null),
                 _ => {
                     return Err(wrong(format!(
                         "{part} is not a message, but the spec reads fields inside it"
