@@ -6,6 +6,67 @@
 pub mod avro;
 pub mod protobuf;
 
+/// What the producers write, their decoders read back: the shared round trip of their tests.
+#[cfg(test)]
+pub(crate) mod round_trip {
+    use std::path::Path;
+
+    use crate::decode::{Decoder, RecordDecoder};
+    use crate::spec::{PipelineSpec, TableSpec};
+
+    /// A table with a column of every type, its values in `format`.
+    pub fn all_types(format: &str) -> TableSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "t"
+topic = "t"
+format = "{format}"
+columns = [
+  {{ name = "s", type = "string", required = true }},
+  {{ name = "i", type = "int" }}, {{ name = "l", type = "long" }}, {{ name = "f", type = "float" }},
+  {{ name = "d", type = "double" }}, {{ name = "b", type = "boolean" }}, {{ name = "day", type = "date" }},
+  {{ name = "ts", type = "timestamp", required = true }}, {{ name = "m", type = "decimal(18,2)" }},
+]
+"#
+        );
+        let spec = PipelineSpec::parse(&text, Path::new("t.toml")).expect("spec");
+        spec.tables[0].clone()
+    }
+
+    /// Each JSON record, written by `encode` (its schema registered as Confluent id `id` of
+    /// `kind`), decodes to the cells the JSON decoder reads from it.
+    pub fn check(
+        table: &TableSpec,
+        kind: &str,
+        id: u32,
+        schema: &str,
+        encode: impl Fn(&str) -> Vec<u8>,
+    ) {
+        let decoder = Decoder::new(table);
+        decoder.registry().expect("a registry format").add_schema(
+            crate::decode::framing::SchemaId::Confluent(id),
+            kind,
+            schema,
+        );
+        for json in [
+            r#"{"s":"x","i":-7,"l":9007199254740993,"f":1.5,"d":-2.25,"b":true,"day":"2026-11-30","ts":"2026-11-30T10:00:00.123456Z","m":"-128.05"}"#,
+            r#"{"s":"","ts":0,"m":"127.99"}"#,
+            r#"{"s":"y","ts":"1969-12-31T23:59:59.5Z","m":"-0.01","i":null}"#,
+            r#"{"s":"z","ts":1,"m":"0.01"}"#,
+            r#"{"s":"w","ts":1,"m":"-128.00","b":false}"#,
+        ] {
+            let want = RecordDecoder::new(table).decode(json).expect("json");
+            let value = encode(json);
+            let mut scratch = Vec::new();
+            let got = decoder
+                .decode(&value, &mut scratch, 1 << 20)
+                .expect("decodes");
+            assert_eq!(got, want, "{json}");
+        }
+    }
+}
+
 use std::fmt::Write as _;
 
 use base64::Engine;

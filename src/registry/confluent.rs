@@ -41,6 +41,15 @@ impl ConfluentRegistry {
                 "registry url {url:?} must start with https:// or http://"
             )));
         }
+        let authority = url.split_once("://").map_or("", |(_, rest)| {
+            rest.split(['/', '?', '#']).next().unwrap_or_default()
+        });
+        if authority.contains('@') {
+            return Err(Error::Config(format!(
+                "registry url must not carry credentials (URLs appear in logs and errors); set {} to key:secret instead",
+                super::AUTH_ENV
+            )));
+        }
         let auth = match auth.filter(|a| !a.is_empty()) {
             None => None,
             Some(a) => {

@@ -94,18 +94,21 @@ impl Registries {
         let url = lookup(URL_ENV)
             .filter(|u| !u.trim().is_empty())
             .or_else(|| spec.url.clone());
-        let confluent: Option<Arc<dyn SchemaSource>> = match url {
-            None => None,
-            Some(url) => Some(match url.strip_prefix("file:") {
-                Some(dir) => Arc::new(DirRegistry::new(dir)),
-                None => Arc::new(ConfluentRegistry::new(&url, lookup(AUTH_ENV).as_deref())?),
-            }),
+        // A directory answers for both framings' ids; Glue-framed ids otherwise go to Glue.
+        let (confluent, directory): (Option<Arc<dyn SchemaSource>>, bool) = match url {
+            None => (None, false),
+            Some(url) => match url.strip_prefix("file:") {
+                Some(dir) => (Some(Arc::new(DirRegistry::new(dir))), true),
+                None => (
+                    Some(Arc::new(ConfluentRegistry::new(
+                        &url,
+                        lookup(AUTH_ENV).as_deref(),
+                    )?)),
+                    false,
+                ),
+            },
         };
-        let glue = match (glue, &confluent) {
-            (Some(g), _) => Some(g),
-            (None, Some(c)) if c.describe().starts_with("directory") => Some(c.clone()),
-            (None, _) => None,
-        };
+        let glue = glue.or_else(|| confluent.clone().filter(|_| directory));
         Ok(Registries { confluent, glue })
     }
 

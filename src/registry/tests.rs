@@ -73,6 +73,12 @@ async fn the_environment_overrides_the_spec_and_no_registry_is_a_reason_not_a_fa
 fn credentials_must_be_key_and_secret() {
     let e = ConfluentRegistry::new("http://127.0.0.1:1", Some("no-colon")).expect_err("bad auth");
     assert!(e.to_string().contains("key:secret"), "{e}");
+    let e = ConfluentRegistry::new("https://key:secret@sr.example.com/x", None)
+        .expect_err("credentials in the URL");
+    assert!(
+        e.to_string().contains("STREAMTABLE_REGISTRY_AUTH") && !e.to_string().contains("secret@"),
+        "{e}"
+    );
     let e = ConfluentRegistry::new("ftp://x", None).expect_err("bad scheme");
     assert!(e.to_string().contains("https://"), "{e}");
 }

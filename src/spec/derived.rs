@@ -192,7 +192,8 @@ pub(super) fn parse_derived(
                 renamed_from: None,
             })
             .collect();
-        let partition_by = super::load::parse_partitioning(&d.partition_by, &columns, name, at)?;
+        let partition_by =
+            super::partitioning::parse_partitioning(&d.partition_by, &columns, name, at)?;
         let target_file_size_mb = match &d.target_file_size_mb {
             Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
             None => cx.settings.target_file_size_mb,

@@ -9,35 +9,6 @@ use toml::Spanned;
 use super::*;
 use crate::error::{Error, Result};
 
-const PARTITION_HELP: &str = "write identity(col), year(col), month(col), day(col), hour(col), bucket(N, col) or truncate(W, col)";
-
-/// Parses `day(created_at)`, `bucket(16, id)`, `truncate(4, name)` or a bare column name.
-pub(super) fn parse_partition(text: &str) -> Option<PartitionField> {
-    use iceberg::spec::Transform;
-    let t = text.trim();
-    let Some((func, args)) = t.split_once('(') else {
-        return is_identifier(t).then(|| PartitionField {
-            transform: Transform::Identity,
-            source: t.to_string(),
-        });
-    };
-    let args: Vec<&str> = args.strip_suffix(')')?.split(',').map(str::trim).collect();
-    let (transform, source) = match (func.trim(), args.as_slice()) {
-        ("identity", [c]) => (Transform::Identity, *c),
-        ("year", [c]) => (Transform::Year, *c),
-        ("month", [c]) => (Transform::Month, *c),
-        ("day", [c]) => (Transform::Day, *c),
-        ("hour", [c]) => (Transform::Hour, *c),
-        ("bucket", [n, c]) => (Transform::Bucket(n.parse().ok().filter(|n| *n > 0)?), *c),
-        ("truncate", [w, c]) => (Transform::Truncate(w.parse().ok().filter(|w| *w > 0)?), *c),
-        _ => return None,
-    };
-    is_identifier(source).then(|| PartitionField {
-        transform,
-        source: source.to_string(),
-    })
-}
-
 /// Lowercase SQL identifier as Athena and Glue accept it.
 pub fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
@@ -207,7 +178,8 @@ impl PipelineSpec {
                 ));
             }
             let columns = parse_columns(&t.columns, &t.name, &at)?;
-            let partition_by = parse_partitioning(&t.partition_by, &columns, name, &at)?;
+            let partition_by =
+                super::partitioning::parse_partitioning(&t.partition_by, &columns, name, &at)?;
             let target_file_size_mb = match &t.target_file_size_mb {
                 Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
                 None => settings.target_file_size_mb,
@@ -315,45 +287,6 @@ fn parse_registry_url(url: &Spanned<String>, origin: &Path) -> std::result::Resu
     Err(format!(
         "registry url {text:?} must start with https:// (a Confluent-compatible registry) or file: (a directory of <schema id>.avsc files)"
     ))
-}
-
-/// The `partition_by` list of table `name`, checked against its columns.
-pub(super) fn parse_partitioning(
-    list: &[Spanned<String>],
-    columns: &[ColumnSpec],
-    name: &str,
-    at: &impl Fn(std::ops::Range<usize>, String) -> Error,
-) -> Result<Vec<PartitionField>> {
-    let mut partition_by = Vec::new();
-    for p in list {
-        let field = parse_partition(p.get_ref()).ok_or_else(|| {
-            at(
-                p.span(),
-                format!(
-                    "cannot read partition transform {:?}; {PARTITION_HELP}",
-                    p.get_ref()
-                ),
-            )
-        })?;
-        let col = columns.iter().find(|c| c.name == field.source).ok_or_else(|| {
-            at(p.span(), format!(
-                "partition source column {:?} is not a column of table {name:?}; partition by one of its columns",
-                field.source
-            ))
-        })?;
-        check_transform(&field, col.column_type).map_err(|m| at(p.span(), m))?;
-        if partition_by
-            .iter()
-            .any(|f: &PartitionField| f.field_name() == field.field_name())
-        {
-            return Err(at(
-                p.span(),
-                format!("partition {:?} is listed twice", p.get_ref()),
-            ));
-        }
-        partition_by.push(field);
-    }
-    Ok(partition_by)
 }
 
 /// The columns of a table or reference table, checked.
@@ -465,39 +398,6 @@ pub(super) fn check_target_size(v: &Spanned<u64>) -> std::result::Result<u64, St
         ));
     }
     Ok(mb)
-}
-
-fn check_transform(field: &PartitionField, ty: ColumnType) -> std::result::Result<(), String> {
-    use iceberg::spec::Transform;
-    let ok = match field.transform {
-        Transform::Identity => !matches!(ty, ColumnType::Float | ColumnType::Double),
-        Transform::Year | Transform::Month | Transform::Day => {
-            matches!(ty, ColumnType::Date | ColumnType::Timestamp)
-        }
-        Transform::Hour => ty == ColumnType::Timestamp,
-        Transform::Bucket(_) => matches!(
-            ty,
-            ColumnType::Int
-                | ColumnType::Long
-                | ColumnType::Decimal { .. }
-                | ColumnType::String
-                | ColumnType::Date
-                | ColumnType::Timestamp
-        ),
-        Transform::Truncate(_) => matches!(
-            ty,
-            ColumnType::Int | ColumnType::Long | ColumnType::Decimal { .. } | ColumnType::String
-        ),
-        Transform::Void | Transform::Unknown => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "transform {} cannot apply to column {:?} of type {ty}; day/month/year need a date or timestamp, hour a timestamp, truncate an int, long, decimal or string",
-            field.transform, field.source
-        ))
-    }
 }
 
 /// 1-based line and column of a byte offset.

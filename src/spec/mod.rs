@@ -24,6 +24,7 @@
 mod derived;
 mod event_time;
 mod load;
+mod partitioning;
 
 pub use derived::PARTIALS_SUFFIX;
 pub use event_time::{Dedup, EventTime, parse_duration_ms};

@@ -372,44 +372,6 @@ pub async fn avro_records_land_and_evolve(h: &Harness, glue: Option<&str>) {
     land_and_evolve(h, glue, &case).await;
 }
 
-/// A registry that cannot be reached fails the batch (retryable): nothing lands, nothing is
-/// dead-lettered, the checkpoint stays; once it answers, the same batch lands.
-pub async fn an_unreachable_registry_retries_the_batch(h: &Harness) {
-    let url = registry_url();
-    let topic = format!("orders-{}", uuid::Uuid::new_v4().simple());
-    let subject = format!("{topic}-value");
-    let values = produce(
-        &schema_v1(),
-        &[order(1, Some("c1"), "1.00", None)],
-        &Framing::Confluent {
-            url: &url,
-            subject: &subject,
-        },
-    );
-    let batch = records(&topic, 0, values);
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}", l.local_addr().expect("addr"))
-    };
-    let down = spec(&closed, &topic, "");
-    let ingestor = Ingestor::connect(&down, &h.backend)
-        .await
-        .expect("ingestor");
-    let e = ingestor
-        .handle(&event(&batch))
-        .await
-        .expect_err("the registry is down");
-    assert!(e.is_retryable(), "{e}");
-    assert!(e.to_string().contains("schema registry"), "{e}");
-    assert_eq!(h.next_offset(&topic, 0).await, 0);
-    assert!(h.pending_files().await.is_empty());
-
-    land(h, &spec(&url, &topic, ""), &batch).await;
-    assert_eq!(h.next_offset(&topic, 0).await, 1);
-    assert_eq!(business(h, None, 2), [["o1", "c1"]]);
-    assert_eq!(h.read_external("pyiceberg", "dead_letters")["count"], 0);
-}
-
 /// Makes the registry stand-in answer the next `count` lookups of schema `id` with `status`.
 fn inject_registry_fault(url: &str, id: u32, status: u16, count: u32) {
     let python = std::env::var("STREAMTABLE_TEST_PYTHON").expect("STREAMTABLE_TEST_PYTHON");
@@ -428,37 +390,67 @@ fn inject_registry_fault(url: &str, id: u32, status: u16, count: u32) {
     );
 }
 
-/// A registry that answers 503, then refuses the credentials (401): each fails the batch
-/// (nothing lands, nothing is dead-lettered, the checkpoint stays); then the batch lands.
-pub async fn a_failing_registry_retries_the_batch(h: &Harness) {
-    let url = registry_url();
+/// One order of a fresh topic, registered in the stand-in at `url`: its topic, its schema id
+/// and the batch carrying it.
+fn one_order(url: &str) -> (String, u32, Vec<SourceRecord>) {
     let topic = format!("orders-{}", uuid::Uuid::new_v4().simple());
     let subject = format!("{topic}-value");
     let values = produce(
         &schema_v1(),
         &[order(1, Some("c1"), "1.00", None)],
         &Framing::Confluent {
-            url: &url,
+            url,
             subject: &subject,
         },
     );
     let id = u32::from_be_bytes([values[0][1], values[0][2], values[0][3], values[0][4]]);
     let batch = records(&topic, 0, values);
+    (topic, id, batch)
+}
+
+/// Ingesting `batch` with `spec` fails retryably with an error that `says` something, and
+/// leaves nothing behind: no checkpoint move, no pending file.
+async fn fails_and_retries(h: &Harness, spec: &PipelineSpec, batch: &[SourceRecord], says: &str) {
+    let ingestor = Ingestor::connect(spec, &h.backend).await.expect("ingestor");
+    let e = ingestor
+        .handle(&event(batch))
+        .await
+        .expect_err("the registry did not answer");
+    assert!(e.is_retryable() && e.to_string().contains(says), "{e}");
+    assert_eq!(h.next_offset(&batch[0].topic, 0).await, 0);
+    assert!(h.pending_files().await.is_empty());
+}
+
+/// Once the registry answers, the retried batch lands whole, with no dead letter.
+async fn lands_after_the_retry(h: &Harness, spec: &PipelineSpec, batch: &[SourceRecord]) {
+    land(h, spec, batch).await;
+    assert_eq!(h.next_offset(&batch[0].topic, 0).await, 1);
+    assert_eq!(business(h, None, 2), [["o1", "c1"]]);
+    assert_eq!(h.read_external("pyiceberg", "dead_letters")["count"], 0);
+}
+
+/// A registry that cannot be reached fails the batch (retryable): nothing lands, nothing is
+/// dead-lettered, the checkpoint stays; once it answers, the same batch lands.
+pub async fn an_unreachable_registry_retries_the_batch(h: &Harness) {
+    let url = registry_url();
+    let (topic, _, batch) = one_order(&url);
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", l.local_addr().expect("addr"))
+    };
+    fails_and_retries(h, &spec(&closed, &topic, ""), &batch, "schema registry").await;
+    lands_after_the_retry(h, &spec(&url, &topic, ""), &batch).await;
+}
+
+/// A registry that answers 503, then refuses the credentials (401): each fails the batch
+/// (nothing lands, nothing is dead-lettered, the checkpoint stays); then the batch lands.
+pub async fn a_failing_registry_retries_the_batch(h: &Harness) {
+    let url = registry_url();
+    let (topic, id, batch) = one_order(&url);
     let spec = spec(&url, &topic, "");
     for (status, says) in [(503, "503"), (401, "refused the credentials")] {
         inject_registry_fault(&url, id, status, 1);
-        let ingestor = Ingestor::connect(&spec, &h.backend)
-            .await
-            .expect("ingestor");
-        let e = ingestor
-            .handle(&event(&batch))
-            .await
-            .expect_err("the registry failed");
-        assert!(e.is_retryable() && e.to_string().contains(says), "{e}");
-        assert_eq!(h.next_offset(&topic, 0).await, 0);
-        assert!(h.pending_files().await.is_empty());
+        fails_and_retries(h, &spec, &batch, says).await;
     }
-    land(h, &spec, &batch).await;
-    assert_eq!(business(h, None, 2), [["o1", "c1"]]);
-    assert_eq!(h.read_external("pyiceberg", "dead_letters")["count"], 0);
+    lands_after_the_retry(h, &spec, &batch).await;
 }

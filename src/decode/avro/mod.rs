@@ -20,7 +20,7 @@ pub use super::framing::{CONFLUENT_MAGIC, Framed, SchemaId, frame};
 use super::framing::{SchemaCache, body};
 use super::json::Node;
 use super::{Cell, RejectKind, Rejection};
-use crate::spec::{ColumnType, TableSpec};
+use crate::spec::TableSpec;
 
 /// A column of the table, as messages name it.
 #[derive(Debug)]
@@ -141,25 +141,6 @@ impl super::RegistryDecoder for AvroDecoder {
 
     fn add_missing(&self, id: SchemaId, reason: String) {
         self.plans.add_missing(id, reason);
-    }
-}
-
-/// The Avro type a column of `ty` is written as in a schema derived from the spec (the demo
-/// and the benchmark produce with it).
-pub fn avro_type_of(ty: ColumnType) -> serde_json::Value {
-    use serde_json::json;
-    match ty {
-        ColumnType::String => json!("string"),
-        ColumnType::Int => json!("int"),
-        ColumnType::Long => json!("long"),
-        ColumnType::Float => json!("float"),
-        ColumnType::Double => json!("double"),
-        ColumnType::Boolean => json!("boolean"),
-        ColumnType::Date => json!({"type": "int", "logicalType": "date"}),
-        ColumnType::Timestamp => json!({"type": "long", "logicalType": "timestamp-micros"}),
-        ColumnType::Decimal { precision, scale } => json!({
-            "type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale
-        }),
     }
 }
 
