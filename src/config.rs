@@ -109,7 +109,35 @@ impl Config {
         Ok(Config { pipeline, backend })
     }
 
-    /// Loads and validates the pipeline spec.
+    /// Loads and validates the pipeline spec, reading the columns of tables that take them from
+    /// the schema registry (`columns = "from-registry"`) from it and from `backend`'s catalog.
+    /// What every command that builds tables uses.
+    pub async fn load_pipeline_resolved(&self, backend: &Backend) -> Result<PipelineSpec> {
+        let (text, origin) = self.pipeline_text()?;
+        crate::registry::resolve::load_spec(&text, &origin, backend).await
+    }
+
+    /// The spec's text and where it is from.
+    pub fn pipeline_text(&self) -> Result<(String, PathBuf)> {
+        match &self.pipeline {
+            Some(path) => Ok((
+                std::fs::read_to_string(path).map_err(|e| {
+                    Error::Spec(format!(
+                        "{}: cannot read the pipeline spec: {e}; pass --pipeline FILE or set STREAMTABLE_PIPELINE",
+                        path.display()
+                    ))
+                })?,
+                path.clone(),
+            )),
+            None => Ok((
+                BUILTIN_PIPELINE.to_string(),
+                PathBuf::from("(built-in) infra/pipeline.toml"),
+            )),
+        }
+    }
+
+    /// Loads and validates the pipeline spec (a spec whose tables take their columns from the
+    /// registry needs [`Config::load_pipeline_resolved`]).
     pub fn load_pipeline(&self) -> Result<PipelineSpec> {
         match &self.pipeline {
             Some(path) => PipelineSpec::load(path),

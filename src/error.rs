@@ -114,6 +114,21 @@ pub enum Error {
         retryable: bool,
     },
 
+    /// A table whose columns come from the registry met a writer schema with fields it has no
+    /// columns for: nothing of the batch landed; the ingestor re-reads the spec from the
+    /// registry and lands the batch again (retryable).
+    #[error(
+        "table {table}: {schema} has fields that are not columns yet ({columns}); the spec is read from the registry again and the batch retried"
+    )]
+    RegistryColumnsGrew {
+        /// The table.
+        table: String,
+        /// The writer schema (its id).
+        schema: String,
+        /// The new columns, comma-separated.
+        columns: String,
+    },
+
     /// An error from the Iceberg library (metadata, writers, file IO).
     #[error("iceberg: {context}: {source}")]
     Iceberg {
@@ -152,7 +167,8 @@ impl Error {
             | Error::Registry { retryable, .. } => *retryable,
             Error::CheckpointContention { .. }
             | Error::CommitContention { .. }
-            | Error::CommitStateUnknown { .. } => true,
+            | Error::CommitStateUnknown { .. }
+            | Error::RegistryColumnsGrew { .. } => true,
             Error::Io { source, .. } => {
                 use std::io::ErrorKind as K;
                 matches!(

@@ -20,51 +20,36 @@ use crate::telemetry;
 pub mod ingest {
     use super::*;
     use crate::esm::EsmEvent;
-    use crate::ingest::{IngestOptions, IngestSummary, Ingestor};
+    use crate::ingest::{IngestOptions, IngestSummary, LiveIngestor, SpecLoader};
 
     /// Serves ingest invocations until the runtime stops.
     pub async fn run() -> Result<(), lambda_runtime::Error> {
         telemetry::init_json_logs();
         let config = Config::from_env()?;
-        let spec = config.load_pipeline()?;
         let backend = Backend::connect(&config.backend).await?;
-        let options = IngestOptions::from_env(&spec)?;
         let clock = backend.clock.clone();
-        // Resolved against the catalog (tables evolved to the spec, their field ids read) on
-        // the first invocation rather than in init: a catalog that cannot be reached then fails
-        // that invocation, which the event source mapping retries, instead of the init phase.
-        let ingestor: Arc<tokio::sync::OnceCell<Ingestor>> = Arc::default();
-        let setup = Arc::new((spec, backend, options));
+        // The spec is read (and resolved against the registry and the catalog) on the first
+        // invocation rather than in init: a catalog or registry that cannot be reached then
+        // fails that invocation, which the event source mapping retries, instead of the init
+        // phase. It is read again when a registry table's writer schema gains fields.
+        let load: SpecLoader = {
+            let (config, backend) = (config.clone(), backend.clone());
+            Arc::new(move || {
+                let (config, backend) = (config.clone(), backend.clone());
+                Box::pin(async move { config.load_pipeline_resolved(&backend).await })
+            })
+        };
+        let ingestor = Arc::new(LiveIngestor::new(load, backend, IngestOptions::from_env));
         lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
-            let (ingestor, setup, clock) = (ingestor.clone(), setup.clone(), clock.clone());
-            async move {
-                let (spec, backend, options) = setup.as_ref();
-                let ingestor = match ingestor
-                    .get_or_try_init(|| async {
-                        Ok::<_, crate::Error>(
-                            Ingestor::connect(spec, backend)
-                                .await?
-                                .with_options(options.clone()),
-                        )
-                    })
-                    .await
-                {
-                    Ok(i) => i,
-                    Err(e) => {
-                        tracing::error!(error = %e, retryable = e.is_retryable(),
-                            "tables not resolved against the catalog; the event source mapping will retry the batch");
-                        return Err(e.into());
-                    }
-                };
-                handle(ingestor, clock.as_ref(), &event.payload).await
-            }
+            let (ingestor, clock) = (ingestor.clone(), clock.clone());
+            async move { handle(&ingestor, clock.as_ref(), &event.payload).await }
         }))
         .await
     }
 
     /// Lands one batch; prints its metrics line, or logs why it could not be landed.
     pub async fn handle(
-        ingestor: &Ingestor,
+        ingestor: &LiveIngestor,
         clock: &dyn Clock,
         event: &EsmEvent,
     ) -> Result<IngestSummary, lambda_runtime::Error> {
@@ -97,31 +82,55 @@ pub mod scheduled {
     pub const MARGIN: Duration = Duration::from_secs(20);
 
     struct Stage {
+        config: Config,
         backend: Backend,
-        tables: TableSet,
+        /// The tables as last read; re-read per invocation when some table takes its columns
+        /// from the registry.
+        tables: tokio::sync::Mutex<Arc<TableSet>>,
+        follows_registry: bool,
         options: ScheduledOptions,
+    }
+
+    impl Stage {
+        /// The tables for this invocation: a spec with registry tables is read again (a new
+        /// version may have added columns), and when the registry cannot be reached the last
+        /// tables serve (their columns never shrink, so committing with them is safe).
+        async fn tables(&self) -> Arc<TableSet> {
+            let mut tables = self.tables.lock().await;
+            if self.follows_registry {
+                let read = self.config.load_pipeline_resolved(&self.backend).await;
+                match read.and_then(|spec| TableSet::new(&spec, &self.backend.namespace)) {
+                    Ok(t) => *tables = Arc::new(t),
+                    Err(e) => tracing::warn!(error = %e,
+                        "spec not read from the registry; the tables as last read are used"),
+                }
+            }
+            tables.clone()
+        }
     }
 
     /// Serves scheduled invocations until the runtime stops. The event's content is not used.
     pub async fn run() -> Result<(), lambda_runtime::Error> {
         telemetry::init_json_logs();
         let config = Config::from_env()?;
-        let spec = config.load_pipeline()?;
         let backend = Backend::connect(&config.backend).await?;
+        let spec = config.load_pipeline_resolved(&backend).await?;
         let tables = TableSet::new(&spec, &backend.namespace)?;
         let options = ScheduledOptions::from_env()?;
         let stage = Arc::new(Stage {
+            follows_registry: spec.tables.iter().any(|t| t.registry_subject.is_some()),
+            config,
             backend,
-            tables,
+            tables: tokio::sync::Mutex::new(Arc::new(tables)),
             options,
         });
         lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
             let stage = stage.clone();
             async move {
                 let left = time_left(event.context.deadline, stage.backend.clock.as_ref());
+                let tables = stage.tables().await;
                 if is_state_stream_event(&event.payload) {
-                    let t =
-                        handle_trigger(&stage.backend, &stage.tables, &stage.options, left).await?;
+                    let t = handle_trigger(&stage.backend, &tables, &stage.options, left).await?;
                     Ok::<_, lambda_runtime::Error>(serde_json::json!({
                         "triggered_commit": {
                             "files": t.report.as_ref().map_or(0, |r| r.files()),
@@ -129,7 +138,7 @@ pub mod scheduled {
                         }
                     }))
                 } else {
-                    let r = handle(&stage.backend, &stage.tables, &stage.options, left).await?;
+                    let r = handle(&stage.backend, &tables, &stage.options, left).await?;
                     Ok(serde_json::to_value(r)?)
                 }
             }

@@ -31,3 +31,10 @@ async fn a_failing_registry_retries_the_batch() {
     let h = common::moto().await;
     s::a_failing_registry_retries_the_batch(&h).await;
 }
+
+#[tokio::test]
+async fn columns_from_the_glue_registry_follow_its_versions() {
+    let h = common::moto().await;
+    let registry = format!("reg-{}", uuid::Uuid::new_v4().simple());
+    common::registry_columns_scenarios::columns_follow_the_registry(&h, Some(&registry)).await;
+}

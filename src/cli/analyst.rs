@@ -108,7 +108,7 @@ pub async fn tables(config: &Config, json: bool) -> Result<()> {
     } else {
         println!("{}", crate::cli::table_list::render(&info, now_ms()));
     }
-    if !json && let Ok(spec) = config.load_pipeline() {
+    if !json && let Ok(spec) = config.load_pipeline_resolved(&backend).await {
         let states = crate::cli::table_list::state_overview(&backend, &spec).await?;
         let text = crate::cli::table_list::render_states(&states, now_ms());
         if !text.is_empty() {

@@ -13,19 +13,31 @@ use crate::tables::{TableSet, check_partition_spec, plan_for};
 /// Loads, plans and prints the spec of `config`, then what it changes in the catalog's tables
 /// (like `terraform plan`). Fails when a change would be refused.
 pub async fn run(config: &Config) -> Result<()> {
-    let spec = config.load_pipeline()?;
+    let no_catalog = match &config.backend {
+        BackendConfig::Embedded { home } if !home.join("catalog.db").exists() => Some(home),
+        _ => None,
+    };
+    let backend = match no_catalog {
+        Some(_) => None,
+        None => Some(Backend::connect(&config.backend).await?),
+    };
+    let (text, origin) = config.pipeline_text()?;
+    let (spec, from_registry) =
+        crate::registry::resolve::load_spec_detailed(&text, &origin, backend.as_ref()).await?;
     let processor = Processor::new(&spec)?;
     print!("{}", render(&spec, &processor));
-    if let BackendConfig::Embedded { home } = &config.backend
-        && !home.join("catalog.db").exists()
-    {
-        println!(
-            "\ncatalog: none at {} yet; every table is created from the spec on first use",
-            home.display()
-        );
-        return Ok(());
+    for r in &from_registry {
+        print!("{}", render_resolution(r));
     }
-    let backend = Backend::connect(&config.backend).await?;
+    let Some(backend) = backend else {
+        if let Some(home) = no_catalog {
+            println!(
+                "\ncatalog: none at {} yet; every table is created from the spec on first use",
+                home.display()
+            );
+        }
+        return Ok(());
+    };
     let tables = TableSet::new(&spec, &backend.namespace)?;
     let (text, refused) = catalog_plan(&backend, &tables).await?;
     print!("{text}");
@@ -70,6 +82,27 @@ pub async fn catalog_plan(backend: &Backend, tables: &TableSet) -> Result<(Strin
         }
     }
     Ok((out, refused))
+}
+
+/// Where a registry table's columns came from, and the fields that are not columns.
+fn render_resolution(r: &crate::registry::resolve::Resolution) -> String {
+    let mut out = format!(
+        "\ntable {}: columns from the registry: subject {}, latest version {} ({} columns)\n",
+        r.table.table,
+        r.table.subject,
+        r.id,
+        r.schema.columns.len()
+    );
+    for s in &r.schema.skipped {
+        let _ = writeln!(out, "    not a column: {s}");
+    }
+    for k in &r.kept {
+        let _ = writeln!(
+            out,
+            "    kept: {k} (in the table, not in the latest version: NULL for records without it)"
+        );
+    }
+    out
 }
 
 fn columns(out: &mut String, columns: &[ColumnSpec], with_paths: bool) {

@@ -32,11 +32,16 @@ pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
 
 /// `streamtable ingest --event FILE...`: one summary line per file.
 pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
-    let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
-    let ingestor = Ingestor::connect(&spec, &backend)
-        .await?
-        .with_options(crate::ingest::IngestOptions::from_env(&spec)?);
+    let load: crate::ingest::SpecLoader = {
+        let (config, backend) = (config.clone(), backend.clone());
+        std::sync::Arc::new(move || {
+            let (config, backend) = (config.clone(), backend.clone());
+            Box::pin(async move { config.load_pipeline_resolved(&backend).await })
+        })
+    };
+    let ingestor =
+        crate::ingest::LiveIngestor::new(load, backend, crate::ingest::IngestOptions::from_env);
     for path in events {
         let event = read_event(path)?;
         let summary = ingestor.handle(&event).await?;
@@ -56,8 +61,8 @@ pub struct ReplayArgs {
 
 /// `streamtable replay`: feeds failed batches back through ingest, exactly once.
 pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
-    let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
+    let spec = config.load_pipeline_resolved(&backend).await?;
     let ingestor = Ingestor::connect(&spec, &backend).await?;
     #[cfg(feature = "aws")]
     let mut s3 = None;
@@ -133,8 +138,8 @@ pub struct ScheduledArgs {
 
 /// `streamtable scheduled`: the scheduled stage (commit, compaction, maintenance), once.
 pub async fn scheduled(config: &Config, args: &ScheduledArgs) -> Result<()> {
-    let spec = config.load_pipeline()?;
     let backend = Backend::connect(&config.backend).await?;
+    let spec = config.load_pipeline_resolved(&backend).await?;
     let tables = crate::tables::TableSet::new(&spec, &backend.namespace)?;
     let options = crate::scheduled::ScheduledOptions::from_env()?;
     let report = crate::scheduled::run(&backend, &tables, &options).await?;

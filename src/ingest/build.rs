@@ -58,6 +58,12 @@ impl Ingestor {
         self
     }
 
+    /// The same ingestor sharing `reloads` with the ingestors built before it.
+    pub fn with_registry_reloads(mut self, reloads: super::RegistryReloads) -> Ingestor {
+        self.registry_reloads = reloads;
+        self
+    }
+
     /// The ingestor's options.
     pub fn options(&self) -> &IngestOptions {
         &self.options
@@ -116,6 +122,7 @@ impl Ingestor {
             clock: crate::clock::system(),
             refused: HashMap::new(),
             registries: Registries::default(),
+            registry_reloads: Default::default(),
         })
     }
 }

@@ -21,6 +21,8 @@ pub mod encode;
 mod idle;
 mod layouts;
 pub use layouts::Resolved;
+mod live;
+pub use live::{LiveIngestor, SpecLoader};
 mod options;
 mod pending;
 mod records;
@@ -112,7 +114,15 @@ pub struct Ingestor {
     refused: HashMap<String, (String, String)>,
     /// Where Avro topics' writer schemas come from.
     registries: crate::registry::Registries,
+    /// (table, writer schema) pairs with new fields that already made the spec be read again:
+    /// shared by the ingestors a [`LiveIngestor`] builds, so that a field the registry's latest
+    /// version lacks fails one attempt, not every one.
+    registry_reloads: RegistryReloads,
 }
+
+/// The (table, writer schema) pairs that made an ingestor's spec be read again.
+pub type RegistryReloads =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>;
 
 impl Ingestor {
     /// Lands one ESM batch: the new records of all its topic-partitions (in as few groups as

@@ -9,8 +9,9 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::{Ingestor, Planned};
 use crate::decode::framing::frame;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::registry::Lookup;
+use crate::registry::columns::of_schema;
 
 /// Base64 characters that hold the longest registry header (Glue: 18 bytes).
 const HEADER_CHARS: usize = 24;
@@ -48,6 +49,7 @@ impl Ingestor {
                 let started = std::time::Instant::now();
                 match self.registries.fetch(&id).await? {
                     Lookup::Found { schema, kind } => {
+                        self.check_new_fields(table, &id, &schema)?;
                         decoder.add_schema(id, &kind, &schema);
                         tracing::info!(topic = %p.source.topic, schema = %id,
                             ms = started.elapsed().as_millis() as u64, "fetched a writer schema");
@@ -61,5 +63,47 @@ impl Ingestor {
             }
         }
         Ok(())
+    }
+
+    /// For a table whose columns come from the registry: a writer schema with fields the table
+    /// has no columns for fails the group (once per table and schema in this process), so that
+    /// the spec is read again and the table gains them before any of its records land.
+    fn check_new_fields(
+        &self,
+        table: &super::TopicTable,
+        id: &crate::registry::SchemaId,
+        schema: &str,
+    ) -> Result<()> {
+        if table.spec.registry_subject.is_none() {
+            return Ok(());
+        }
+        let Ok(columns) = of_schema(table.spec.format, schema) else {
+            return Ok(()); // the decoder says what is wrong with it, per record
+        };
+        let new: Vec<String> = columns
+            .columns
+            .into_iter()
+            .filter(|c| !table.spec.columns.iter().any(|t| t.name == c.name))
+            .map(|c| c.name)
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let key = (table.spec.name.clone(), id.to_string());
+        let first = self
+            .registry_reloads
+            .lock()
+            .map(|mut seen| seen.insert(key))
+            .unwrap_or(false);
+        if !first {
+            tracing::warn!(table = %table.spec.name, schema = %id, columns = ?new,
+                "the registry's latest version still lacks these fields: they do not land");
+            return Ok(());
+        }
+        Err(Error::RegistryColumnsGrew {
+            table: table.spec.name.clone(),
+            schema: id.to_string(),
+            columns: new.join(", "),
+        })
     }
 }

@@ -1,11 +1,12 @@
-//! A Confluent-compatible schema registry over HTTP(S): `GET /schemas/ids/{id}`.
+//! A Confluent-compatible schema registry over HTTP(S): `GET /schemas/ids/{id}` and
+//! `GET /subjects/{subject}/versions/latest`.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::{Lookup, SchemaId, SchemaSource, fault};
+use super::{Latest, Lookup, SchemaId, SchemaSource, fault};
 use crate::error::{Error, Result};
 
 /// How long one request may take before the batch is retried.
@@ -18,6 +19,14 @@ pub struct ConfluentRegistry {
     client: reqwest::Client,
     url: String,
     auth: Option<(String, String)>,
+}
+
+#[derive(Deserialize)]
+struct LatestResponse {
+    id: u32,
+    schema: String,
+    #[serde(rename = "schemaType")]
+    schema_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +79,50 @@ impl ConfluentRegistry {
     }
 }
 
+impl ConfluentRegistry {
+    /// `GET {url}/{path}`: the body, `None` on 404, a fault otherwise (retryable unless the
+    /// registry answered with a client error other than 401, 403 or 429).
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        let url = format!("{}/{path}", self.url);
+        let mut request = self
+            .client
+            .get(&url)
+            .header("Accept", "application/vnd.schemaregistry.v1+json");
+        if let Some((key, secret)) = &self.auth {
+            request = request.basic_auth(key, Some(secret));
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| fault(&self.url, format!("GET {url}: {e}"), true))?;
+        let status = response.status();
+        if status.as_u16() == 404 {
+            return Ok(None);
+        }
+        if status.as_u16() == 401 || status.as_u16() == 403 {
+            return Err(fault(
+                &self.url,
+                format!(
+                    "GET {url}: {status}: the registry refused the credentials; set {} to the registry's key:secret",
+                    super::AUTH_ENV
+                ),
+                true,
+            ));
+        }
+        if !status.is_success() {
+            let retryable = status.is_server_error() || status.as_u16() == 429;
+            return Err(fault(&self.url, format!("GET {url}: {status}"), retryable));
+        }
+        response.json().await.map(Some).map_err(|e| {
+            fault(
+                &self.url,
+                format!("GET {url}: not a registry response: {e}"),
+                true,
+            )
+        })
+    }
+}
+
 #[cfg(feature = "aws")]
 fn install_tls_provider() -> Result<()> {
     // The AWS SDK's TLS stack (rustls with aws-lc) serves the registry too; installing it twice
@@ -94,49 +147,40 @@ impl SchemaSource for ConfluentRegistry {
                 self.url
             )));
         };
-        let url = format!("{}/schemas/ids/{n}", self.url);
-        let mut request = self
-            .client
-            .get(&url)
-            .header("Accept", "application/vnd.schemaregistry.v1+json");
-        if let Some((key, secret)) = &self.auth {
-            request = request.basic_auth(key, Some(secret));
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| fault(&self.url, format!("GET {url}: {e}"), true))?;
-        let status = response.status();
-        if status.as_u16() == 404 {
+        let Some(body): Option<SchemaResponse> = self.get(&format!("schemas/ids/{n}")).await?
+        else {
             return Ok(Lookup::Missing(format!(
                 "{id} is not in the registry at {} (404)",
                 self.url
             )));
-        }
-        if status.as_u16() == 401 || status.as_u16() == 403 {
-            return Err(fault(
-                &self.url,
-                format!(
-                    "GET {url}: {status}: the registry refused the credentials; set {} to the registry's key:secret",
-                    super::AUTH_ENV
-                ),
-                true,
-            ));
-        }
-        if !status.is_success() {
-            let retryable = status.is_server_error() || status.as_u16() == 429;
-            return Err(fault(&self.url, format!("GET {url}: {status}"), retryable));
-        }
-        let body: SchemaResponse = response.json().await.map_err(|e| {
-            fault(
-                &self.url,
-                format!("GET {url}: not a schema response: {e}"),
-                true,
-            )
-        })?;
+        };
         Ok(Lookup::Found {
             schema: body.schema,
             // The registry leaves `schemaType` out for Avro.
+            kind: body.schema_type.unwrap_or_else(|| "AVRO".into()),
+        })
+    }
+
+    async fn latest(&self, subject: &str) -> Result<Latest> {
+        let encoded: String = subject
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let path = format!("subjects/{encoded}/versions/latest");
+        let Some(body): Option<LatestResponse> = self.get(&path).await? else {
+            return Ok(Latest::Missing(format!(
+                "subject {subject:?} is not in the registry at {} (404)",
+                self.url
+            )));
+        };
+        Ok(Latest::Found {
+            id: SchemaId::Confluent(body.id),
+            schema: body.schema,
             kind: body.schema_type.unwrap_or_else(|| "AVRO".into()),
         })
     }

@@ -1,12 +1,13 @@
 //! A directory of schema files as a registry: `<id>.avsc` (Avro) or `<id>.proto` (Protobuf) for
 //! Confluent ids, `<uuid>.avsc` / `<uuid>.proto` for Glue schema version ids. For the embedded
-//! backend, the demo and tests without a server.
+//! backend, the demo and tests without a server. A subject is a file `subjects/<subject>` holding
+//! the id of its latest version (`subjects/orders-value` containing `2`).
 
 use std::path::PathBuf;
 
 use async_trait::async_trait;
 
-use super::{Lookup, SchemaId, SchemaSource};
+use super::{Latest, Lookup, SchemaId, SchemaSource};
 use crate::error::{Error, Result};
 
 /// Schemas in a directory.
@@ -56,6 +57,42 @@ impl SchemaSource for DirRegistry {
             self.dir.display(),
             self.path(id, "avsc").display()
         )))
+    }
+
+    async fn latest(&self, subject: &str) -> Result<Latest> {
+        let path = self.dir.join("subjects").join(subject);
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Latest::Missing(format!(
+                    "subject {subject:?} is not in the registry directory {} (no file {}; it holds the latest version's schema id)",
+                    self.dir.display(),
+                    path.display()
+                )));
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    op: "read subject",
+                    path,
+                    source,
+                });
+            }
+        };
+        let id = text.trim();
+        let id = match (id.parse::<u32>(), uuid::Uuid::parse_str(id)) {
+            (Ok(n), _) => SchemaId::Confluent(n),
+            (_, Ok(u)) => SchemaId::Glue(u),
+            _ => {
+                return Ok(Latest::Missing(format!(
+                    "{} must hold a schema id (a number or a Glue schema version UUID), not {id:?}",
+                    path.display()
+                )));
+            }
+        };
+        Ok(match self.fetch(&id).await? {
+            Lookup::Found { schema, kind } => Latest::Found { id, schema, kind },
+            Lookup::Missing(why) => Latest::Missing(format!("subject {subject:?}: {why}")),
+        })
     }
 
     fn describe(&self) -> String {

@@ -18,10 +18,12 @@
 //!   [`Error::Registry`] — nothing of the batch lands and the event source mapping retries it.
 //!   A transient fault never turns records into dead letters.
 
+pub mod columns;
 mod confluent;
 mod dir;
 #[cfg(feature = "aws")]
 mod glue;
+pub mod resolve;
 
 use std::sync::Arc;
 
@@ -57,8 +59,34 @@ pub trait SchemaSource: Send + Sync {
     /// could not answer.
     async fn fetch(&self, id: &SchemaId) -> Result<Lookup>;
 
+    /// The latest version registered under `subject` (Confluent: a subject name such as
+    /// `orders-value`; Glue: `registry/schema`), with its id. `Err` only when the registry
+    /// could not answer.
+    async fn latest(&self, subject: &str) -> Result<Latest> {
+        Ok(Latest::Missing(format!(
+            "the {} does not list subjects (subject {subject:?})",
+            self.describe()
+        )))
+    }
+
     /// Where it is, for messages.
     fn describe(&self) -> String;
+}
+
+/// The answer of a registry about a subject's latest version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Latest {
+    /// The version's id, schema text and kind (`AVRO`, `PROTOBUF`).
+    Found {
+        /// Its id, as records carrying it name it.
+        id: SchemaId,
+        /// The schema text.
+        schema: String,
+        /// `AVRO`, `PROTOBUF` or `JSON`.
+        kind: String,
+    },
+    /// The registry has no such subject; the reason says where it looked.
+    Missing(String),
 }
 
 /// Environment variable that overrides `[registry] url`.
@@ -135,6 +163,27 @@ impl Registries {
         match source {
             Some(s) => s.fetch(id).await,
             None => Ok(Lookup::Missing(format!("{id}: {how}"))),
+        }
+    }
+}
+
+impl Registries {
+    /// The latest version of `subject`: a Glue subject (`registry/schema`) from the Glue
+    /// registry, any other from the Confluent-compatible one (or the directory).
+    pub async fn latest(&self, subject: &str) -> Result<Latest> {
+        let source = if subject.contains('/') {
+            &self.glue
+        } else {
+            &self.confluent
+        };
+        match source {
+            Some(s) => s.latest(subject).await,
+            None if subject.contains('/') => Ok(Latest::Missing(format!(
+                "subject {subject:?} names a Glue Schema Registry schema (registry/schema), which needs the AWS backend or a file: registry"
+            ))),
+            None => Ok(Latest::Missing(format!(
+                "no registry is configured to read subject {subject:?} from: set [registry] url in the spec or {URL_ENV}"
+            ))),
         }
     }
 }

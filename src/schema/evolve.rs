@@ -182,6 +182,15 @@ pub fn plan(
 ) -> SchemaPlan {
     let fields: Vec<&NestedFieldRef> = current.as_struct().fields().iter().collect();
     let by_name = |name: &str| fields.iter().find(|f| f.name == name).copied();
+    if spec.registry_subject.is_some() && lacks_a_column(&fields, spec) {
+        // A registry table's columns only grow: a spec without one of them was resolved before
+        // another writer evolved the table, and is older than the table.
+        return SchemaPlan {
+            changes: Vec::new(),
+            refused: Vec::new(),
+            evolved: None,
+        };
+    }
     let mut changes = Vec::new();
     let mut refused = Vec::new();
     let mut next_id = last_column_id.max(current.highest_field_id());
@@ -351,6 +360,17 @@ pub fn plan(
         refused,
         evolved,
     }
+}
+
+/// Whether the table has a business column the spec neither has nor renames.
+fn lacks_a_column(fields: &[&NestedFieldRef], spec: &TableSpec) -> bool {
+    fields.iter().any(|f| {
+        !KAFKA_COLUMNS.contains(&f.name.as_str())
+            && !spec
+                .columns
+                .iter()
+                .any(|c| c.name == f.name || c.renamed_from.as_deref() == Some(f.name.as_str()))
+    })
 }
 
 /// The plan as the lines `streamtable check` prints under a table (empty: no change).

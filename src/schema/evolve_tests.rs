@@ -169,3 +169,29 @@ fn widening_follows_the_iceberg_spec() {
     assert!(!widens(&P::Int, &P::Double));
     assert!(!widens(&P::Int, &P::String));
 }
+
+#[test]
+fn a_registry_tables_spec_older_than_the_table_changes_nothing() {
+    // The table has `note`, which a spec read before another writer added it lacks: a registry
+    // table's columns only grow, so nothing is dropped (nor anything else changed).
+    let with_note = format!("{V1}\n{{ name = \"note\", type = \"string\" }},");
+    let current = TableLayout::for_table(&table(&with_note))
+        .expect("layout")
+        .schema
+        .as_ref()
+        .clone();
+    let mut stale = table(V1);
+    stale.registry_subject = Some("t-value".into());
+    let p = plan(&current, current.highest_field_id(), &[], &stale);
+    assert!(p.is_empty() && p.evolved.is_none(), "{:?}", p.changes);
+    // The same spec written by hand drops the column.
+    stale.registry_subject = None;
+    let p = plan(&current, current.highest_field_id(), &[], &stale);
+    assert!(
+        p.changes
+            .iter()
+            .any(|c| matches!(c, Change::Drop { name } if name == "note")),
+        "{:?}",
+        p.changes
+    );
+}

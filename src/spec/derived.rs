@@ -209,6 +209,7 @@ pub(super) fn parse_derived(
                 land: true,
                 event_time: None,
                 format: super::Format::Json,
+                registry_subject: None,
             },
             source: inferred.source,
             references: inferred.references,

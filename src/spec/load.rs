@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::registry::{RawColumns, ResolvedColumns, keyword_columns};
 use super::*;
 use crate::error::{Error, Result};
 
@@ -51,7 +52,9 @@ struct RawSettings {
 struct RawTable {
     name: Spanned<String>,
     topic: Spanned<String>,
-    columns: Vec<Spanned<RawColumn>>,
+    columns: Spanned<RawColumns>,
+    /// The registry subject of `columns = "from-registry"`.
+    subject: Option<Spanned<String>>,
     #[serde(default)]
     partition_by: Vec<Spanned<String>>,
     target_file_size_mb: Option<Spanned<u64>>,
@@ -91,187 +94,219 @@ impl PipelineSpec {
         PipelineSpec::parse(&text, path)
     }
 
-    /// Validates a spec given as text; `origin` names it in messages.
+    /// Validates a spec given as text; `origin` names it in messages. A spec with tables whose
+    /// columns come from the registry needs [`PipelineSpec::parse_resolved`].
     pub fn parse(text: &str, origin: &Path) -> Result<PipelineSpec> {
-        let at = |span: std::ops::Range<usize>, msg: String| {
-            let (line, col) = line_col(text, span.start);
-            Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
-        };
-        let at_line = |line: usize, col: usize, msg: String| {
-            Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
-        };
-        let raw: RawSpec = toml::from_str(text).map_err(|e| {
-            let msg = e.message().trim_end().to_string();
-            match e.span() {
-                Some(span) => at(
-                    span,
-                    format!("{msg}; see infra/pipeline.toml for a valid example"),
-                ),
-                None => Error::Spec(format!("{}: {msg}", origin.display())),
-            }
-        })?;
-
-        let mut settings = Settings::default();
-        if let Some(s) = &raw.settings {
-            if let Some(v) = &s.get_ref().max_record_bytes {
-                if *v.get_ref() == 0 || *v.get_ref() > 6 * 1024 * 1024 {
-                    return Err(at(
-                        v.span(),
-                        "max_record_bytes must be between 1 and 6291456 (the Lambda payload limit)"
-                            .into(),
-                    ));
-                }
-                settings.max_record_bytes = *v.get_ref() as usize;
-            }
-            if let Some(v) = &s.get_ref().target_file_size_mb {
-                settings.target_file_size_mb = check_target_size(v).map_err(|m| at(v.span(), m))?;
-            }
-        }
-
-        if raw.tables.is_empty() {
-            return Err(Error::Spec(format!(
-                "{}: no tables; add at least one [[tables]] section with name, topic and columns",
-                origin.display()
-            )));
-        }
-        let mut names = HashSet::new();
-        let mut topics = HashSet::new();
-        let mut tables = Vec::new();
-        for t in &raw.tables {
-            let t = t.get_ref();
-            let name = t.name.get_ref();
-            if !is_identifier(name) {
-                return Err(at(
-                    t.name.span(),
-                    format!(
-                        "table name {name:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names)"
-                    ),
-                ));
-            }
-            if name == DEAD_LETTER_TABLE {
-                return Err(at(
-                    t.name.span(),
-                    format!(
-                        "table name {DEAD_LETTER_TABLE:?} is reserved for rejected records; choose another name"
-                    ),
-                ));
-            }
-            if !names.insert(name.clone()) {
-                return Err(at(
-                    t.name.span(),
-                    format!("table {name:?} is defined twice; table names must be unique"),
-                ));
-            }
-            let topic = t.topic.get_ref();
-            if topic.is_empty() || topic.len() > 249 {
-                return Err(at(
-                    t.topic.span(),
-                    "topic must be a Kafka topic name of 1 to 249 characters".into(),
-                ));
-            }
-            if !topics.insert(topic.clone()) {
-                return Err(at(
-                    t.topic.span(),
-                    format!(
-                        "topic {topic:?} already feeds another table; each topic feeds one table"
-                    ),
-                ));
-            }
-            let columns = parse_columns(&t.columns, &t.name, &at)?;
-            let partition_by =
-                super::partitioning::parse_partitioning(&t.partition_by, &columns, name, &at)?;
-            let target_file_size_mb = match &t.target_file_size_mb {
-                Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
-                None => settings.target_file_size_mb,
-            };
-            let event_time = match &t.watermark {
-                Some(w) => Some(
-                    super::event_time::parse_watermark(w.get_ref(), &columns)
-                        .map_err(|m| at(w.span(), m))?,
-                ),
-                None => None,
-            };
-            let event_time = match (event_time, &t.idle_timeout) {
-                (Some(mut et), Some(v)) => {
-                    et.idle_timeout_ms = parse_duration_ms(v.get_ref())
-                        .and_then(|ms| {
-                            if ms > 0 {
-                                Ok(ms)
-                            } else {
-                                Err("idle_timeout must be more than 0".into())
-                            }
-                        })
-                        .map_err(|m| at(v.span(), m))?;
-                    Some(et)
-                }
-                (None, Some(v)) => {
-                    return Err(at(
-                        v.span(),
-                        format!(
-                            "table {name:?}: idle_timeout applies to a table with a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" or remove it"
-                        ),
-                    ));
-                }
-                (et, None) => et,
-            };
-            let format = match &t.format {
-                Some(f) => Format::parse(f.get_ref()).ok_or_else(|| {
-                    at(
-                        f.span(),
-                        format!(
-                            "unknown format {:?}; use \"json\" (the default), \"avro\" or \"protobuf\" (behind a Confluent or Glue schema registry)",
-                            f.get_ref()
-                        ),
-                    )
-                })?,
-                None => Format::Json,
-            };
-            tables.push(TableSpec {
-                name: name.clone(),
-                topic: topic.clone(),
-                columns,
-                partition_by,
-                target_file_size_mb,
-                land: t.land,
-                event_time,
-                format,
-            });
-        }
-        let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;
-        let derived = super::derived::parse_derived(
-            &raw.derived_tables,
-            super::derived::Context {
-                text,
-                tables: &tables,
-                references: &references,
-                settings: &settings,
-            },
-            &mut names,
-            &at,
-            &at_line,
-        )?;
-        let registry = match &raw.registry {
-            Some(r) => RegistrySpec {
-                url: Some(
-                    parse_registry_url(&r.get_ref().url, origin)
-                        .map_err(|m| at(r.get_ref().url.span(), m))?,
-                ),
-            },
-            None => RegistrySpec::default(),
-        };
-        Ok(PipelineSpec {
-            origin: origin.to_path_buf(),
-            settings,
-            registry,
-            tables,
-            references,
-            derived,
-        })
+        parse_spec(text, origin, &ResolvedColumns::new())
     }
 }
 
+/// Validates a spec, with the columns of its registry tables.
+pub(super) fn parse_spec(
+    text: &str,
+    origin: &Path,
+    resolved: &ResolvedColumns,
+) -> Result<PipelineSpec> {
+    let at = |span: std::ops::Range<usize>, msg: String| {
+        let (line, col) = line_col(text, span.start);
+        Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
+    };
+    let at_line = |line: usize, col: usize, msg: String| {
+        Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
+    };
+    let raw: RawSpec = toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim_end().to_string();
+        match e.span() {
+            Some(span) => at(
+                span,
+                format!("{msg}; see infra/pipeline.toml for a valid example"),
+            ),
+            None => Error::Spec(format!("{}: {msg}", origin.display())),
+        }
+    })?;
+
+    let mut settings = Settings::default();
+    if let Some(s) = &raw.settings {
+        if let Some(v) = &s.get_ref().max_record_bytes {
+            if *v.get_ref() == 0 || *v.get_ref() > 6 * 1024 * 1024 {
+                return Err(at(
+                    v.span(),
+                    "max_record_bytes must be between 1 and 6291456 (the Lambda payload limit)"
+                        .into(),
+                ));
+            }
+            settings.max_record_bytes = *v.get_ref() as usize;
+        }
+        if let Some(v) = &s.get_ref().target_file_size_mb {
+            settings.target_file_size_mb = check_target_size(v).map_err(|m| at(v.span(), m))?;
+        }
+    }
+
+    if raw.tables.is_empty() {
+        return Err(Error::Spec(format!(
+            "{}: no tables; add at least one [[tables]] section with name, topic and columns",
+            origin.display()
+        )));
+    }
+    let mut names = HashSet::new();
+    let mut topics = HashSet::new();
+    let mut tables = Vec::new();
+    for t in &raw.tables {
+        let t = t.get_ref();
+        let name = t.name.get_ref();
+        if !is_identifier(name) {
+            return Err(at(
+                t.name.span(),
+                format!(
+                    "table name {name:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names)"
+                ),
+            ));
+        }
+        if name == DEAD_LETTER_TABLE {
+            return Err(at(
+                t.name.span(),
+                format!(
+                    "table name {DEAD_LETTER_TABLE:?} is reserved for rejected records; choose another name"
+                ),
+            ));
+        }
+        if !names.insert(name.clone()) {
+            return Err(at(
+                t.name.span(),
+                format!("table {name:?} is defined twice; table names must be unique"),
+            ));
+        }
+        let topic = t.topic.get_ref();
+        if topic.is_empty() || topic.len() > 249 {
+            return Err(at(
+                t.topic.span(),
+                "topic must be a Kafka topic name of 1 to 249 characters".into(),
+            ));
+        }
+        if !topics.insert(topic.clone()) {
+            return Err(at(
+                t.topic.span(),
+                format!("topic {topic:?} already feeds another table; each topic feeds one table"),
+            ));
+        }
+        let format = match &t.format {
+            Some(f) => Format::parse(f.get_ref()).ok_or_else(|| {
+                at(
+                    f.span(),
+                    format!(
+                        "unknown format {:?}; use \"json\" (the default), \"avro\" or \"protobuf\" (behind a Confluent or Glue schema registry)",
+                        f.get_ref()
+                    ),
+                )
+            })?,
+            None => Format::Json,
+        };
+        let (columns, registry_subject) = match t.columns.get_ref() {
+            RawColumns::Listed(list) => {
+                if let Some(s) = &t.subject {
+                    return Err(at(
+                        s.span(),
+                        format!(
+                            "table {name:?}: subject applies to columns = \"from-registry\"; remove it or take the columns from the registry"
+                        ),
+                    ));
+                }
+                (parse_columns(list, &t.name, &at)?, None)
+            }
+            RawColumns::Keyword(k) => (
+                keyword_columns(k, name, format, resolved).map_err(|m| at(t.columns.span(), m))?,
+                Some(
+                    t.subject
+                        .as_ref()
+                        .map_or_else(|| format!("{topic}-value"), |s| s.get_ref().clone()),
+                ),
+            ),
+        };
+        let partition_by =
+            super::partitioning::parse_partitioning(&t.partition_by, &columns, name, &at)?;
+        let target_file_size_mb = match &t.target_file_size_mb {
+            Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
+            None => settings.target_file_size_mb,
+        };
+        let event_time = match &t.watermark {
+            Some(w) => Some(
+                super::event_time::parse_watermark(w.get_ref(), &columns)
+                    .map_err(|m| at(w.span(), m))?,
+            ),
+            None => None,
+        };
+        let event_time = match (event_time, &t.idle_timeout) {
+            (Some(mut et), Some(v)) => {
+                et.idle_timeout_ms = parse_duration_ms(v.get_ref())
+                    .and_then(|ms| {
+                        if ms > 0 {
+                            Ok(ms)
+                        } else {
+                            Err("idle_timeout must be more than 0".into())
+                        }
+                    })
+                    .map_err(|m| at(v.span(), m))?;
+                Some(et)
+            }
+            (None, Some(v)) => {
+                return Err(at(
+                    v.span(),
+                    format!(
+                        "table {name:?}: idle_timeout applies to a table with a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" or remove it"
+                    ),
+                ));
+            }
+            (et, None) => et,
+        };
+        tables.push(TableSpec {
+            name: name.clone(),
+            topic: topic.clone(),
+            columns,
+            partition_by,
+            target_file_size_mb,
+            land: t.land,
+            event_time,
+            format,
+            registry_subject,
+        });
+    }
+    let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;
+    let derived = super::derived::parse_derived(
+        &raw.derived_tables,
+        super::derived::Context {
+            text,
+            tables: &tables,
+            references: &references,
+            settings: &settings,
+        },
+        &mut names,
+        &at,
+        &at_line,
+    )?;
+    let registry = match &raw.registry {
+        Some(r) => RegistrySpec {
+            url: Some(
+                parse_registry_url(&r.get_ref().url, origin)
+                    .map_err(|m| at(r.get_ref().url.span(), m))?,
+            ),
+        },
+        None => RegistrySpec::default(),
+    };
+    Ok(PipelineSpec {
+        origin: origin.to_path_buf(),
+        settings,
+        registry,
+        tables,
+        references,
+        derived,
+    })
+}
+
 /// A registry URL: `http(s)://…`, or `file:DIR` made relative to the spec's directory.
-fn parse_registry_url(url: &Spanned<String>, origin: &Path) -> std::result::Result<String, String> {
+pub(super) fn parse_registry_url(
+    url: &Spanned<String>,
+    origin: &Path,
+) -> std::result::Result<String, String> {
     let text = url.get_ref().trim();
     if let Some(dir) = text.strip_prefix("file:") {
         let dir = Path::new(dir);

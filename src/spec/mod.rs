@@ -25,11 +25,13 @@ mod derived;
 mod event_time;
 mod load;
 mod partitioning;
+mod registry;
 
 pub use derived::PARTIALS_SUFFIX;
 pub use event_time::{Dedup, EventTime, parse_duration_ms};
 
 pub use load::is_identifier;
+pub use registry::{FROM_REGISTRY, RegistryTable, ResolvedColumns, unresolved};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -213,8 +215,12 @@ pub struct TableSpec {
     /// The event-time column and how far out of order records arrive (`watermark = "created_at -
     /// INTERVAL '30' SECOND"`); needed by windows and dedup.
     pub event_time: Option<EventTime>,
-    /// How the topic's record values are encoded (`format = "json" | "avro"`).
+    /// How the topic's record values are encoded (`format = "json" | "avro" | "protobuf"`).
     pub format: Format,
+    /// The registry subject whose latest version gives the columns (`columns =
+    /// "from-registry"`); such a table gains a column when a version adds a field, and never
+    /// loses one.
+    pub registry_subject: Option<String>,
 }
 
 /// How a topic's record values are encoded.

@@ -62,7 +62,7 @@ columns = [{COLUMNS_V1}{extra_columns}]
 
 /// The producers' first schema: a nested record, an enum, a decimal, a timestamp, and fields the
 /// table does not take (an array, a nested field).
-fn schema_v1() -> Value {
+pub(super) fn schema_v1() -> Value {
     json!({"type": "record", "name": "Order", "namespace": "shop", "fields": [
         {"name": "order_id", "type": "string"},
         {"name": "customer", "type": ["null", {"type": "record", "name": "Customer", "fields": [
@@ -76,7 +76,7 @@ fn schema_v1() -> Value {
 }
 
 /// The next version: a new optional field (a backward-compatible change).
-fn schema_v2() -> Value {
+pub(super) fn schema_v2() -> Value {
     let mut s = schema_v1();
     s["fields"]
         .as_array_mut()
@@ -87,7 +87,7 @@ fn schema_v2() -> Value {
 
 pub(super) const T0: i64 = 1_795_946_400_000;
 
-fn order(n: i64, customer: Option<&str>, amount: &str, coupon: Option<&str>) -> Value {
+pub(super) fn order(n: i64, customer: Option<&str>, amount: &str, coupon: Option<&str>) -> Value {
     let mut v = json!({
         "order_id": format!("o{n}"),
         "customer": customer.map(|c| json!({"id": c, "tier": "gold"})),
@@ -112,7 +112,7 @@ pub enum Framing<'a> {
 }
 
 /// Framed values of `records` written with `schema` by fastavro.
-fn produce(schema: &Value, records: &[Value], framing: &Framing<'_>) -> Vec<Vec<u8>> {
+pub(super) fn produce(schema: &Value, records: &[Value], framing: &Framing<'_>) -> Vec<Vec<u8>> {
     run_producer(
         "avro_records.py",
         &["--schema", &schema.to_string()],

@@ -9,7 +9,7 @@
 
 mod cursor;
 mod read;
-mod schema;
+pub(crate) mod schema;
 
 use std::sync::Arc;
 
