@@ -57,3 +57,31 @@ async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values() {
 async fn a_refused_change_stops_only_its_table() {
     s::a_refused_change_stops_only_its_table(&common::moto().await).await;
 }
+
+#[tokio::test]
+async fn a_struct_lands_and_evolves_inside() {
+    let h = common::moto().await;
+    common::struct_scenarios::a_struct_lands_and_evolves_inside(&h).await;
+    // Glue declares the struct as Athena reads it.
+    let glue = aws_sdk_glue::Client::new(&streamtable::aws::load_config().await);
+    let t = glue
+        .get_table()
+        .database_name(&h.backend.namespace)
+        .name("orders")
+        .send()
+        .await
+        .expect("get table");
+    let customer = t
+        .table()
+        .and_then(|t| t.storage_descriptor())
+        .expect("storage descriptor")
+        .columns()
+        .iter()
+        .find(|c| c.name() == "customer")
+        .and_then(|c| c.r#type())
+        .map(str::to_string);
+    assert_eq!(
+        customer.as_deref(),
+        Some("struct<id:string,tier:bigint,region:string>")
+    );
+}

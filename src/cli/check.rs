@@ -7,7 +7,7 @@ use std::fmt::Write;
 use crate::config::{Backend, BackendConfig, Config};
 use crate::error::{Error, Result};
 use crate::process::Processor;
-use crate::spec::{ColumnSpec, Format, KAFKA_COLUMNS, PartitionField, PipelineSpec};
+use crate::spec::{ColumnSpec, ColumnType, Format, KAFKA_COLUMNS, PartitionField, PipelineSpec};
 use crate::tables::{TableSet, check_partition_spec, plan_for};
 
 /// Loads, plans and prints the spec of `config`, then what it changes in the catalog's tables
@@ -106,27 +106,36 @@ fn render_resolution(r: &crate::registry::resolve::Resolution) -> String {
 }
 
 fn columns(out: &mut String, columns: &[ColumnSpec], with_paths: bool) {
-    for c in columns {
+    // A struct column: its line, then its fields' (`customer.id`) with their full paths.
+    let lines: Vec<ColumnSpec> = columns
+        .iter()
+        .flat_map(|c| match c.column_type {
+            ColumnType::Struct => [vec![c.clone()], c.leaves()].concat(),
+            _ => vec![c.clone()],
+        })
+        .collect();
+    for c in &lines {
         let _ = write!(out, "    {:<16} {}", c.name, c.column_type);
         if c.required {
             out.push_str(" required");
         }
-        if with_paths && c.path.0 != [c.name.clone()] {
+        if with_paths && !c.path.0.iter().map(String::as_str).eq(c.name.split('.')) {
             let _ = write!(out, "  from {}", c.path);
         }
         out.push('\n');
     }
 }
 
+/// `partitioned by day(created_at)`, or `unpartitioned`.
 fn partitioning(fields: &[PartitionField]) -> String {
     if fields.is_empty() {
         return "unpartitioned".into();
     }
-    fields
+    let by: Vec<String> = fields
         .iter()
         .map(|f| format!("{}({})", f.transform, f.source))
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect();
+    format!("partitioned by {}", by.join(", "))
 }
 
 /// How a topic's values are decoded, and where a registry format's schemas come from.
@@ -163,7 +172,7 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
             let _ = writeln!(out, "table {} <- topic {}{feeds}", t.name, t.topic);
             let _ = writeln!(
                 out,
-                "  runs: decoded from {} in the ingest function, lands as is; partitioned by {}",
+                "  runs: decoded from {} in the ingest function, lands as is; {}",
                 format(t.format, spec),
                 partitioning(&t.partition_by)
             );
@@ -191,11 +200,7 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         if let Some(how) = processor.describe(&d.table.name) {
             let _ = writeln!(out, "  runs: {how}");
         }
-        let _ = writeln!(
-            out,
-            "  partitioned by {}",
-            partitioning(&d.table.partition_by)
-        );
+        let _ = writeln!(out, "  {}", partitioning(&d.table.partition_by));
         out.push_str("  sql:\n");
         for line in d.sql.trim().lines() {
             let _ = writeln!(out, "    {line}");

@@ -3,15 +3,18 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
-    Int64Builder, LargeBinaryBuilder, StringBuilder, TimestampMicrosecondBuilder,
+    BooleanBufferBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
+    Float64Builder, Int32Builder, Int64Builder, LargeBinaryBuilder, StringBuilder,
+    TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch, StructArray};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, Field};
 
 use super::{Cell, RejectKind};
 use crate::error::{Error, Result};
 use crate::schema::TableLayout;
-use crate::spec::{ColumnType, TableSpec};
+use crate::spec::{ColumnType, KAFKA_COLUMNS, TableSpec};
 
 enum ColumnBuilder {
     Str(StringBuilder),
@@ -39,6 +42,11 @@ impl ColumnBuilder {
             ColumnType::Date => ColumnBuilder::Date(Date32Builder::with_capacity(capacity)),
             ColumnType::Timestamp => {
                 ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity))
+            }
+            ColumnType::Struct => {
+                return Err(Error::Internal(
+                    "a struct column has no builder of its own (its fields have)".into(),
+                ));
             }
             ColumnType::Decimal { precision, scale } => ColumnBuilder::Decimal(
                 Decimal128Builder::with_capacity(capacity)
@@ -99,6 +107,36 @@ impl ColumnBuilder {
     }
 }
 
+/// The array of `field` from the leaf arrays in order: a leaf as it is, a struct from its
+/// fields' arrays, NULL where every field is NULL.
+fn assemble(
+    field: &Field,
+    leaves: &mut impl Iterator<Item = ArrayRef>,
+    table: &str,
+) -> Result<ArrayRef> {
+    let DataType::Struct(children) = field.data_type() else {
+        return leaves.next().ok_or_else(|| {
+            Error::Internal(format!(
+                "table {table}: no values for column {}",
+                field.name()
+            ))
+        });
+    };
+    let arrays = children
+        .iter()
+        .map(|c| assemble(c, leaves, table))
+        .collect::<Result<Vec<_>>>()?;
+    let rows = arrays.first().map_or(0, |a| a.len());
+    let mut valid = BooleanBufferBuilder::new(rows);
+    for row in 0..rows {
+        valid.append(arrays.iter().any(|a| a.is_valid(row)));
+    }
+    let nulls = NullBuffer::new(valid.finish());
+    StructArray::try_new(children.clone(), arrays, Some(nulls))
+        .map(|a| Arc::new(a) as ArrayRef)
+        .map_err(|e| Error::Internal(format!("table {table}: struct {}: {e}", field.name())))
+}
+
 /// Kafka coordinates of one record, as stored in the metadata columns.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordMeta<'a> {
@@ -128,7 +166,7 @@ impl RowBuilder {
     /// A builder for `table`, sized for `capacity` rows.
     pub fn new(table: &TableSpec, layout: Arc<TableLayout>, capacity: usize) -> Result<Self> {
         let columns = table
-            .columns
+            .leaves()
             .iter()
             .map(|c| ColumnBuilder::new(c.column_type, capacity))
             .collect::<Result<_>>()?;
@@ -184,8 +222,13 @@ impl RowBuilder {
 
     /// The rows as one batch in the table's Arrow schema; the builder is empty afterwards.
     pub fn finish(&mut self) -> Result<RecordBatch> {
-        let mut arrays: Vec<ArrayRef> =
-            self.columns.iter_mut().map(ColumnBuilder::finish).collect();
+        let leaves: Vec<ArrayRef> = self.columns.iter_mut().map(ColumnBuilder::finish).collect();
+        let business = self.layout.arrow_schema.fields().len() - KAFKA_COLUMNS.len();
+        let mut leaves = leaves.into_iter();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(business + KAFKA_COLUMNS.len());
+        for field in self.layout.arrow_schema.fields().iter().take(business) {
+            arrays.push(assemble(field, &mut leaves, &self.layout.name)?);
+        }
         arrays.push(Arc::new(self.kafka_partition.finish()));
         arrays.push(Arc::new(self.kafka_offset.finish()));
         arrays.push(Arc::new(self.kafka_timestamp.finish()));

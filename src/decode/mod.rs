@@ -219,10 +219,10 @@ pub struct RecordDecoder {
 impl RecordDecoder {
     /// A decoder for the table's columns.
     pub fn new(table: &TableSpec) -> RecordDecoder {
-        let paths: Vec<_> = table.columns.iter().map(|c| &c.path).collect();
+        let leaves = table.leaves();
+        let paths: Vec<_> = leaves.iter().map(|c| &c.path).collect();
         let (tree, slot_of, slots) = Node::build(&paths);
-        let columns = table
-            .columns
+        let columns = leaves
             .iter()
             .zip(slot_of)
             .map(|(c, slot)| Column {

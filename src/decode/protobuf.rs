@@ -58,7 +58,7 @@ impl ProtobufDecoder {
     pub fn new(table: &TableSpec) -> ProtobufDecoder {
         ProtobufDecoder {
             columns: table
-                .columns
+                .leaves()
                 .iter()
                 .map(|c| Column {
                     name: c.name.clone(),

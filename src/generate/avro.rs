@@ -1,7 +1,8 @@
 //! Avro producers for the demo and the benchmarks: rows of a table written as a producer with a
 //! schema registry writes them (Confluent framing), from the same JSON records the JSON topics
 //! carry. The writer schema is derived from the table's columns: one field per column, named
-//! after it; optional columns are `["null", T]` with default `null`.
+//! after it (a struct column's fields flat, `struct_field`); optional columns are
+//! `["null", T]` with default `null`.
 
 use crate::decode::avro::CONFLUENT_MAGIC;
 use crate::decode::{Cell, RecordDecoder, Rejection};
@@ -18,15 +19,17 @@ pub struct AvroProducer {
 impl AvroProducer {
     /// A producer of `table`'s rows under Confluent schema id `id`.
     pub fn new(table: &TableSpec, id: u32) -> AvroProducer {
+        // One field per primitive column (a struct column's fields flat, named `struct_field`).
         let fields: Vec<serde_json::Value> = table
-            .columns
+            .leaves()
             .iter()
             .map(|c| {
                 let ty = avro_type_of(c.column_type);
+                let name = c.name.replace('.', "_");
                 if c.required {
-                    serde_json::json!({"name": c.name, "type": ty})
+                    serde_json::json!({"name": name, "type": ty})
                 } else {
-                    serde_json::json!({"name": c.name, "type": ["null", ty], "default": null})
+                    serde_json::json!({"name": name, "type": ["null", ty], "default": null})
                 }
             })
             .collect();
@@ -80,6 +83,8 @@ fn avro_type_of(ty: ColumnType) -> serde_json::Value {
         ColumnType::Decimal { precision, scale } => json!({
             "type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale
         }),
+        // Only primitive columns are written (the leaves).
+        ColumnType::Struct => json!("null"),
     }
 }
 

@@ -31,6 +31,8 @@ fn proto_type(ty: ColumnType) -> &'static str {
         ColumnType::Double => "double",
         ColumnType::Boolean => "bool",
         ColumnType::Timestamp => "google.protobuf.Timestamp",
+        // Only primitive columns are written (the leaves).
+        ColumnType::Struct => "bytes",
     }
 }
 
@@ -40,12 +42,14 @@ impl ProtobufProducer {
         let mut schema = String::from(
             "syntax = \"proto3\";\npackage streamtable.demo;\nimport \"google/protobuf/timestamp.proto\";\n\nmessage Row {\n",
         );
-        for (i, c) in table.columns.iter().enumerate() {
+        // One field per primitive column (a struct column's fields flat, `struct_field`).
+        let leaves = table.leaves();
+        for (i, c) in leaves.iter().enumerate() {
             let optional = if c.required { "" } else { "optional " };
             schema.push_str(&format!(
                 "  {optional}{} {} = {};\n",
                 proto_type(c.column_type),
-                c.name,
+                c.name.replace('.', "_"),
                 i + 1
             ));
         }
@@ -55,8 +59,7 @@ impl ProtobufProducer {
         let message = compiled
             .first_message()
             .ok_or_else(|| Error::Internal("the producer's .proto has no message".into()))?;
-        let scales = table
-            .columns
+        let scales = leaves
             .iter()
             .map(|c| match c.column_type {
                 ColumnType::Decimal { scale, .. } => scale,

@@ -91,6 +91,7 @@ impl Collector {
             path: JsonPath(path.to_vec()),
             required: false,
             renamed_from: None,
+            fields: Vec::new(),
         });
     }
 

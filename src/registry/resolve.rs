@@ -181,6 +181,7 @@ fn business_columns(fields: &[iceberg::spec::NestedFieldRef]) -> Vec<ColumnSpec>
                 path: JsonPath(vec![f.name.clone()]),
                 required: f.required,
                 renamed_from: None,
+                fields: Vec::new(),
             })
         })
         .collect()
@@ -216,6 +217,7 @@ mod tests {
             path: JsonPath(vec![name.into()]),
             required: false,
             renamed_from: None,
+            fields: Vec::new(),
         }
     }
 

@@ -12,25 +12,27 @@
 //! - required → optional is allowed, optional → required is not;
 //! - a column no longer in the spec is dropped from the schema (its data stays in the files that
 //!   have it), unless a partition field is computed from it.
+//!
+//! A struct column's fields are planned the same way, one level down (`+ column customer.tier`).
 
 use std::fmt;
 use std::sync::Arc;
 
-use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
+use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
 
 use super::{kafka_fields, primitive};
 use crate::error::Error;
-use crate::spec::{KAFKA_COLUMNS, TableSpec};
+use crate::spec::{ColumnSpec, ColumnType, KAFKA_COLUMNS, TableSpec};
 
 /// One change the evolution makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A new optional column.
     Add {
-        /// Its name.
+        /// Its name (`struct.field` inside a struct).
         name: String,
-        /// Its type.
-        ty: PrimitiveType,
+        /// Its type, as shown.
+        ty: String,
     },
     /// A column's type widened.
     Widen {
@@ -63,7 +65,7 @@ pub enum Change {
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Change::Add { name, ty } => write!(f, "+ column {name} {} (optional)", show(ty)),
+            Change::Add { name, ty } => write!(f, "+ column {name} {ty} (optional)"),
             Change::Widen { name, from, to } => {
                 write!(f, "~ {name} {} → {}", show(from), show(to))
             }
@@ -191,162 +193,48 @@ pub fn plan(
             evolved: None,
         };
     }
-    let mut changes = Vec::new();
-    let mut refused = Vec::new();
-    let mut next_id = last_column_id.max(current.highest_field_id());
-    let mut kept: Vec<i32> = Vec::new();
-    let mut evolved: Vec<NestedField> = Vec::new();
-    let refuse = |refused: &mut Vec<Refusal>, column: &str, change: String, why: String| {
-        refused.push(Refusal {
-            column: column.to_string(),
-            change,
-            why,
-        })
+    let mut p = Planner {
+        changes: Vec::new(),
+        refused: Vec::new(),
+        next_id: last_column_id.max(current.highest_field_id()),
+        partition_sources,
     };
-
-    for c in &spec.columns {
-        let want = primitive(c.column_type);
-        let existing = match by_name(&c.name) {
-            Some(f) => Some(f),
-            None => match c.renamed_from.as_deref().and_then(by_name) {
-                Some(old) => {
-                    changes.push(Change::Rename {
-                        from: old.name.clone(),
-                        to: c.name.clone(),
-                    });
-                    Some(old)
-                }
-                None => None,
-            },
-        };
-        let Some(old) = existing else {
-            if c.required {
-                refuse(
-                    &mut refused,
-                    &c.name,
-                    format!("new column {} required", show(&want)),
-                    "rows already in the table have no value for it; add it without `required = true`"
-                        .into(),
-                );
-            }
-            next_id += 1;
-            changes.push(Change::Add {
-                name: c.name.clone(),
-                ty: want.clone(),
-            });
-            evolved.push(NestedField::optional(
-                next_id,
-                &c.name,
-                Type::Primitive(want),
-            ));
-            continue;
-        };
-        kept.push(old.id);
-        let Some(have) = primitive_of(old) else {
-            refuse(
-                &mut refused,
-                &c.name,
-                format!("{} → {}", old.field_type, show(&want)),
-                "the table's column is not a primitive type; give the spec's column another name"
-                    .into(),
-            );
-            continue;
-        };
-        let mut ty = have.clone();
-        if *have != want {
-            if widens(have, &want) {
-                changes.push(Change::Widen {
-                    name: c.name.clone(),
-                    from: have.clone(),
-                    to: want.clone(),
-                });
-                ty = want.clone();
-            } else {
-                refuse(
-                    &mut refused,
-                    &c.name,
-                    format!("{} → {}", show(have), show(&want)),
-                    format!(
-                        "Iceberg only widens int → long, float → double and decimal precision up (same scale); \
-                         keep {} here, or add a new column with the new type",
-                        show(have)
-                    ),
-                );
-            }
-        }
-        let required = match (old.required, c.required) {
-            (true, false) => {
-                changes.push(Change::Relax {
-                    name: c.name.clone(),
-                });
-                false
-            }
-            (false, true) => {
-                refuse(
-                    &mut refused,
-                    &c.name,
-                    "optional → required".into(),
-                    "rows already in the table may have no value for it; keep it optional \
-                     (a derived table can filter out the rows without it)"
-                        .into(),
-                );
-                false
-            }
-            (r, _) => r,
-        };
-        let mut field = if required {
-            NestedField::required(old.id, &c.name, Type::Primitive(ty))
-        } else {
-            NestedField::optional(old.id, &c.name, Type::Primitive(ty))
-        };
-        field.doc = old.doc.clone();
-        evolved.push(field);
-    }
+    let business: Vec<&NestedFieldRef> = fields
+        .iter()
+        .copied()
+        .filter(|f| !KAFKA_COLUMNS.contains(&f.name.as_str()))
+        .collect();
+    let mut evolved = p.level(&business, &spec.columns, "");
 
     // The Kafka columns, as the table has them; an older table gains the ones it lacks.
     for k in kafka_fields(0) {
         match by_name(&k.name) {
-            Some(f) => {
-                kept.push(f.id);
-                evolved.push(f.as_ref().clone());
-            }
+            Some(f) => evolved.push(f.as_ref().clone()),
             None => {
-                next_id += 1;
-                changes.push(Change::Add {
+                p.next_id += 1;
+                p.changes.push(Change::Add {
                     name: k.name.clone(),
-                    ty: primitive_of(&k).cloned().unwrap_or(PrimitiveType::Binary),
+                    ty: primitive_of(&k).map_or("binary".into(), show),
                 });
-                let mut f = NestedField::optional(next_id, &k.name, k.field_type.as_ref().clone());
+                let mut f =
+                    NestedField::optional(p.next_id, &k.name, k.field_type.as_ref().clone());
                 f.doc = k.doc.clone();
                 evolved.push(f);
             }
         }
     }
 
-    for f in &fields {
-        if kept.contains(&f.id) || KAFKA_COLUMNS.contains(&f.name.as_str()) {
-            continue;
-        }
-        if partition_sources.contains(&f.id) {
-            refuse(
-                &mut refused,
-                &f.name,
-                "dropped".into(),
-                "the table is partitioned by it; keep the column in the spec".into(),
-            );
-            continue;
-        }
-        changes.push(Change::Drop {
-            name: f.name.clone(),
-        });
-    }
-
     let same_order = {
-        let have: Vec<i32> = fields.iter().map(|f| f.id).collect();
-        let want: Vec<i32> = evolved.iter().map(|f| f.id).collect();
-        have == want
+        let have: Vec<&NestedField> = current
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref())
+            .collect();
+        let want: Vec<&NestedField> = evolved.iter().collect();
+        ids(&have) == ids(&want)
     };
-    let evolved = if refused.is_empty() && (!changes.is_empty() || !same_order) {
+    let evolved = if p.refused.is_empty() && (!p.changes.is_empty() || !same_order) {
         Schema::builder()
             .with_schema_id(current.schema_id() + 1)
             .with_fields(evolved.into_iter().map(Arc::new))
@@ -356,9 +244,223 @@ pub fn plan(
         None
     };
     SchemaPlan {
-        changes,
-        refused,
+        changes: p.changes,
+        refused: p.refused,
         evolved,
+    }
+}
+
+/// Every field id, depth first (a reorder anywhere changes it).
+fn ids(fields: &[&NestedField]) -> Vec<i32> {
+    let mut out = Vec::new();
+    for f in fields {
+        out.push(f.id);
+        if let Type::Struct(s) = f.field_type.as_ref() {
+            let inner: Vec<&NestedField> = s.fields().iter().map(|f| f.as_ref()).collect();
+            out.extend(ids(&inner));
+        }
+    }
+    out
+}
+
+/// The plan being made, level by level (a struct column's fields are a level of their own).
+struct Planner<'a> {
+    changes: Vec<Change>,
+    refused: Vec<Refusal>,
+    next_id: i32,
+    partition_sources: &'a [i32],
+}
+
+impl Planner<'_> {
+    fn refuse(&mut self, column: &str, change: String, why: String) {
+        self.refused.push(Refusal {
+            column: column.to_string(),
+            change,
+            why,
+        });
+    }
+
+    /// The evolved fields of one level: `have` as the table has them, `want` as the spec says;
+    /// `prefix` names the struct they are in (`customer.`).
+    fn level(
+        &mut self,
+        have: &[&NestedFieldRef],
+        want: &[ColumnSpec],
+        prefix: &str,
+    ) -> Vec<NestedField> {
+        let by_name = |name: &str| have.iter().find(|f| f.name == name).copied();
+        let mut kept: Vec<i32> = Vec::new();
+        let mut evolved = Vec::new();
+        for c in want {
+            let shown = format!("{prefix}{}", c.name);
+            let existing = match by_name(&c.name) {
+                Some(f) => Some(f),
+                None => match c.renamed_from.as_deref().and_then(by_name) {
+                    Some(old) => {
+                        self.changes.push(Change::Rename {
+                            from: format!("{prefix}{}", old.name),
+                            to: shown.clone(),
+                        });
+                        Some(old)
+                    }
+                    None => None,
+                },
+            };
+            let Some(old) = existing else {
+                evolved.push(self.add(c, &shown));
+                continue;
+            };
+            kept.push(old.id);
+            let ty = if c.column_type == ColumnType::Struct {
+                let Type::Struct(inner) = old.field_type.as_ref() else {
+                    self.refuse(
+                        &shown,
+                        format!("{} → struct", old.field_type),
+                        "the table's column is not a struct; give the struct another name".into(),
+                    );
+                    continue;
+                };
+                let inner: Vec<&NestedFieldRef> = inner.fields().iter().collect();
+                let fields = self.level(&inner, &c.fields, &format!("{shown}."));
+                Type::Struct(StructType::new(fields.into_iter().map(Arc::new).collect()))
+            } else {
+                match self.primitive(old, c, &shown) {
+                    Some(p) => Type::Primitive(p),
+                    None => continue,
+                }
+            };
+            let required = self.required(old, c, &shown);
+            let mut field = if required {
+                NestedField::required(old.id, &c.name, ty)
+            } else {
+                NestedField::optional(old.id, &c.name, ty)
+            };
+            field.doc = old.doc.clone();
+            evolved.push(field);
+        }
+        for f in have {
+            if kept.contains(&f.id) {
+                continue;
+            }
+            let shown = format!("{prefix}{}", f.name);
+            if self.partition_sources.contains(&f.id) {
+                self.refuse(
+                    &shown,
+                    "dropped".into(),
+                    "the table is partitioned by it; keep the column in the spec".into(),
+                );
+                continue;
+            }
+            self.changes.push(Change::Drop { name: shown });
+        }
+        evolved
+    }
+
+    /// A new column (a struct with all its fields), with fresh ids.
+    fn add(&mut self, c: &ColumnSpec, shown: &str) -> NestedField {
+        if c.required {
+            self.refuse(
+                shown,
+                format!("new column {} required", c.column_type),
+                "rows already in the table have no value for it; add it without `required = true`"
+                    .into(),
+            );
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let ty = if c.column_type == ColumnType::Struct {
+            let mut next = self.next_id + 1 + c.fields.len() as i32;
+            let fields = super::fields_with_ids(&c.fields, self.next_id + 1, &mut next);
+            self.next_id = next - 1;
+            Type::Struct(StructType::new(fields.into_iter().map(Arc::new).collect()))
+        } else {
+            Type::Primitive(primitive(c.column_type))
+        };
+        self.changes.push(Change::Add {
+            name: shown.to_string(),
+            ty: show_type(&ty),
+        });
+        NestedField::optional(id, &c.name, ty)
+    }
+
+    /// The type an existing primitive column evolves to, or `None` (refused).
+    fn primitive(
+        &mut self,
+        old: &NestedField,
+        c: &ColumnSpec,
+        shown: &str,
+    ) -> Option<PrimitiveType> {
+        let want = primitive(c.column_type);
+        let Some(have) = primitive_of(old) else {
+            self.refuse(
+                shown,
+                format!("{} → {}", old.field_type, show(&want)),
+                "the table's column is not a primitive type; give the spec's column another name"
+                    .into(),
+            );
+            return None;
+        };
+        if *have == want {
+            return Some(want);
+        }
+        if widens(have, &want) {
+            self.changes.push(Change::Widen {
+                name: shown.to_string(),
+                from: have.clone(),
+                to: want.clone(),
+            });
+            return Some(want);
+        }
+        self.refuse(
+            shown,
+            format!("{} → {}", show(have), show(&want)),
+            format!(
+                "Iceberg only widens int → long, float → double and decimal precision up (same scale); \
+                 keep {} here, or add a new column with the new type",
+                show(have)
+            ),
+        );
+        None
+    }
+
+    /// Whether an existing column stays required (required → optional is a change; optional →
+    /// required is refused).
+    fn required(&mut self, old: &NestedField, c: &ColumnSpec, shown: &str) -> bool {
+        match (old.required, c.required) {
+            (true, false) => {
+                self.changes.push(Change::Relax {
+                    name: shown.to_string(),
+                });
+                false
+            }
+            (false, true) => {
+                self.refuse(
+                    shown,
+                    "optional → required".into(),
+                    "rows already in the table may have no value for it; keep it optional \
+                     (a derived table can filter out the rows without it)"
+                        .into(),
+                );
+                false
+            }
+            (r, _) => r,
+        }
+    }
+}
+
+/// A type as plans show it: `string`, `decimal(18,2)`, `struct<id string, tier string>`.
+pub fn show_type(ty: &Type) -> String {
+    match ty {
+        Type::Primitive(p) => show(p),
+        Type::Struct(s) => {
+            let fields: Vec<String> = s
+                .fields()
+                .iter()
+                .map(|f| format!("{} {}", f.name, show_type(&f.field_type)))
+                .collect();
+            format!("struct<{}>", fields.join(", "))
+        }
+        other => other.to_string(),
     }
 }
 

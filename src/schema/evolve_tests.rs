@@ -195,3 +195,68 @@ fn a_registry_tables_spec_older_than_the_table_changes_nothing() {
         p.changes
     );
 }
+
+fn with_struct(fields: &str) -> TableSpec {
+    let text = format!(
+        "[[tables]]\nname = \"t\"\ntopic = \"t\"\ncolumns = [\n{{ name = \"id\", type = \"string\" }},\n{{ name = \"c\", type = \"struct\", fields = [{fields}] }},\n]\n"
+    );
+    PipelineSpec::parse(&text, Path::new("p.toml"))
+        .expect("spec")
+        .tables
+        .remove(0)
+}
+
+#[test]
+fn a_structs_fields_are_added_widened_and_dropped_by_field_id() {
+    let v1 = with_struct(r#"{ name = "a", type = "int" }, { name = "b", type = "string" }"#);
+    let current = TableLayout::for_table(&v1)
+        .expect("layout")
+        .schema
+        .as_ref()
+        .clone();
+    let v2 = with_struct(
+        r#"{ name = "a", type = "long" }, { name = "n", type = "struct", fields = [{ name = "x", type = "date" }] }"#,
+    );
+    let p = plan(&current, current.highest_field_id(), &[], &v2);
+    let shown: Vec<String> = p.changes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "~ c.a int → long",
+            "+ column c.n struct<x date> (optional)",
+            "- column c.b (dropped from the schema; older files keep its values)",
+        ]
+    );
+    let evolved = p.evolved.expect("evolved");
+    let a = evolved.field_by_name("c.a").expect("c.a");
+    assert_eq!(a.id, current.field_by_name("c.a").expect("old c.a").id);
+    // New ids come after every id the table has used (7 business + Kafka ids).
+    let last = current.highest_field_id();
+    assert_eq!(evolved.field_by_name("c.n").map(|f| f.id), Some(last + 1));
+    assert_eq!(evolved.field_by_name("c.n.x").map(|f| f.id), Some(last + 2));
+    assert!(evolved.field_by_name("c.b").is_none());
+
+    // A primitive where the table has a struct (and the reverse) is refused.
+    let text = "[[tables]]\nname = \"t\"\ntopic = \"t\"\ncolumns = [{ name = \"id\", type = \"string\" }, { name = \"c\", type = \"string\" }]\n";
+    let flat = PipelineSpec::parse(text, Path::new("p.toml"))
+        .expect("spec")
+        .tables
+        .remove(0);
+    let p = plan(&current, current.highest_field_id(), &[], &flat);
+    assert!(
+        p.evolved.is_none() && p.refused.len() == 1,
+        "{:?}",
+        p.refused
+    );
+    let back = TableLayout::for_table(&flat)
+        .expect("layout")
+        .schema
+        .as_ref()
+        .clone();
+    let p = plan(&back, back.highest_field_id(), &[], &v1);
+    assert!(
+        p.evolved.is_none() && p.refused.len() == 1,
+        "{:?}",
+        p.refused
+    );
+}

@@ -14,7 +14,9 @@ use iceberg::spec::{
 };
 
 use crate::error::{Error, Result};
-use crate::spec::{ColumnType, DEAD_LETTER_TABLE, KAFKA_COLUMNS, ReferenceSpec, TableSpec};
+use crate::spec::{
+    ColumnSpec, ColumnType, DEAD_LETTER_TABLE, KAFKA_COLUMNS, ReferenceSpec, TableSpec,
+};
 
 /// Everything a writer needs to know about a table's layout.
 #[derive(Debug, Clone)]
@@ -85,7 +87,13 @@ impl TableLayout {
         let strip = |s: &arrow_schema::Schema| {
             s.fields()
                 .iter()
-                .map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable()))
+                .map(|f| {
+                    (
+                        f.name().clone(),
+                        without_ids(f.data_type()),
+                        f.is_nullable(),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
         strip(&self.arrow_schema) == strip(&other.arrow_schema)
@@ -100,18 +108,12 @@ impl TableLayout {
 
     /// The layout of a table from the pipeline spec: its columns, then the Kafka columns.
     pub fn for_table(spec: &TableSpec) -> Result<Self> {
-        let mut fields = Vec::with_capacity(spec.columns.len() + KAFKA_COLUMNS.len());
-        for (i, c) in spec.columns.iter().enumerate() {
-            let id = i as i32 + 1;
-            let ty = Type::Primitive(primitive(c.column_type));
-            fields.push(if c.required {
-                NestedField::required(id, &c.name, ty)
-            } else {
-                NestedField::optional(id, &c.name, ty)
-            });
-        }
-        let next = spec.columns.len() as i32 + 1;
-        fields.extend(kafka_fields(next));
+        // Ids as Iceberg assigns them at creation: the top level first (the columns, then the
+        // Kafka columns), then each struct's fields, its own structs' before the next struct's.
+        let n = spec.columns.len() as i32;
+        let mut next = n + KAFKA_COLUMNS.len() as i32 + 1;
+        let mut fields = fields_with_ids(&spec.columns, 1, &mut next);
+        fields.extend(kafka_fields(n + 1));
         let partitions: Vec<_> = spec
             .partition_by
             .iter()
@@ -122,19 +124,8 @@ impl TableLayout {
 
     /// The layout of a reference table: its declared columns, unpartitioned, no Kafka columns.
     pub fn for_reference(spec: &ReferenceSpec) -> Result<Self> {
-        let fields = spec
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let ty = Type::Primitive(primitive(c.column_type));
-                if c.required {
-                    NestedField::required(i as i32 + 1, &c.name, ty)
-                } else {
-                    NestedField::optional(i as i32 + 1, &c.name, ty)
-                }
-            })
-            .collect();
+        let mut next = spec.columns.len() as i32 + 1;
+        let fields = fields_with_ids(&spec.columns, 1, &mut next);
         Self::build(&spec.name, fields, &[])
     }
 
@@ -193,7 +184,48 @@ pub(crate) fn kafka_fields(first: i32) -> [NestedField; 5] {
     ]
 }
 
-/// The Iceberg type of a spec column type.
+/// `ty` without the field ids of nested fields (a struct's fields carry theirs as metadata).
+fn without_ids(ty: &arrow_schema::DataType) -> arrow_schema::DataType {
+    use arrow_schema::{DataType, Field};
+    match ty {
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| Field::new(f.name(), without_ids(f.data_type()), f.is_nullable()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The fields of `columns`, numbered from `first`; struct fields' fields numbered from `next`
+/// (which moves past them), in the order Iceberg assigns fresh ids.
+pub fn fields_with_ids(columns: &[ColumnSpec], first: i32, next: &mut i32) -> Vec<NestedField> {
+    columns
+        .iter()
+        .zip(first..)
+        .map(|(c, id)| {
+            let ty = if c.column_type == ColumnType::Struct {
+                let child_first = *next;
+                *next += c.fields.len() as i32;
+                let children = fields_with_ids(&c.fields, child_first, next);
+                Type::Struct(StructType::new(
+                    children.into_iter().map(Arc::new).collect(),
+                ))
+            } else {
+                Type::Primitive(primitive(c.column_type))
+            };
+            if c.required {
+                NestedField::required(id, &c.name, ty)
+            } else {
+                NestedField::optional(id, &c.name, ty)
+            }
+        })
+        .collect()
+}
+
+/// The Iceberg type of a spec column type (a struct's is an empty struct: its fields are in the
+/// column, see [`fields_with_ids`]).
 pub fn primitive(t: ColumnType) -> PrimitiveType {
     match t {
         ColumnType::String => PrimitiveType::String,
@@ -204,6 +236,8 @@ pub fn primitive(t: ColumnType) -> PrimitiveType {
         ColumnType::Boolean => PrimitiveType::Boolean,
         ColumnType::Date => PrimitiveType::Date,
         ColumnType::Timestamp => PrimitiveType::Timestamp,
+        // Never asked: a struct column's type is built from its fields.
+        ColumnType::Struct => PrimitiveType::Binary,
         ColumnType::Decimal { precision, scale } => PrimitiveType::Decimal {
             precision: precision as u32,
             scale: scale as u32,
@@ -223,6 +257,46 @@ mod tests {
     fn example() -> PipelineSpec {
         let text = include_str!("../../infra/pipeline.toml");
         PipelineSpec::parse(text, Path::new("infra/pipeline.toml")).expect("example spec is valid")
+    }
+
+    /// Nested structs: the ids the layout writes files with are those Iceberg assigns when it
+    /// creates the table from the layout's schema.
+    #[test]
+    fn struct_field_ids_are_the_ids_table_creation_assigns() {
+        let text = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [
+  { name = "a", type = "string" },
+  { name = "s", type = "struct", fields = [
+      { name = "x", type = "int" },
+      { name = "inner", type = "struct", fields = [{ name = "deep", type = "long" }] },
+      { name = "y", type = "string" },
+  ] },
+  { name = "u", type = "struct", fields = [{ name = "z", type = "date" }] },
+  { name = "b", type = "double" },
+]
+"#;
+        let spec = PipelineSpec::parse(text, Path::new("t.toml")).expect("spec");
+        let layout = TableLayout::for_table(&spec.tables[0]).expect("layout");
+        let creation = iceberg::TableCreation::builder()
+            .name("t".into())
+            .location("file:///tmp/t".into())
+            .schema(layout.schema.as_ref().clone())
+            .build();
+        let created = iceberg::spec::TableMetadataBuilder::from_table_creation(creation)
+            .and_then(|b| b.build())
+            .expect("metadata")
+            .metadata;
+        assert_eq!(
+            created.current_schema().as_struct(),
+            layout.schema.as_struct()
+        );
+        let id = |name: &str| layout.schema.field_by_name(name).map(|f| f.id);
+        assert_eq!(id("s.inner.deep"), Some(13));
+        assert_eq!(id("u.z"), Some(14));
+        assert_eq!(id("kafka_partition"), Some(5));
     }
 
     #[test]

@@ -190,6 +190,7 @@ pub(super) fn parse_derived(
                 path: JsonPath(vec![n.clone()]),
                 required: false,
                 renamed_from: None,
+                fields: Vec::new(),
             })
             .collect();
         let partition_by =

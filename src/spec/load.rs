@@ -80,6 +80,8 @@ pub(super) struct RawColumn {
     required: bool,
     /// The column's earlier name: the table keeps its field id (and old files their values).
     renamed_from: Option<Spanned<String>>,
+    /// A struct column's fields.
+    fields: Option<Vec<Spanned<RawColumn>>>,
 }
 
 impl PipelineSpec {
@@ -330,6 +332,16 @@ pub(super) fn parse_columns(
     table_name: &Spanned<String>,
     at: &impl Fn(std::ops::Range<usize>, String) -> Error,
 ) -> Result<Vec<ColumnSpec>> {
+    parse_level(raw_columns, table_name, None, at)
+}
+
+/// The columns of one level: a table's, or (`inside` names it) a struct column's fields.
+fn parse_level(
+    raw_columns: &[Spanned<RawColumn>],
+    table_name: &Spanned<String>,
+    inside: Option<&str>,
+    at: &impl Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<Vec<ColumnSpec>> {
     if raw_columns.is_empty() {
         return Err(at(
             table_name.span(),
@@ -349,7 +361,9 @@ pub(super) fn parse_columns(
                 ),
             ));
         }
-        if KAFKA_COLUMNS.contains(&name.as_str()) || name.starts_with("kafka_") {
+        if inside.is_none()
+            && (KAFKA_COLUMNS.contains(&name.as_str()) || name.starts_with("kafka_"))
+        {
             return Err(at(
                 c.name.span(),
                 format!(
@@ -395,12 +409,53 @@ pub(super) fn parse_columns(
             Some(r) => Some(r.get_ref().clone()),
             None => None,
         };
+        let fields = match (&c.fields, column_type) {
+            (Some(f), ColumnType::Struct) if !f.is_empty() => {
+                if c.required {
+                    return Err(at(
+                        c.name.span(),
+                        format!(
+                            "struct column {name:?} cannot be required; its fields are NULL when the record has no {path}"
+                        ),
+                    ));
+                }
+                parse_level(f, table_name, Some(name), at)?
+            }
+            (_, ColumnType::Struct) => {
+                return Err(at(
+                    c.column_type.span(),
+                    format!(
+                        "struct column {name:?} has no fields; add fields = [{{ name = \"...\", type = \"...\" }}]"
+                    ),
+                ));
+            }
+            (Some(_), _) => {
+                return Err(at(
+                    c.name.span(),
+                    format!(
+                        "column {name:?} has fields but is of type {column_type}; write type = \"struct\""
+                    ),
+                ));
+            }
+            (None, _) => Vec::new(),
+        };
+        if let Some(parent) = inside
+            && c.required
+        {
+            return Err(at(
+                c.name.span(),
+                format!(
+                    "field {name:?} of struct column {parent:?} cannot be required (the struct may be absent); remove required = true"
+                ),
+            ));
+        }
         columns.push(ColumnSpec {
             name: name.clone(),
             column_type,
             path,
             required: c.required,
             renamed_from,
+            fields,
         });
     }
     // Two columns on one path is fine; a path that is a prefix of another is not (a value cannot

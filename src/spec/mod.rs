@@ -272,6 +272,27 @@ pub struct ColumnSpec {
     pub required: bool,
     /// Its earlier name, when it was renamed (the table keeps the field id).
     pub renamed_from: Option<String>,
+    /// A struct column's fields (their paths relative to the struct's); empty otherwise.
+    pub fields: Vec<ColumnSpec>,
+}
+
+impl ColumnSpec {
+    /// The primitive columns this column is made of, depth first, with their full paths and
+    /// dotted names (`customer.id`): itself when it is not a struct.
+    pub fn leaves(&self) -> Vec<ColumnSpec> {
+        if self.column_type != ColumnType::Struct {
+            return vec![self.clone()];
+        }
+        let mut out = Vec::new();
+        for f in &self.fields {
+            for mut leaf in f.leaves() {
+                leaf.name = format!("{}.{}", self.name, leaf.name);
+                leaf.path = JsonPath([self.path.0.clone(), leaf.path.0].concat());
+                out.push(leaf);
+            }
+        }
+        out
+    }
 }
 
 /// The column types a spec may use (all supported by Athena and Glue).
@@ -293,6 +314,9 @@ pub enum ColumnType {
     Date,
     /// Microseconds since the epoch, UTC, no zone; JSON RFC 3339 string or epoch milliseconds.
     Timestamp,
+    /// A struct of named fields ([`ColumnSpec::fields`]); a JSON object, an Avro record, a
+    /// Protobuf message.
+    Struct,
     /// Exact decimal; JSON number or numeric string.
     Decimal {
         /// Total digits, 1 to 38.
@@ -302,7 +326,7 @@ pub enum ColumnType {
     },
 }
 
-const TYPE_HELP: &str = "use one of string, int, long, float, double, boolean, date, timestamp, decimal(P,S) with 1 <= P <= 38 and S <= P";
+const TYPE_HELP: &str = "use one of string, int, long, float, double, boolean, date, timestamp, decimal(P,S) with 1 <= P <= 38 and S <= P, or struct with fields = [...]";
 
 impl ColumnType {
     /// Parses a type name as written in the spec.
@@ -317,6 +341,7 @@ impl ColumnType {
             "boolean" => ColumnType::Boolean,
             "date" => ColumnType::Date,
             "timestamp" => ColumnType::Timestamp,
+            "struct" => ColumnType::Struct,
             _ => {
                 let inner = t.strip_prefix("decimal(")?.strip_suffix(')')?;
                 let (p, s) = inner.split_once(',')?;
@@ -342,6 +367,7 @@ impl fmt::Display for ColumnType {
             ColumnType::Boolean => f.write_str("boolean"),
             ColumnType::Date => f.write_str("date"),
             ColumnType::Timestamp => f.write_str("timestamp"),
+            ColumnType::Struct => f.write_str("struct"),
             ColumnType::Decimal { precision, scale } => write!(f, "decimal({precision},{scale})"),
         }
     }
@@ -416,6 +442,14 @@ impl PartitionField {
             Transform::Truncate(_) => format!("{}_trunc", self.source),
             Transform::Void | Transform::Unknown => format!("{}_void", self.source),
         }
+    }
+}
+
+impl TableSpec {
+    /// The primitive columns the decoders fill, in order: each column, or a struct column's
+    /// fields depth first (see [`ColumnSpec::leaves`]).
+    pub fn leaves(&self) -> Vec<ColumnSpec> {
+        self.columns.iter().flat_map(ColumnSpec::leaves).collect()
     }
 }
 

@@ -77,7 +77,10 @@ pub(super) fn parse_partitioning(
 fn check_transform(field: &PartitionField, ty: ColumnType) -> std::result::Result<(), String> {
     use iceberg::spec::Transform;
     let ok = match field.transform {
-        Transform::Identity => !matches!(ty, ColumnType::Float | ColumnType::Double),
+        Transform::Identity => !matches!(
+            ty,
+            ColumnType::Float | ColumnType::Double | ColumnType::Struct
+        ),
         Transform::Year | Transform::Month | Transform::Day => {
             matches!(ty, ColumnType::Date | ColumnType::Timestamp)
         }

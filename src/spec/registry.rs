@@ -205,6 +205,7 @@ columns = [{ name = "id", type = "string" }]
             path: JsonPath(vec![name.into()]),
             required: false,
             renamed_from: None,
+            fields: Vec::new(),
         }
     }
 

@@ -128,3 +128,59 @@ fn json_paths_parse() {
         "$['a b'].c"
     );
 }
+
+#[test]
+fn struct_columns_have_fields_relative_to_their_path() {
+    let text = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [
+  { name = "c", type = "struct", path = "$.customer", fields = [
+      { name = "id", type = "string" },
+      { name = "tier", type = "int", path = "$.level.n" },
+  ] },
+]
+"#;
+    let spec = PipelineSpec::parse(text, Path::new("t.toml")).expect("spec");
+    let leaves: Vec<String> = spec.tables[0]
+        .leaves()
+        .iter()
+        .map(|c| format!("{} {} {}", c.name, c.column_type, c.path))
+        .collect();
+    assert_eq!(
+        leaves,
+        ["c.id string $.customer.id", "c.tier int $.customer.level.n"]
+    );
+
+    let refused = |from: &str, to: &str, says: &str| {
+        let bad = text.replace(from, to);
+        let e = PipelineSpec::parse(&bad, Path::new("t.toml")).expect_err(to);
+        assert!(e.to_string().contains(says), "{e}");
+    };
+    refused(
+        r#"type = "struct", path"#,
+        r#"type = "struct", required = true, path"#,
+        "cannot be required",
+    );
+    refused(
+        r#"{ name = "id", type = "string" }"#,
+        r#"{ name = "id", type = "string", required = true }"#,
+        "field \"id\" of struct column \"c\" cannot be required",
+    );
+    refused(
+        r#"type = "struct", path"#,
+        r#"type = "string", path"#,
+        "write type = \"struct\"",
+    );
+    let empty = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [{ name = "c", type = "struct" }]
+"#;
+    let e = PipelineSpec::parse(empty, Path::new("t.toml")).expect_err("no fields");
+    assert!(e.to_string().contains("has no fields"), "{e}");
+    let partitioned = format!("{text}partition_by = [\"c\"]\n");
+    assert!(PipelineSpec::parse(&partitioned, Path::new("t.toml")).is_err());
+}

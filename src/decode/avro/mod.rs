@@ -42,10 +42,11 @@ pub struct AvroDecoder {
 impl AvroDecoder {
     /// A decoder for the table's columns (looked up in the writer's record by their paths).
     pub fn new(table: &TableSpec) -> AvroDecoder {
-        let paths: Vec<_> = table.columns.iter().map(|c| &c.path).collect();
+        let leaves = table.leaves();
+        let paths: Vec<_> = leaves.iter().map(|c| &c.path).collect();
         let (tree, slot_of, slot_count) = Node::build(&paths);
         let mut slots: Vec<Vec<Target>> = vec![Vec::new(); slot_count];
-        for (column, (c, slot)) in table.columns.iter().zip(slot_of).enumerate() {
+        for (column, (c, slot)) in leaves.iter().zip(slot_of).enumerate() {
             if let Some(s) = slots.get_mut(slot) {
                 s.push(Target {
                     column,
@@ -53,8 +54,7 @@ impl AvroDecoder {
                 });
             }
         }
-        let columns = table
-            .columns
+        let columns = leaves
             .iter()
             .map(|c| Column {
                 name: c.name.clone(),

@@ -197,6 +197,8 @@ fn fits(ty: &Type, col: ColumnType) -> bool {
             ty,
             Type::Decimal { .. } | Type::Int | Type::Long | Type::String
         ),
+        // Decoders fill a struct's fields, never the struct.
+        C::Struct => false,
     }
 }
 

@@ -107,6 +107,8 @@ pub(crate) fn trino_type(t: ColumnType) -> String {
         ColumnType::Date => "date".into(),
         ColumnType::Timestamp => "timestamp(6)".into(),
         ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+        // Window outputs are primitive; a struct's Trino type needs its fields.
+        ColumnType::Struct => "row()".into(),
     }
 }
 
