@@ -459,13 +459,20 @@ fn parse_level(
         });
     }
     // Two columns on one path is fine; a path that is a prefix of another is not (a value cannot
-    // be both a leaf and an object).
-    for a in &columns {
-        for b in &columns {
+    // be both a leaf and an object). A struct's own path is an object: its fields' are checked.
+    if inside.is_some() {
+        return Ok(columns);
+    }
+    let leaves: Vec<(ColumnSpec, &str)> = columns
+        .iter()
+        .flat_map(|c| c.leaves().into_iter().map(move |l| (l, c.name.as_str())))
+        .collect();
+    for (a, _) in &leaves {
+        for (b, owner) in &leaves {
             if a.path != b.path && b.path.0.starts_with(&a.path.0) {
                 let span = raw_columns
                     .iter()
-                    .find(|c| c.get_ref().name.get_ref() == &b.name)
+                    .find(|c| c.get_ref().name.get_ref() == owner)
                     .map(|c| c.span());
                 return Err(at(
                     span.unwrap_or(table_name.span()),

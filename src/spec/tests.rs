@@ -181,6 +181,15 @@ columns = [{ name = "c", type = "struct" }]
 "#;
     let e = PipelineSpec::parse(empty, Path::new("t.toml")).expect_err("no fields");
     assert!(e.to_string().contains("has no fields"), "{e}");
+    // Another column may read a field of the struct's object; not the object itself.
+    let beside = text.replace(
+        "] },\n]",
+        "] },\n  { name = \"cid\", type = \"string\", path = \"$.customer.id\" },\n]",
+    );
+    assert!(PipelineSpec::parse(&beside, Path::new("t.toml")).is_ok());
+    let object = beside.replace("$.customer.id\" }", "$.customer\" }");
+    let e = PipelineSpec::parse(&object, Path::new("t.toml")).expect_err("leaf and object");
+    assert!(e.to_string().contains("lies inside path $.customer"), "{e}");
     let partitioned = format!("{text}partition_by = [\"c\"]\n");
     assert!(PipelineSpec::parse(&partitioned, Path::new("t.toml")).is_err());
 }

@@ -31,6 +31,8 @@ const COLUMNS_V1: &str = r#"
   { name = "qty",         type = "long" },
   { name = "status",      type = "string" },
   { name = "created_at",  type = "timestamp",     required = true },
+  { name = "customer",    type = "struct",        fields = [
+      { name = "id", type = "string" }, { name = "tier", type = "string" } ] },
 "#;
 
 pub(super) fn spec(registry: &str, topic: &str, extra_columns: &str) -> PipelineSpec {
@@ -335,14 +337,37 @@ pub(super) async fn land_and_evolve(h: &Harness, glue: Option<&str>, case: &Form
         &confluent,
     ));
     land(h, &v2, &records(&topic, offsets, values)).await;
+    // The struct column reads the nested record (message) as a whole: NULL when it is absent.
+    let customer = |id: &str| match id {
+        "NULL" => "NULL".to_string(),
+        id => format!("{{'id': '{id}', 'tier': 'gold'}}"),
+    };
     let mut all: Vec<Vec<String>> = expected
         .iter()
-        .map(|r| [r.clone(), vec!["NULL".to_string()]].concat())
+        .map(|r| [r.clone(), vec![customer(&r[1]), "NULL".to_string()]].concat())
         .collect();
-    all.push(row(&["o10", "c10", "1.50", "10", "PAID", &ts(10), "XMAS"]));
-    all.push(row(&["o11", "c11", "2.50", "11", "PAID", &ts(11), "NULL"]));
+    all.push(row(&[
+        "o10",
+        "c10",
+        "1.50",
+        "10",
+        "PAID",
+        &ts(10),
+        &customer("c10"),
+        "XMAS",
+    ]));
+    all.push(row(&[
+        "o11",
+        "c11",
+        "2.50",
+        "11",
+        "PAID",
+        &ts(11),
+        &customer("c11"),
+        "NULL",
+    ]));
     all.sort();
-    assert_eq!(business(h, None, 7), all);
+    assert_eq!(business(h, None, 8), all);
     assert_eq!(
         h.read_external("duckdb", "orders")["count"],
         all.len() as i64
