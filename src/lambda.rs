@@ -24,7 +24,7 @@ pub mod ingest {
 
     /// Serves ingest invocations until the runtime stops.
     pub async fn run() -> Result<(), lambda_runtime::Error> {
-        telemetry::init_json_logs();
+        telemetry::init_json_logs("ingest");
         let config = Config::from_env()?;
         let backend = Backend::connect(&config.backend).await?;
         let clock = backend.clock.clone();
@@ -42,30 +42,46 @@ pub mod ingest {
         let ingestor = Arc::new(LiveIngestor::new(load, backend, IngestOptions::from_env));
         lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
             let (ingestor, clock) = (ingestor.clone(), clock.clone());
-            async move { handle(&ingestor, clock.as_ref(), &event.payload).await }
+            let cold_start = telemetry::invocation_started();
+            async move { handle(&ingestor, clock.as_ref(), &event.payload, cold_start).await }
         }))
         .await
     }
 
-    /// Lands one batch; prints its metrics line, or logs why it could not be landed.
+    /// Lands one batch; prints its metrics line (also when it could not be landed, with why
+    /// in the log).
     pub async fn handle(
         ingestor: &LiveIngestor,
         clock: &dyn Clock,
         event: &EsmEvent,
+        cold_start: bool,
     ) -> Result<IngestSummary, lambda_runtime::Error> {
         let started = Instant::now();
         match ingestor.handle(event).await {
             Ok(summary) => {
                 let ms = started.elapsed().as_secs_f64() * 1e3;
+                tracing::info!(
+                    records = summary.records,
+                    accepted = summary.accepted,
+                    already_seen = summary.already_seen,
+                    dead_lettered = summary.dead_lettered,
+                    files = summary.files_written,
+                    ms = ms.round() as u64,
+                    "batch landed"
+                );
                 println!(
                     "{}",
-                    telemetry::ingest_metrics(&summary, clock.now_ms(), ms)
+                    telemetry::ingest_metrics(&summary, clock.now_ms(), ms, cold_start)
                 );
                 Ok(summary)
             }
             Err(e) => {
                 tracing::error!(error = %e, retryable = e.is_retryable(),
                     "batch not landed; the event source mapping will retry it");
+                println!(
+                    "{}",
+                    telemetry::failure_metrics("ingest", event.len(), cold_start, clock.now_ms())
+                );
                 Err(e.into())
             }
         }
@@ -111,7 +127,7 @@ pub mod scheduled {
 
     /// Serves scheduled invocations until the runtime stops. The event's content is not used.
     pub async fn run() -> Result<(), lambda_runtime::Error> {
-        telemetry::init_json_logs();
+        telemetry::init_json_logs("scheduled");
         let config = Config::from_env()?;
         let backend = Backend::connect(&config.backend).await?;
         let spec = config.load_pipeline_resolved(&backend).await?;
@@ -126,11 +142,14 @@ pub mod scheduled {
         });
         lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
             let stage = stage.clone();
+            let cold_start = telemetry::invocation_started();
             async move {
                 let left = time_left(event.context.deadline, stage.backend.clock.as_ref());
                 let tables = stage.tables().await;
                 if is_state_stream_event(&event.payload) {
-                    let t = handle_trigger(&stage.backend, &tables, &stage.options, left).await?;
+                    let t =
+                        handle_trigger(&stage.backend, &tables, &stage.options, left, cold_start)
+                            .await?;
                     Ok::<_, lambda_runtime::Error>(serde_json::json!({
                         "triggered_commit": {
                             "files": t.report.as_ref().map_or(0, |r| r.files()),
@@ -138,7 +157,8 @@ pub mod scheduled {
                         }
                     }))
                 } else {
-                    let r = handle(&stage.backend, &tables, &stage.options, left).await?;
+                    let r =
+                        handle(&stage.backend, &tables, &stage.options, left, cold_start).await?;
                     Ok(serde_json::to_value(r)?)
                 }
             }
@@ -162,6 +182,7 @@ pub mod scheduled {
         tables: &TableSet,
         options: &ScheduledOptions,
         left: Duration,
+        cold_start: bool,
     ) -> Result<crate::commit::trigger::Triggered, lambda_runtime::Error> {
         let deadline = Instant::now() + left;
         let run = Box::pin(crate::commit::trigger::commit_when_due(
@@ -189,6 +210,7 @@ pub mod scheduled {
                                 t.waited.as_secs_f64() * 1e3,
                                 "Milliseconds"
                             ),
+                            ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
                         ],
                     )
                 );
@@ -197,6 +219,15 @@ pub mod scheduled {
             Err(e) => {
                 tracing::error!(error = %e, retryable = e.is_retryable(),
                     "triggered commit failed; the next trigger or the schedule commits");
+                println!(
+                    "{}",
+                    telemetry::failure_metrics(
+                        "commit-trigger",
+                        0,
+                        cold_start,
+                        backend.clock.now_ms()
+                    )
+                );
                 Err(e.into())
             }
         }
@@ -214,6 +245,7 @@ pub mod scheduled {
         tables: &TableSet,
         options: &ScheduledOptions,
         left: Duration,
+        cold_start: bool,
     ) -> Result<ScheduledReport, lambda_runtime::Error> {
         // Boxed: the stage's future is deep, and the runtime nests it further.
         let run = Box::pin(crate::scheduled::run_until(
@@ -226,13 +258,17 @@ pub mod scheduled {
             Ok(report) => {
                 println!(
                     "{}",
-                    telemetry::scheduled_metrics(&report, backend.clock.now_ms())
+                    telemetry::scheduled_metrics(&report, backend.clock.now_ms(), cold_start)
                 );
                 Ok(report)
             }
             Err(e) => {
                 tracing::error!(error = %e, retryable = e.is_retryable(),
                     "scheduled run failed; the next run resumes it");
+                println!(
+                    "{}",
+                    telemetry::failure_metrics("scheduled", 0, cold_start, backend.clock.now_ms())
+                );
                 Err(e.into())
             }
         }

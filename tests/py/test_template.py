@@ -9,6 +9,9 @@
   S3 bucket (SQS and SNS destinations receive metadata only).
 - Ingest writes only where it must: S3 data and pending-list prefixes, and DynamoDB items whose
   keys begin with source# or pending#.
+- Observability: JSON logs at the LogLevel parameter, X-Ray tracing, EMF metrics and their
+  alarms in one namespace scoped to the stack.
+- samconfig.toml: every environment sets the required parameters, with valid values.
 - The dashboards have one source of truth: every Athena named query and QuickSight dataset SQL
   equals a file of infra/dashboards, and every dataset declares exactly the query's columns.
 
@@ -233,6 +236,70 @@ def dashboard_findings(template):
     return out
 
 
+def observability_findings(template):
+    """Logs, traces and metrics as Lambda users expect: JSON logs with a level parameter, X-Ray
+    tracing on every function, and every alarm on our metrics reading the namespace the
+    functions write them to (scoped to the stack)."""
+    out = []
+    globals_fn = template.get("Globals", {}).get("Function", {})
+    env = globals_fn.get("Environment", {}).get("Variables", {})
+    namespace = env.get("STREAMTABLE_METRICS_NAMESPACE")
+    if namespace != {"Fn::Sub": "streamtable/${AWS::StackName}"}:
+        out.append(f"STREAMTABLE_METRICS_NAMESPACE is {namespace!r}, not scoped to the stack")
+    if "RUST_LOG" in env:
+        out.append("RUST_LOG in Globals overrides the LogLevel parameter")
+    if globals_fn.get("Tracing") != "Active":
+        out.append("functions are not traced by X-Ray (Globals.Function.Tracing: Active)")
+    for name, r in template["Resources"].items():
+        props = r.get("Properties", {})
+        if r["Type"] == "AWS::Serverless::Function":
+            logging = props.get("LoggingConfig", {})
+            if logging.get("LogFormat") != "JSON" or logging.get("ApplicationLogLevel") != {"Ref": "LogLevel"}:
+                out.append(f"{name}: LoggingConfig is not JSON with ApplicationLogLevel: !Ref LogLevel")
+        if r["Type"] == "AWS::CloudWatch::Alarm" and props.get("Namespace") not in (None, "AWS/Lambda", "AWS/Events", "AWS/S3"):
+            if props.get("Namespace") != namespace:
+                out.append(f"{name}: alarm namespace {props.get('Namespace')!r} is not the functions' {namespace!r}")
+    return out
+
+
+def samconfig_findings(template):
+    """samconfig.toml: each environment deploys with the capabilities the template needs and
+    parameters the template has, every required parameter set."""
+    import tomllib
+
+    out = []
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    params = template.get("Parameters", {})
+    required = {n for n, p in params.items() if "Default" not in p}
+    envs = [e for e in config if isinstance(config[e], dict)]
+    if "default" not in envs or len(envs) < 2:
+        out.append(f"samconfig.toml has environments {envs}; want default and at least one more")
+    stacks = set()
+    for e in envs:
+        deploy = config[e].get("deploy", {}).get("parameters", {})
+        stack = config[e].get("global", {}).get("parameters", {}).get("stack_name")
+        if not stack or stack in stacks:
+            out.append(f"samconfig.toml [{e}]: stack_name {stack!r} missing or shared")
+        stacks.add(stack)
+        if "CAPABILITY_IAM" not in deploy.get("capabilities", ""):
+            out.append(f"samconfig.toml [{e}]: deploy needs CAPABILITY_IAM (the functions' roles)")
+        overrides = deploy.get("parameter_overrides", [])
+        given = {o.split("=", 1)[0] for o in as_list(overrides)}
+        for unknown in sorted(given - set(params)):
+            out.append(f"samconfig.toml [{e}]: parameter {unknown} is not in template.yaml")
+        for missing in sorted(required - given):
+            out.append(f"samconfig.toml [{e}]: required parameter {missing} is not set")
+        for o in as_list(overrides):
+            name, value = o.split("=", 1)
+            allowed = params.get(name, {}).get("AllowedValues")
+            pattern = params.get(name, {}).get("AllowedPattern")
+            if allowed and value not in [str(a) for a in allowed]:
+                out.append(f"samconfig.toml [{e}]: {name}={value} is not one of {allowed}")
+            if pattern and not re.fullmatch(pattern, value):
+                out.append(f"samconfig.toml [{e}]: {name}={value} does not match {pattern}")
+    return out
+
+
 def main():
     template, matches = decode_str((ROOT / "template.yaml").read_text())
     if matches:
@@ -244,13 +311,16 @@ def main():
         + esm_findings(template)
         + ingest_scope_findings(template)
         + dashboard_findings(template)
+        + observability_findings(template)
+        + samconfig_findings(template)
     )
     for f in findings:
         print("FAIL", f)
     if not findings:
         print(
             "template.yaml: IAM statements name their resources; alarms can publish; failed batches "
-            "go to S3; ingest is scoped; dashboards match infra/dashboards"
+            "go to S3; ingest is scoped; dashboards match infra/dashboards; logs, traces and "
+            "metrics are scoped to the stack; samconfig.toml deploys every environment"
         )
     return 1 if findings else 0
 

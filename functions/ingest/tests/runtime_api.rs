@@ -62,6 +62,39 @@ fn lands_a_batch_skips_its_redelivery_and_reports_metrics() {
     assert_eq!(emf.len(), 3, "one metrics line per invocation:\n{stdout}");
     assert_eq!(emf[0]["RecordsIn"], 6.0);
     assert_eq!(emf[1]["RecordsAlreadySeen"], 6.0);
+    let cold: Vec<f64> = emf.iter().filter_map(|e| e["ColdStart"].as_f64()).collect();
+    assert_eq!(cold, [1.0, 0.0, 0.0]);
+
+    // Every line is one JSON object; each invocation's log line carries its request and trace
+    // ids, the cold start only on the first.
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    for (i, is_cold) in [(0, true), (1, false), (2, false)] {
+        let request = format!("request-{i}");
+        let line = lines
+            .iter()
+            .find(|l| {
+                l["function_request_id"] == request.as_str() && l["message"] == "batch landed"
+            })
+            .unwrap_or_else(|| panic!("no log line of {request}:\n{stdout}"));
+        assert_eq!(line["cold_start"], is_cold, "{line}");
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["service"], "test");
+        assert_eq!(line["function_name"], "test");
+        assert_eq!(line["function_memory_size"], 1024);
+        assert!(
+            line["xray_trace_id"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Root=1-")),
+            "{line}"
+        );
+        assert!(
+            line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{line}"
+        );
+    }
 }
 
 #[test]
@@ -77,9 +110,27 @@ fn a_batch_that_cannot_land_fails_the_invocation_so_the_esm_retries_it() {
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ];
-    let (outcomes, _) = run_lambda(env!("CARGO_BIN_EXE_ingest"), &api, &env, 1);
+    let (outcomes, stdout) = run_lambda(env!("CARGO_BIN_EXE_ingest"), &api, &env, 1);
     match outcomes.first() {
         Some(Outcome::Error(body)) => assert!(body.contains("state store"), "{body}"),
         other => panic!("expected an invocation error, got {other:?}"),
     }
+    // The failure still shows in the metrics, with the load it could not land.
+    let failed = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("InvocationsFailed").is_some())
+        .unwrap_or_else(|| panic!("no failure metrics line:\n{stdout}"));
+    assert_eq!(
+        (
+            &failed["InvocationsFailed"],
+            &failed["RecordsIn"],
+            &failed["ColdStart"]
+        ),
+        (
+            &serde_json::json!(1.0),
+            &serde_json::json!(6.0),
+            &serde_json::json!(1.0)
+        )
+    );
 }

@@ -1,34 +1,55 @@
-//! Observability: structured JSON logs (`tracing`) and metrics in CloudWatch Embedded Metric
-//! Format (EMF), which CloudWatch turns into metrics from the log stream with no API calls.
+//! Observability: structured JSON logs (`tracing`, in the format Lambda users expect: see
+//! [`logs`]) and metrics in CloudWatch Embedded Metric Format (EMF), which CloudWatch turns into
+//! metrics from the log stream with no API calls.
+
+pub mod logs;
+
+use std::io::IsTerminal;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value, json};
 
 use crate::ingest::IngestSummary;
+pub use logs::invocation_started;
 
-/// CloudWatch namespace of every metric.
+/// Default CloudWatch namespace of the metrics (the SAM template scopes it to the stack).
 pub const NAMESPACE: &str = "streamtable";
+/// Environment variable naming the metrics' namespace.
+pub const NAMESPACE_ENV: &str = "STREAMTABLE_METRICS_NAMESPACE";
 
-/// Sets up JSON logs on stdout for the Lambda functions (`RUST_LOG` filters; default `info`).
-pub fn init_json_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// The metrics' namespace: `STREAMTABLE_METRICS_NAMESPACE`, else [`NAMESPACE`].
+pub fn namespace() -> &'static str {
+    static NS: OnceLock<String> = OnceLock::new();
+    NS.get_or_init(|| {
+        std::env::var(NAMESPACE_ENV)
+            .ok()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| NAMESPACE.into())
+    })
+}
+
+/// Sets up the Lambda functions' JSON logs on stdout ([`logs::LambdaJson`]); the level comes
+/// from `RUST_LOG`, else the function's log level (`AWS_LAMBDA_LOG_LEVEL`), else `info`.
+/// `service` names the function when `POWERTOOLS_SERVICE_NAME` and the function name are unset.
+pub fn init_json_logs(service: &str) {
     let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_current_span(false)
-        .with_ansi(false)
-        .without_time()
-        .with_target(false)
+        .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+        .event_format(logs::LambdaJson::from_env(service))
+        .with_env_filter(logs::filter(|k| std::env::var(k).ok()))
         .try_init();
 }
 
-/// Sets up human-readable logs on stderr for the CLI (`RUST_LOG` filters; default `warn`).
+/// Sets up human-readable logs on stderr for the CLI (`RUST_LOG` filters; default `warn`),
+/// coloured only on a terminal and when `NO_COLOR` is not set.
 pub fn init_cli_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .try_init();
 }
@@ -48,7 +69,7 @@ pub fn emf_line(function: &str, timestamp_ms: i64, metrics: &[Metric<'_>]) -> St
         json!({
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
+                "Namespace": namespace(),
                 "Dimensions": [["function"]],
                 "Metrics": definitions,
             }]
@@ -63,7 +84,12 @@ pub fn emf_line(function: &str, timestamp_ms: i64, metrics: &[Metric<'_>]) -> St
 
 /// The EMF line of one ingest invocation: records in/out/dead-lettered, files, bytes, and the
 /// lag (now minus the newest Kafka timestamp of the batch).
-pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) -> String {
+pub fn ingest_metrics(
+    summary: &IngestSummary,
+    now_ms: i64,
+    duration_ms: f64,
+    cold_start: bool,
+) -> String {
     let lag = summary
         .newest_timestamp_ms
         .map_or(0.0, |t| (now_ms - t).max(0) as f64);
@@ -101,13 +127,32 @@ pub fn ingest_metrics(summary: &IngestSummary, now_ms: i64, duration_ms: f64) ->
             ("CheckpointConflicts", summary.conflicts as f64, "Count"),
             ("OffsetLagMs", lag, "Milliseconds"),
             ("DurationMs", duration_ms, "Milliseconds"),
+            ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
+        ],
+    )
+}
+
+/// The EMF line of an invocation that failed (its batch is retried): how many records it
+/// carried, and whether it was a cold start — so that a failing function still shows its load.
+pub fn failure_metrics(function: &str, records: usize, cold_start: bool, now_ms: i64) -> String {
+    emf_line(
+        function,
+        now_ms,
+        &[
+            ("InvocationsFailed", 1.0, "Count"),
+            ("RecordsIn", records as f64, "Count"),
+            ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
         ],
     )
 }
 
 /// The EMF line of one scheduled run: what was committed and compacted, how long commits took,
 /// what maintenance removed, what failed or is blocked, and the commit backlog left.
-pub fn scheduled_metrics(report: &crate::scheduled::ScheduledReport, now_ms: i64) -> String {
+pub fn scheduled_metrics(
+    report: &crate::scheduled::ScheduledReport,
+    now_ms: i64,
+    cold_start: bool,
+) -> String {
     let rewritten: u64 = report.compaction.iter().map(|c| c.input_bytes).sum();
     let expired: u64 = report.maintenance.iter().map(|m| m.snapshots_expired).sum();
     let deleted: u64 = report
@@ -152,6 +197,7 @@ pub fn scheduled_metrics(report: &crate::scheduled::ScheduledReport, now_ms: i64
                 "Milliseconds",
             ),
             ("DurationMs", report.duration_ms, "Milliseconds"),
+            ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
         ],
     )
 }
@@ -179,7 +225,7 @@ mod tests {
             .collect(),
             ..Default::default()
         };
-        let line = ingest_metrics(&summary, 4_000, 12.5);
+        let line = ingest_metrics(&summary, 4_000, 12.5, true);
         let v: Value = serde_json::from_str(&line).expect("json");
         let defs = &v["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(defs["Namespace"], "streamtable");
@@ -195,5 +241,22 @@ mod tests {
         assert_eq!(v["StateBytesMax"], 900.0);
         assert_eq!(v["OffsetLagMs"], 3000.0);
         assert_eq!(v["function"], "ingest");
+        assert_eq!(v["ColdStart"], 1.0);
+        let failed: Value =
+            serde_json::from_str(&failure_metrics("ingest", 42, false, 5)).expect("json");
+        assert_eq!(
+            (
+                &failed["InvocationsFailed"],
+                &failed["RecordsIn"],
+                &failed["ColdStart"]
+            ),
+            (&json!(1.0), &json!(42.0), &json!(0.0))
+        );
+        assert_eq!(
+            failed["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .map(Vec::len),
+            Some(3)
+        );
     }
 }
