@@ -61,6 +61,9 @@ pub struct Config {
     pub pipeline: Option<PathBuf>,
     /// Where state, catalog and data live.
     pub backend: BackendConfig,
+    /// The deployment's table → topic mapping (`STREAMTABLE_TOPICS`, set by the SAM template):
+    /// a spec that disagrees is refused when it is loaded.
+    pub topics: Option<Vec<(String, String)>>,
 }
 
 impl Config {
@@ -106,7 +109,14 @@ impl Config {
                 )));
             }
         };
-        Ok(Config { pipeline, backend })
+        let topics = var(crate::spec::TOPICS_ENV)
+            .map(|t| crate::spec::parse_mapping(&t))
+            .transpose()?;
+        Ok(Config {
+            pipeline,
+            backend,
+            topics,
+        })
     }
 
     /// Loads and validates the pipeline spec, reading the columns of tables that take them from
@@ -114,7 +124,16 @@ impl Config {
     /// What every command that builds tables uses.
     pub async fn load_pipeline_resolved(&self, backend: &Backend) -> Result<PipelineSpec> {
         let (text, origin) = self.pipeline_text()?;
-        crate::registry::resolve::load_spec(&text, &origin, backend).await
+        let spec = crate::registry::resolve::load_spec(&text, &origin, backend).await?;
+        self.check_topics(spec)
+    }
+
+    /// The spec, if the deployment's topics (`STREAMTABLE_TOPICS`) agree with it.
+    fn check_topics(&self, spec: PipelineSpec) -> Result<PipelineSpec> {
+        if let Some(mapping) = &self.topics {
+            spec.check_deployed_topics(mapping)?;
+        }
+        Ok(spec)
     }
 
     /// The spec's text and where it is from.
@@ -139,13 +158,14 @@ impl Config {
     /// Loads and validates the pipeline spec (a spec whose tables take their columns from the
     /// registry needs [`Config::load_pipeline_resolved`]).
     pub fn load_pipeline(&self) -> Result<PipelineSpec> {
-        match &self.pipeline {
+        let spec = match &self.pipeline {
             Some(path) => PipelineSpec::load(path),
             None => PipelineSpec::parse(
                 BUILTIN_PIPELINE,
                 Path::new("(built-in) infra/pipeline.toml"),
             ),
-        }
+        }?;
+        self.check_topics(spec)
     }
 }
 
@@ -295,10 +315,32 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_whose_topics_are_not_the_specs_is_refused_at_load() {
+        let c = Config::from_lookup(lookup(&[(
+            "STREAMTABLE_TOPICS",
+            "orders=orders,payments=payments,readings=sensors",
+        )]))
+        .expect("config");
+        let e = c.load_pipeline().expect_err("disagree").to_string();
+        assert!(
+            e.contains("table readings") && e.contains("\"sensors\""),
+            "{e}"
+        );
+        let c = Config::from_lookup(lookup(&[(
+            "STREAMTABLE_TOPICS",
+            "orders=orders,payments=payments,readings=readings",
+        )]))
+        .expect("config");
+        assert_eq!(c.load_pipeline().expect("agree").tables.len(), 3);
+        assert!(Config::from_lookup(lookup(&[("STREAMTABLE_TOPICS", "orders")])).is_err());
+    }
+
+    #[test]
     fn the_builtin_pipeline_is_valid() {
         let c = Config {
             pipeline: None,
             backend: BackendConfig::Embedded { home: ".".into() },
+            topics: None,
         };
         assert_eq!(c.load_pipeline().expect("valid").tables.len(), 3);
     }

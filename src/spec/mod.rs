@@ -26,12 +26,14 @@ mod event_time;
 mod load;
 mod partitioning;
 mod registry;
+mod topics;
 
 pub use derived::PARTIALS_SUFFIX;
 pub use event_time::{Dedup, EventTime, parse_duration_ms};
 
 pub use load::is_identifier;
 pub use registry::{FROM_REGISTRY, RegistryTable, ResolvedColumns, unresolved};
+pub use topics::{TOPICS_ENV, parse_mapping};
 
 use std::fmt;
 use std::path::PathBuf;

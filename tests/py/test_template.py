@@ -11,6 +11,8 @@
   keys begin with source# or pending#.
 - Observability: JSON logs at the LogLevel parameter, X-Ray tracing, EMF metrics and their
   alarms in one namespace scoped to the stack.
+- The template and infra/pipeline.toml agree on the tables' topics (STREAMTABLE_TOPICS, the
+  topic parameters' defaults, the event source mappings, the IAM topics).
 - samconfig.toml: every environment sets the required parameters, with valid values.
 - The dashboards have one source of truth: every Athena named query and QuickSight dataset SQL
   equals a file of infra/dashboards, and every dataset declares exactly the query's columns.
@@ -262,6 +264,47 @@ def observability_findings(template):
     return out
 
 
+def spec_findings(template):
+    """The template and infra/pipeline.toml agree: STREAMTABLE_TOPICS names every [[tables]]
+    entry with a topic parameter whose default is the spec's topic, and that parameter is read
+    by an event source mapping of the ingest function and allowed by its IAM policy."""
+    import tomllib
+
+    out = []
+    spec = tomllib.loads((ROOT / "infra/pipeline.toml").read_text())
+    want = {t["name"]: t["topic"] for t in spec.get("tables", [])}
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    sub = env.get("STREAMTABLE_TOPICS", {}).get("Fn::Sub", "")
+    params = template.get("Parameters", {})
+    mapping = {}
+    for pair in filter(None, sub.split(",")):
+        table, _, topic = pair.partition("=")
+        m = re.fullmatch(r"\$\{(\w+)\}", topic)
+        if not m:
+            out.append(f"STREAMTABLE_TOPICS: {pair!r} is not table=${{TopicParameter}}")
+            continue
+        mapping[table] = m.group(1)
+    if set(mapping) != set(want):
+        out.append(f"STREAMTABLE_TOPICS maps tables {sorted(mapping)}, the spec has {sorted(want)}")
+    ingest = template["Resources"]["IngestFunction"]["Properties"]
+    esm_params = {
+        ref_name(topic)
+        for e in ingest.get("Events", {}).values()
+        if e.get("Type") == "MSK"
+        for topic in e["Properties"].get("Topics", [])
+    }
+    policy_text = repr(ingest.get("Policies"))
+    for table, param in mapping.items():
+        default = params.get(param, {}).get("Default")
+        if table in want and default != want[table]:
+            out.append(f"{param} defaults to {default!r}; infra/pipeline.toml's {table} reads {want[table]!r}")
+        if param not in esm_params:
+            out.append(f"no event source mapping of IngestFunction reads {param} (table {table})")
+        if "${" + param + "}" not in policy_text:
+            out.append(f"IngestFunction's IAM policy does not allow reading topic {param}")
+    return out
+
+
 def samconfig_findings(template):
     """samconfig.toml: each environment deploys with the capabilities the template needs and
     parameters the template has, every required parameter set."""
@@ -313,6 +356,7 @@ def main():
         + dashboard_findings(template)
         + observability_findings(template)
         + samconfig_findings(template)
+        + spec_findings(template)
     )
     for f in findings:
         print("FAIL", f)

@@ -134,3 +134,25 @@ fn a_batch_that_cannot_land_fails_the_invocation_so_the_esm_retries_it() {
         )
     );
 }
+
+#[test]
+fn a_deployment_whose_topics_disagree_with_the_spec_fails_every_invocation_saying_so() {
+    let home = tempfile::tempdir().expect("home");
+    let api = RuntimeApi::start(vec![sample("orders.json")]);
+    let env = [
+        ("STREAMTABLE_HOME", home.path().to_str().expect("path")),
+        (
+            "STREAMTABLE_TOPICS",
+            "orders=prod.orders,payments=payments,readings=readings",
+        ),
+    ];
+    let (outcomes, _) = run_lambda(env!("CARGO_BIN_EXE_ingest"), &api, &env, 1);
+    match outcomes.first() {
+        Some(Outcome::Error(body)) => assert!(
+            body.contains("the deployment and the pipeline spec disagree")
+                && body.contains("prod.orders"),
+            "{body}"
+        ),
+        other => panic!("expected an invocation error, got {other:?}"),
+    }
+}

@@ -203,6 +203,7 @@ pub(super) async fn compact_once(
         backend: BackendConfig::Embedded {
             home: home.to_path_buf(),
         },
+        topics: None,
     };
     let spec = bench_spec(&config, target_mb)?;
     let backend = Backend::connect(&config.backend).await?;
