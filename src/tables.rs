@@ -213,9 +213,13 @@ pub const VIEW_NAME_PROPERTY: &str = "streamtable.view.name";
 /// Table property: the view's SQL.
 pub const VIEW_SQL_PROPERTY: &str = "streamtable.view.sql";
 
-/// Properties of every table streamtable creates.
+/// Properties of every table streamtable creates (with the default retention; maintenance keeps
+/// it equal to the options in effect).
 pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> {
-    HashMap::from([
+    let retention = crate::maintenance::retention_properties(
+        &crate::maintenance::MaintenanceOptions::default(),
+    );
+    let mut p = HashMap::from([
         ("write.format.default".into(), "parquet".into()),
         ("write.parquet.compression-codec".into(), "zstd".into()),
         (
@@ -223,7 +227,9 @@ pub fn table_properties(target_file_size_bytes: u64) -> HashMap<String, String> 
             target_file_size_bytes.to_string(),
         ),
         ("streamtable.managed".into(), "true".into()),
-    ])
+    ]);
+    p.extend(retention);
+    p
 }
 
 /// How many times a schema change is retried against other writers.

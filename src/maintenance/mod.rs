@@ -69,8 +69,10 @@ pub struct TableMaintenance {
 }
 
 mod orphans;
+mod properties;
 
 use orphans::{remove_orphans, remove_spilled_lists};
+pub use properties::{retention_properties, sync_retention};
 
 /// Runs maintenance on every table; the first failure is returned (see
 /// [`maintain_all_until`] for the scheduled stage's isolated form).
@@ -118,6 +120,7 @@ pub async fn maintain_all_until(
             if backend.catalog.load(&ident).await?.is_none() {
                 return Ok(false);
             }
+            sync_retention(backend, &ident, options).await?;
             merge_manifests(backend, &ident, options, &mut report).await?;
             if expire {
                 expire_snapshots(

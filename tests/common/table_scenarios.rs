@@ -317,6 +317,23 @@ pub async fn maintenance_deletes_only_unreferenced_files(h: &Harness) {
         .find(|m| m.table == "orders")
         .expect("orders report");
     assert_eq!(orders.snapshots_expired, 7);
+    // The table now states the retention applied, for Athena's VACUUM and Spark's expiry.
+    let (table, _) = h
+        .backend
+        .catalog
+        .load(&tables.ident("orders"))
+        .await
+        .expect("load")
+        .expect("orders");
+    let props = table.metadata().properties();
+    for (k, v) in [
+        ("vacuum_max_snapshot_age_seconds", "0"),
+        ("vacuum_min_snapshots_to_keep", "1"),
+        ("history.expire.max-snapshot-age-ms", "0"),
+        ("history.expire.min-snapshots-to-keep", "1"),
+    ] {
+        assert_eq!(props.get(k).map(String::as_str), Some(v), "{k}");
+    }
     assert!(
         orders.files_deleted >= 6 + 6,
         "micro-files and old manifests: {orders:?}"

@@ -305,6 +305,22 @@ def spec_findings(template):
     return out
 
 
+def retention_findings(template):
+    """What outlives the stack does: the data bucket, the state table and the Glue database are
+    retained on delete and on replacement; Athena queries are bounded in bytes scanned."""
+    out = []
+    resources = template["Resources"]
+    for name in ("DataBucket", "StateTable", "GlueDatabase"):
+        r = resources.get(name, {})
+        for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
+            if r.get(policy) != "Retain":
+                out.append(f"{name}: {policy} is {r.get(policy)!r}, not Retain")
+    wg = resources.get("AthenaWorkGroup", {}).get("Properties", {}).get("WorkGroupConfiguration", {})
+    if "BytesScannedCutoffPerQuery" not in wg:
+        out.append("AthenaWorkGroup has no BytesScannedCutoffPerQuery")
+    return out
+
+
 def samconfig_findings(template):
     """samconfig.toml: each environment deploys with the capabilities the template needs and
     parameters the template has, every required parameter set."""
@@ -357,6 +373,7 @@ def main():
         + observability_findings(template)
         + samconfig_findings(template)
         + spec_findings(template)
+        + retention_findings(template)
     )
     for f in findings:
         print("FAIL", f)
