@@ -15,7 +15,8 @@
   topic parameters' defaults, the event source mappings, the IAM topics).
 - samconfig.toml: every environment sets the required parameters, with valid values.
 - The dashboards have one source of truth: every Athena named query and QuickSight dataset SQL
-  equals a file of infra/dashboards, and every dataset declares exactly the query's columns.
+  equals a file of infra/dashboards, and every dataset declares exactly the query's columns;
+  the QuickSight analysis and dashboard are generated from the files' chart headers.
 
 Run: python tests/py/test_template.py (exit status 1 and a list of findings on failure).
 """
@@ -305,6 +306,26 @@ def spec_findings(template):
     return out
 
 
+def quicksight_findings(template):
+    """The QuickSight analysis and dashboard are what scripts/quicksight.py makes of
+    infra/dashboards: one visual per chart header, on the chart's dataset."""
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/quicksight.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        return [(run.stdout + run.stderr).strip()]
+    kinds = {r["Type"] for r in template["Resources"].values()}
+    return [
+        f"template.yaml has no {t}"
+        for t in ("AWS::QuickSight::Analysis", "AWS::QuickSight::Dashboard")
+        if t not in kinds
+    ]
+
+
 def retention_findings(template):
     """What outlives the stack does: the data bucket, the state table and the Glue database are
     retained on delete and on replacement; Athena queries are bounded in bytes scanned."""
@@ -374,6 +395,7 @@ def main():
         + samconfig_findings(template)
         + spec_findings(template)
         + retention_findings(template)
+        + quicksight_findings(template)
     )
     for f in findings:
         print("FAIL", f)
