@@ -31,7 +31,8 @@
 //!
 //! **Running it**: [`config`] (environment to [`config::Backend`]), [`tables`] (the pipeline's
 //! tables in the catalog), [`lambda`] (the handlers around the stages, feature `lambda`),
-//! [`telemetry`] (JSON logs, CloudWatch metrics), [`clock`], [`error`]. The command line
+//! [`telemetry`] (JSON logs, CloudWatch metrics), [`status`] (what an operator looks at),
+//! [`clock`], [`error`]. The command line
 //! (`streamtable …`) is [`cli`] (feature `cli`), which the Lambda functions do not link.
 
 #![warn(missing_docs)]
@@ -71,6 +72,7 @@ pub mod config;
 pub mod error;
 #[cfg(feature = "lambda")]
 pub mod lambda;
+pub mod status;
 pub mod tables;
 pub mod telemetry;
 

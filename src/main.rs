@@ -63,6 +63,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What an operator looks at when something is wrong: per topic-partition its checkpoint,
+    /// last landing and pending batches; per table its last commit and compaction; the last
+    /// scheduled run's failures, blocked batches and backlog.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Render the dashboards (infra/dashboards/*.sql) as one self-contained HTML file.
     Dashboard(analyst::DashboardArgs),
     /// Benchmarks that print numbers.
@@ -101,6 +109,7 @@ async fn main() -> ExitCode {
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,
             Command::Tables { json } => analyst::tables(&config, *json).await,
+            Command::Status { json } => cli::status::run(&config, *json).await,
             Command::Dashboard(d) => analyst::dashboard(&config, d).await,
             Command::Bench { which } => bench::run(&config, which).await,
         }

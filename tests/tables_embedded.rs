@@ -51,3 +51,11 @@ async fn compaction_copies_large_row_groups_and_merges_small_ones() {
 async fn triggered_commits_are_spaced_by_the_interval() {
     s::triggered_commits_are_spaced_by_the_interval(&common::embedded().await).await;
 }
+
+#[tokio::test]
+async fn status_shows_checkpoints_landings_pending_batches_and_commits() {
+    common::status_scenarios::status_shows_checkpoints_landings_pending_batches_and_commits(
+        &common::embedded().await,
+    )
+    .await;
+}

@@ -296,3 +296,11 @@ async fn windowed_tables_register_their_view_in_glue_for_athena() {
     assert!(!listed.contains(&"orders_per_minute".to_string()));
     tables.ensure_all(&h.backend).await.expect("tables again");
 }
+
+#[tokio::test]
+async fn status_shows_checkpoints_landings_pending_batches_and_commits() {
+    common::status_scenarios::status_shows_checkpoints_landings_pending_batches_and_commits(
+        &common::moto().await,
+    )
+    .await;
+}

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod check;
 pub mod dashboard;
 pub mod demo;
+pub mod status;
 pub mod table_list;
 
 use std::path::{Path, PathBuf};

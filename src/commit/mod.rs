@@ -167,6 +167,7 @@ pub async fn commit_pending_with(
             oldest_left = left.batches.iter().map(|b| b.created_at_ms).min();
             break;
         }
+        let mut landed = Vec::new();
         let (intent, resumed) = match backend.state.commit_intent().await? {
             Some(i) => (i, true),
             None => {
@@ -182,12 +183,14 @@ pub async fn commit_pending_with(
                 if !backend.state.begin_commit(&intent).await? {
                     continue; // another committer got there first: resume its intent
                 }
+                landed = round.batches;
                 (intent, false)
             }
         };
         tracing::info!(intent = %intent.id, batches = intent.batches.len(), resumed, "committing");
         let round = commit_intent(backend, tables, &mut selector, &intent).await?;
         backend.state.finish_commit(&intent).await?;
+        crate::status::record_committed(backend, &landed).await;
         report.rounds += 1;
         report.batches += intent.batches.len() as u64;
         report.resumed += u64::from(resumed);

@@ -17,6 +17,7 @@ pub mod registry_columns_scenarios;
 pub mod reliability_layout_scenarios;
 pub mod reliability_scenarios;
 pub mod scenarios;
+pub mod status_scenarios;
 pub mod struct_scenarios;
 pub mod table_scenarios;
 pub mod window_scenarios;

@@ -259,9 +259,24 @@ def observability_findings(template):
             logging = props.get("LoggingConfig", {})
             if logging.get("LogFormat") != "JSON" or logging.get("ApplicationLogLevel") != {"Ref": "LogLevel"}:
                 out.append(f"{name}: LoggingConfig is not JSON with ApplicationLogLevel: !Ref LogLevel")
+        if r["Type"] == "AWS::Serverless::Function":
+            for ev_name, ev in props.get("Events", {}).items():
+                if ev.get("Type") == "MSK":
+                    metrics = ev["Properties"].get("MetricsConfig", {}).get("Metrics", [])
+                    if "KafkaMetrics" not in metrics:
+                        out.append(f"{name}.{ev_name}: the mapping does not report its Kafka metrics (offset lag)")
         if r["Type"] == "AWS::CloudWatch::Alarm" and props.get("Namespace") not in (None, "AWS/Lambda", "AWS/Events", "AWS/S3"):
             if props.get("Namespace") != namespace:
                 out.append(f"{name}: alarm namespace {props.get('Namespace')!r} is not the functions' {namespace!r}")
+    lag = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        and r["Properties"].get("Namespace") == "AWS/Lambda"
+        and r["Properties"].get("MetricName") == "OffsetLag"
+    ]
+    if not lag or any(p.get("TreatMissingData") != "breaching" for p in lag):
+        out.append("no alarm on the mappings' OffsetLag that a stalled mapping (no data) trips")
     return out
 
 
