@@ -229,12 +229,19 @@ impl Backend {
             ));
         };
         let sdk = crate::aws::load_config().await;
-        let s3_config = aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(true)
-            .build();
-        let s3 = aws_sdk_s3::Client::from_conf(s3_config);
-        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-        let glue = aws_sdk_glue::Client::new(&sdk);
+        // In a traced Lambda function, every S3, DynamoDB and Glue call is an X-Ray subsegment.
+        let xray = crate::aws::xray::XRaySubsegments::from_env();
+        let mut s3_config = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true);
+        let mut dynamo_config = aws_sdk_dynamodb::config::Builder::from(&sdk);
+        let mut glue_config = aws_sdk_glue::config::Builder::from(&sdk);
+        if let Some(x) = xray {
+            s3_config = s3_config.interceptor(x.clone());
+            dynamo_config = dynamo_config.interceptor(x.clone());
+            glue_config = glue_config.interceptor(x);
+        }
+        let s3 = aws_sdk_s3::Client::from_conf(s3_config.build());
+        let dynamo = aws_sdk_dynamodb::Client::from_conf(dynamo_config.build());
+        let glue = aws_sdk_glue::Client::from_conf(glue_config.build());
         let warehouse = Warehouse::s3(s3, bucket, prefix);
         let glue_schemas: Arc<dyn crate::registry::SchemaSource> =
             Arc::new(crate::registry::GlueRegistry::new(glue.clone()));

@@ -1,4 +1,7 @@
-//! Shared AWS SDK plumbing: one configuration loaded once, and error classification.
+//! Shared AWS SDK plumbing: one configuration loaded once, error classification, and X-Ray
+//! subsegments for the calls ([`xray`]).
+
+pub mod xray;
 
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
