@@ -256,10 +256,11 @@ pub mod scheduled {
         ));
         match run.await {
             Ok(report) => {
-                println!(
-                    "{}",
-                    telemetry::scheduled_metrics(&report, backend.clock.now_ms(), cold_start)
-                );
+                let now = backend.clock.now_ms();
+                println!("{}", telemetry::scheduled_metrics(&report, now, cold_start));
+                for line in telemetry::scheduled_table_metrics("scheduled", &report, now) {
+                    println!("{line}");
+                }
                 Ok(report)
             }
             Err(e) => {

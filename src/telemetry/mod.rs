@@ -59,6 +59,25 @@ pub type Metric<'a> = (&'a str, f64, &'a str);
 
 /// One EMF log line with the given metrics under dimension `function`.
 pub fn emf_line(function: &str, timestamp_ms: i64, metrics: &[Metric<'_>]) -> String {
+    emf_line_by(function, None, timestamp_ms, metrics)
+}
+
+/// One EMF log line with the given metrics under dimensions `function` and `table`.
+pub fn emf_table_line(
+    function: &str,
+    table: &str,
+    timestamp_ms: i64,
+    metrics: &[Metric<'_>],
+) -> String {
+    emf_line_by(function, Some(table), timestamp_ms, metrics)
+}
+
+fn emf_line_by(
+    function: &str,
+    table: Option<&str>,
+    timestamp_ms: i64,
+    metrics: &[Metric<'_>],
+) -> String {
     let definitions: Vec<Value> = metrics
         .iter()
         .map(|(name, _, unit)| json!({ "Name": name, "Unit": unit }))
@@ -70,12 +89,15 @@ pub fn emf_line(function: &str, timestamp_ms: i64, metrics: &[Metric<'_>]) -> St
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": namespace(),
-                "Dimensions": [["function"]],
+                "Dimensions": if table.is_some() { json!([["function", "table"]]) } else { json!([["function"]]) },
                 "Metrics": definitions,
             }]
         }),
     );
     root.insert("function".into(), json!(function));
+    if let Some(t) = table {
+        root.insert("table".into(), json!(t));
+    }
     for (name, value, _) in metrics {
         root.insert((*name).into(), json!(value));
     }
@@ -130,6 +152,39 @@ pub fn ingest_metrics(
             ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
         ],
     )
+}
+
+/// One EMF line per table the scheduled run committed to or compacted (dimensions `function`,
+/// `table`): rows and files committed, bytes rewritten by compaction.
+pub fn scheduled_table_metrics(
+    function: &str,
+    report: &crate::scheduled::ScheduledReport,
+    now_ms: i64,
+) -> Vec<String> {
+    let mut per_table: std::collections::BTreeMap<&str, (u64, u64, u64)> = Default::default();
+    for t in &report.commit.tables {
+        let e = per_table.entry(t.table.as_str()).or_default();
+        e.0 += t.rows;
+        e.1 += t.files;
+    }
+    for c in &report.compaction {
+        per_table.entry(c.table.as_str()).or_default().2 += c.input_bytes;
+    }
+    per_table
+        .into_iter()
+        .map(|(table, (rows, files, rewritten))| {
+            emf_table_line(
+                function,
+                table,
+                now_ms,
+                &[
+                    ("RowsCommitted", rows as f64, "Count"),
+                    ("FilesCommitted", files as f64, "Count"),
+                    ("BytesRewritten", rewritten as f64, "Bytes"),
+                ],
+            )
+        })
+        .collect()
 }
 
 /// The EMF line of an invocation that failed (its batch is retried): how many records it
@@ -257,6 +312,25 @@ mod tests {
                 .as_array()
                 .map(Vec::len),
             Some(3)
+        );
+
+        let mut report = crate::scheduled::ScheduledReport::default();
+        report.commit.tables.push(crate::commit::TableCommitReport {
+            table: "orders".into(),
+            files: 2,
+            rows: 50,
+            ..Default::default()
+        });
+        let lines = scheduled_table_metrics("scheduled", &report, 9);
+        assert_eq!(lines.len(), 1);
+        let t: Value = serde_json::from_str(&lines[0]).expect("json");
+        assert_eq!(
+            t["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["function", "table"]])
+        );
+        assert_eq!(
+            (&t["table"], &t["RowsCommitted"]),
+            (&json!("orders"), &json!(50.0))
         );
     }
 }
