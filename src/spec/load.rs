@@ -332,14 +332,18 @@ pub(super) fn parse_columns(
     table_name: &Spanned<String>,
     at: &impl Fn(std::ops::Range<usize>, String) -> Error,
 ) -> Result<Vec<ColumnSpec>> {
-    parse_level(raw_columns, table_name, None, at)
+    parse_level(raw_columns, table_name, None, 0, at)
 }
+
+/// How deep struct columns may nest.
+const MAX_STRUCT_DEPTH: usize = 16;
 
 /// The columns of one level: a table's, or (`inside` names it) a struct column's fields.
 fn parse_level(
     raw_columns: &[Spanned<RawColumn>],
     table_name: &Spanned<String>,
     inside: Option<&str>,
+    depth: usize,
     at: &impl Fn(std::ops::Range<usize>, String) -> Error,
 ) -> Result<Vec<ColumnSpec>> {
     if raw_columns.is_empty() {
@@ -419,7 +423,15 @@ fn parse_level(
                         ),
                     ));
                 }
-                parse_level(f, table_name, Some(name), at)?
+                if depth >= MAX_STRUCT_DEPTH {
+                    return Err(at(
+                        c.name.span(),
+                        format!(
+                            "struct column {name:?} nests structs more than {MAX_STRUCT_DEPTH} deep; flatten the inner fields into columns with paths"
+                        ),
+                    ));
+                }
+                parse_level(f, table_name, Some(name), depth + 1, at)?
             }
             (_, ColumnType::Struct) => {
                 return Err(at(

@@ -190,6 +190,16 @@ columns = [{ name = "c", type = "struct" }]
     let object = beside.replace("$.customer.id\" }", "$.customer\" }");
     let e = PipelineSpec::parse(&object, Path::new("t.toml")).expect_err("leaf and object");
     assert!(e.to_string().contains("lies inside path $.customer"), "{e}");
+    let deep = (0..20).fold(
+        r#"{ name = "leaf", type = "int" }"#.to_string(),
+        |inner, i| format!(r#"{{ name = "s{i}", type = "struct", fields = [{inner}] }}"#),
+    );
+    let e = PipelineSpec::parse(
+        &format!("[[tables]]\nname = \"t\"\ntopic = \"t\"\ncolumns = [{deep}]\n"),
+        Path::new("t.toml"),
+    )
+    .expect_err("too deep");
+    assert!(e.to_string().contains("more than 16 deep"), "{e}");
     let partitioned = format!("{text}partition_by = [\"c\"]\n");
     assert!(PipelineSpec::parse(&partitioned, Path::new("t.toml")).is_err());
 }
