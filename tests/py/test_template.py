@@ -343,7 +343,8 @@ def quicksight_findings(template):
 
 def retention_findings(template):
     """What outlives the stack does: the data bucket, the state table and the Glue database are
-    retained on delete and on replacement; Athena queries are bounded in bytes scanned."""
+    retained on delete and on replacement, and a new stack can adopt them instead of creating
+    its own; Athena queries are bounded in bytes scanned."""
     out = []
     resources = template["Resources"]
     for name in ("DataBucket", "StateTable", "GlueDatabase"):
@@ -351,6 +352,9 @@ def retention_findings(template):
         for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
             if r.get(policy) != "Retain":
                 out.append(f"{name}: {policy} is {r.get(policy)!r}, not Retain")
+    for name, cond in (("DataBucket", "CreatesDataBucket"), ("StateTable", "CreatesStateTable")):
+        if resources.get(name, {}).get("Condition") != cond:
+            out.append(f"{name} is created even when a deleted stack's is adopted (Condition: {cond})")
     wg = resources.get("AthenaWorkGroup", {}).get("Properties", {}).get("WorkGroupConfiguration", {})
     if "BytesScannedCutoffPerQuery" not in wg:
         out.append("AthenaWorkGroup has no BytesScannedCutoffPerQuery")
