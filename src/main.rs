@@ -71,6 +71,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Register tables whose files are in the warehouse but whose catalog entry is gone (a Glue
+    /// database deleted with an old stack): each points at its newest metadata file, or the
+    /// command refuses and lists the candidates when a failed commit left two.
+    Register(cli::RegisterArgs),
     /// Render the dashboards (infra/dashboards/*.sql) as one self-contained HTML file.
     Dashboard(analyst::DashboardArgs),
     /// Benchmarks that print numbers.
@@ -110,6 +114,7 @@ async fn main() -> ExitCode {
             Command::Query(q) => analyst::query(&config, q).await,
             Command::Tables { json } => analyst::tables(&config, *json).await,
             Command::Status { json } => cli::status::run(&config, *json).await,
+            Command::Register(r) => cli::register(&config, r).await,
             Command::Dashboard(d) => analyst::dashboard(&config, d).await,
             Command::Bench { which } => bench::run(&config, which).await,
         }

@@ -59,3 +59,11 @@ async fn status_shows_checkpoints_landings_pending_batches_and_commits() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_table_whose_catalog_entry_is_gone_is_registered_at_its_head() {
+    common::register_scenarios::a_table_whose_catalog_entry_is_gone_is_registered_at_its_head(
+        &common::embedded().await,
+    )
+    .await;
+}

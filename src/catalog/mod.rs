@@ -11,6 +11,7 @@
 
 #[cfg(feature = "aws")]
 pub mod glue;
+pub mod register;
 pub mod sqlite;
 
 use std::collections::HashMap;

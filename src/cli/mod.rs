@@ -326,3 +326,51 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
         }
     }
 }
+
+/// Arguments of `streamtable register`.
+#[derive(Debug, clap::Args)]
+pub struct RegisterArgs {
+    /// The tables (default: every table of the spec, `dead_letters` included).
+    pub tables: Vec<String>,
+    /// The metadata file to register (one table only): when several share the newest version.
+    #[arg(long)]
+    pub metadata: Option<String>,
+}
+
+/// `streamtable register`: points missing catalog entries at the tables' metadata in the
+/// warehouse ([`crate::catalog::register`]); tables the catalog has are left as they are.
+pub async fn register(config: &Config, args: &RegisterArgs) -> Result<()> {
+    use crate::catalog::register::{Registered, register};
+    let backend = Backend::connect(&config.backend).await?;
+    let names = if args.tables.is_empty() {
+        let spec = config.load_pipeline_resolved(&backend).await?;
+        crate::tables::TableSet::new(&spec, &backend.namespace)?
+            .tables
+            .into_keys()
+            .collect()
+    } else {
+        args.tables.clone()
+    };
+    if args.metadata.is_some() && names.len() != 1 {
+        return Err(Error::Config(
+            "--metadata names one table's metadata file: pass exactly one table".into(),
+        ));
+    }
+    let mut failed = 0;
+    for name in &names {
+        match register(&backend, &backend.namespace, name, args.metadata.as_deref()).await {
+            Ok(Registered::AlreadyThere(l)) => println!("{name}: in the catalog already ({l})"),
+            Ok(Registered::Registered(l)) => println!("{name}: registered at {l}"),
+            Err(e) => {
+                failed += 1;
+                eprintln!("{name}: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(Error::Config(format!(
+            "{failed} table(s) not registered (see above)"
+        )));
+    }
+    Ok(())
+}

@@ -13,6 +13,7 @@ pub mod format_scenarios;
 pub mod idle_scenarios;
 pub mod join_scenarios;
 pub mod protobuf_scenarios;
+pub mod register_scenarios;
 pub mod registry_columns_scenarios;
 pub mod reliability_layout_scenarios;
 pub mod reliability_scenarios;
