@@ -5,6 +5,7 @@
 //! also the default schema: `SELECT * FROM orders` works as in Athena with the Glue database
 //! selected. DDL, DML and other statements are refused, so a query never writes.
 
+mod clock;
 mod sketches;
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ impl QueryEngine {
             .with_information_schema(true);
         let ctx = SessionContext::new_with_config(config);
         ctx.register_udaf(sketches::merge_sketches());
+        ctx.register_udf(clock::now_udf(backend.clock.now_ms()));
         let schema = Arc::new(MemorySchemaProvider::new());
         let names = backend.catalog.pointers().list_tables(&ns).await?;
         let mut found_snapshot = false;
