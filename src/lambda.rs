@@ -69,19 +69,27 @@ pub mod ingest {
                     ms = ms.round() as u64,
                     "batch landed"
                 );
+                let now = clock.now_ms();
                 println!(
                     "{}",
-                    telemetry::ingest_metrics(&summary, clock.now_ms(), ms, cold_start)
+                    telemetry::ingest_metrics(&summary, now, ms, cold_start)
                 );
+                for line in telemetry::ingest_topic_metrics(event, now) {
+                    println!("{line}");
+                }
                 Ok(summary)
             }
             Err(e) => {
                 tracing::error!(error = %e, retryable = e.is_retryable(),
                     "batch not landed; the event source mapping will retry it");
+                let now = clock.now_ms();
                 println!(
                     "{}",
-                    telemetry::failure_metrics("ingest", event.len(), cold_start, clock.now_ms())
+                    telemetry::failure_metrics("ingest", event.len(), cold_start, now)
                 );
+                for line in telemetry::ingest_topic_metrics(event, now) {
+                    println!("{line}");
+                }
                 Err(e.into())
             }
         }

@@ -69,12 +69,22 @@ pub fn emf_table_line(
     timestamp_ms: i64,
     metrics: &[Metric<'_>],
 ) -> String {
-    emf_line_by(function, Some(table), timestamp_ms, metrics)
+    emf_line_by(function, Some(("table", table)), timestamp_ms, metrics)
+}
+
+/// One EMF log line with the given metrics under dimensions `function` and `(name, value)`.
+pub fn emf_dimension_line(
+    function: &str,
+    dimension: (&str, &str),
+    timestamp_ms: i64,
+    metrics: &[Metric<'_>],
+) -> String {
+    emf_line_by(function, Some(dimension), timestamp_ms, metrics)
 }
 
 fn emf_line_by(
     function: &str,
-    table: Option<&str>,
+    dimension: Option<(&str, &str)>,
     timestamp_ms: i64,
     metrics: &[Metric<'_>],
 ) -> String {
@@ -89,14 +99,17 @@ fn emf_line_by(
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": namespace(),
-                "Dimensions": if table.is_some() { json!([["function", "table"]]) } else { json!([["function"]]) },
+                "Dimensions": match dimension {
+                    Some((name, _)) => json!([["function", name]]),
+                    None => json!([["function"]]),
+                },
                 "Metrics": definitions,
             }]
         }),
     );
     root.insert("function".into(), json!(function));
-    if let Some(t) = table {
-        root.insert("table".into(), json!(t));
+    if let Some((name, value)) = dimension {
+        root.insert(name.into(), json!(value));
     }
     for (name, value, _) in metrics {
         root.insert((*name).into(), json!(value));
@@ -152,6 +165,42 @@ pub fn ingest_metrics(
             ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
         ],
     )
+}
+
+/// One EMF line per topic of an ingest batch (dimensions `function`, `topic`): its records and
+/// its lag (now minus its newest Kafka timestamp) — so a slow topic shows among busy ones.
+pub fn ingest_topic_metrics(event: &crate::esm::EsmEvent, now_ms: i64) -> Vec<String> {
+    let mut per_topic: std::collections::BTreeMap<String, (u64, i64)> = Default::default();
+    for (key, records) in &event.records {
+        for r in records {
+            let topic = r.topic.clone().unwrap_or_else(|| {
+                key.rsplit_once('-')
+                    .map_or(key.as_str(), |(t, _)| t)
+                    .to_string()
+            });
+            let e = per_topic.entry(topic).or_insert((0, i64::MIN));
+            e.0 += 1;
+            e.1 = e.1.max(r.timestamp);
+        }
+    }
+    per_topic
+        .into_iter()
+        .map(|(topic, (records, newest))| {
+            emf_dimension_line(
+                "ingest",
+                ("topic", &topic),
+                now_ms,
+                &[
+                    ("RecordsIn", records as f64, "Count"),
+                    (
+                        "OffsetLagMs",
+                        (now_ms - newest).max(0) as f64,
+                        "Milliseconds",
+                    ),
+                ],
+            )
+        })
+        .collect()
 }
 
 /// One EMF line per table the scheduled run committed to or compacted (dimensions `function`,

@@ -57,9 +57,28 @@ fn lands_a_batch_skips_its_redelivery_and_reports_metrics() {
     let emf: Vec<serde_json::Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v.get("_aws").is_some())
+        .filter(|v| v.get("_aws").is_some() && v.get("topic").is_none())
         .collect();
     assert_eq!(emf.len(), 3, "one metrics line per invocation:\n{stdout}");
+    // And one per topic of each batch, with its records and lag.
+    let per_topic: Vec<(String, f64)> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            Some((
+                v.get("topic")?.as_str()?.to_string(),
+                v["RecordsIn"].as_f64()?,
+            ))
+        })
+        .collect();
+    assert_eq!(
+        per_topic,
+        [
+            ("orders".to_string(), 6.0),
+            ("orders".to_string(), 6.0),
+            ("payments".to_string(), 6.0)
+        ]
+    );
     assert_eq!(emf[0]["RecordsIn"], 6.0);
     assert_eq!(emf[1]["RecordsAlreadySeen"], 6.0);
     let cold: Vec<f64> = emf.iter().filter_map(|e| e["ColdStart"].as_f64()).collect();
