@@ -360,6 +360,22 @@ impl Compiled {
     pub(crate) fn first_message(&self) -> Option<MessageDescriptor> {
         self.top.first().cloned()
     }
+
+    /// The message of this full name (nested ones included).
+    pub(crate) fn message(&self, full_name: &str) -> Option<MessageDescriptor> {
+        self.sorted
+            .iter()
+            .find(|m| m.full_name() == full_name)
+            .cloned()
+    }
+
+    /// Every message's full name, sorted.
+    pub(crate) fn message_names(&self) -> Vec<String> {
+        self.sorted
+            .iter()
+            .map(|m| m.full_name().to_string())
+            .collect()
+    }
 }
 
 /// Compiles `.proto` source (imports of Google's well-known types only).

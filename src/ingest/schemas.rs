@@ -77,7 +77,11 @@ impl Ingestor {
         if table.spec.registry_subject.is_none() {
             return Ok(());
         }
-        let Ok(columns) = of_schema(table.spec.format, schema) else {
+        let Ok(columns) = of_schema(
+            table.spec.format,
+            schema,
+            table.spec.registry_message.as_deref(),
+        ) else {
             return Ok(()); // the decoder says what is wrong with it, per record
         };
         let new: Vec<String> = columns

@@ -25,9 +25,14 @@ pub struct SchemaColumns {
     pub skipped: Vec<String>,
 }
 
-/// The columns of `schema` (an Avro schema's JSON or a `.proto` file, as `format` says).
-/// `Err` when the schema cannot be read or its root is not a record or message.
-pub fn of_schema(format: Format, schema: &str) -> Result<SchemaColumns, String> {
+/// The columns of `schema` (an Avro schema's JSON or a `.proto` file, as `format` says; of a
+/// `.proto` file, `message`'s fields, by default its first message's). `Err` when the schema
+/// cannot be read, its root is not a record, or it has no such message.
+pub fn of_schema(
+    format: Format,
+    schema: &str,
+    message: Option<&str>,
+) -> Result<SchemaColumns, String> {
     let mut out = Collector::default();
     match format {
         Format::Avro => {
@@ -42,9 +47,17 @@ pub fn of_schema(format: Format, schema: &str) -> Result<SchemaColumns, String> 
         }
         Format::Protobuf => {
             let compiled = crate::decode::protobuf::compile(schema)?;
-            let message = compiled
-                .first_message()
-                .ok_or("the .proto file defines no message")?;
+            let message = match message {
+                Some(name) => compiled.message(name).ok_or_else(|| {
+                    format!(
+                        "the .proto file has no message {name:?}; it has {}",
+                        compiled.message_names().join(", ")
+                    )
+                })?,
+                None => compiled
+                    .first_message()
+                    .ok_or("the .proto file defines no message")?,
+            };
             out.message(&message, &[], &mut vec![message.full_name().to_string()]);
         }
         Format::Json => {
@@ -240,7 +253,7 @@ mod tests {
             {"name": "next", "type": ["null", "Order"]},
             {"name": "coupon", "type": ["null", "string"], "default": null}
         ]}"#;
-        let c = of_schema(Format::Avro, schema).expect("columns");
+        let c = of_schema(Format::Avro, schema, None).expect("columns");
         assert_eq!(
             names(&c),
             [
@@ -276,7 +289,7 @@ mod tests {
               optional string coupon = 8;
             }
             message Customer { string id = 1; Order last = 2; }"#;
-        let c = of_schema(Format::Protobuf, proto).expect("columns");
+        let c = of_schema(Format::Protobuf, proto, None).expect("columns");
         assert_eq!(
             names(&c),
             [
@@ -292,16 +305,41 @@ mod tests {
     }
 
     #[test]
+    fn a_protobuf_tables_message_is_chosen_by_its_full_name() {
+        let proto = r#"syntax = "proto3";
+            package shop;
+            message Refund { string refund_id = 1; }
+            message Order { string order_id = 1; message Line { int64 qty = 1; } Line line = 2; }"#;
+        let names = |m: Option<&str>| -> Vec<String> {
+            of_schema(Format::Protobuf, proto, m)
+                .expect("columns")
+                .columns
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names(None), ["refund_id"]);
+        assert_eq!(names(Some("shop.Order")), ["order_id", "line_qty"]);
+        assert_eq!(names(Some("shop.Order.Line")), ["qty"]);
+        let e = of_schema(Format::Protobuf, proto, Some("Order")).expect_err("not a full name");
+        assert!(
+            e.contains("shop.Order, shop.Order.Line, shop.Refund"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn unreadable_schemas_and_non_record_roots_say_why() {
-        let e = of_schema(Format::Avro, r#""string""#).expect_err("not a record");
+        let e = of_schema(Format::Avro, r#""string""#, None).expect_err("not a record");
         assert!(e.contains("not a record"), "{e}");
-        let e = of_schema(Format::Avro, "{").expect_err("not JSON");
+        let e = of_schema(Format::Avro, "{", None).expect_err("not JSON");
         assert!(e.contains("not JSON"), "{e}");
-        assert!(of_schema(Format::Protobuf, "syntax = ").is_err());
+        assert!(of_schema(Format::Protobuf, "syntax = ", None).is_err());
         let e = of_schema(
             Format::Avro,
             r#"{"type": "record", "name": "R", "fields": [
             {"name": "a", "type": "int"}, {"name": "A", "type": "int"}]}"#,
+            None,
         )
         .expect("columns");
         assert_eq!(e.columns.len(), 1);

@@ -115,7 +115,7 @@ async fn latest_columns(
             ),
         ));
     }
-    let columns = of_schema(table.format, &schema)
+    let columns = of_schema(table.format, &schema, table.message.as_deref())
         .map_err(|why| unresolved(origin, table, &format!("{id}: {why}")))?;
     if columns.columns.is_empty() {
         return Err(unresolved(

@@ -211,6 +211,7 @@ pub(super) fn parse_derived(
                 event_time: None,
                 format: super::Format::Json,
                 registry_subject: None,
+                registry_message: None,
             },
             source: inferred.source,
             references: inferred.references,

@@ -55,6 +55,8 @@ struct RawTable {
     columns: Spanned<RawColumns>,
     /// The registry subject of `columns = "from-registry"`.
     subject: Option<Spanned<String>>,
+    /// The Protobuf message of `columns = "from-registry"`.
+    message: Option<Spanned<String>>,
     #[serde(default)]
     partition_by: Vec<Spanned<String>>,
     target_file_size_mb: Option<Spanned<u64>>,
@@ -203,6 +205,18 @@ pub(super) fn parse_spec(
             })?,
             None => Format::Json,
         };
+        if let Some(m) = &t.message
+            && (format != Format::Protobuf
+                || !matches!(t.columns.get_ref(), RawColumns::Keyword(_)))
+        {
+            return Err(at(
+                m.span(),
+                format!(
+                    "table {name:?}: message names the Protobuf message whose fields are the columns; it applies to format = \"protobuf\" with columns = \"from-registry\""
+                ),
+            ));
+        }
+        let registry_message = t.message.as_ref().map(|m| m.get_ref().clone());
         let (columns, registry_subject) = match t.columns.get_ref() {
             RawColumns::Listed(list) => {
                 if let Some(s) = &t.subject {
@@ -270,6 +284,7 @@ pub(super) fn parse_spec(
             event_time,
             format,
             registry_subject,
+            registry_message,
         });
     }
     let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;

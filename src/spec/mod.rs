@@ -223,6 +223,9 @@ pub struct TableSpec {
     /// "from-registry"`); such a table gains a column when a version adds a field, and never
     /// loses one.
     pub registry_subject: Option<String>,
+    /// For a Protobuf registry table: the message whose fields are the columns (`message =
+    /// "shop.Order"`; default the file's first message).
+    pub registry_message: Option<String>,
 }
 
 /// How a topic's record values are encoded.

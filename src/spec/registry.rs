@@ -62,6 +62,8 @@ pub struct RegistryTable {
     pub format: Format,
     /// The subject: Confluent `<topic>-value` by default, or Glue `registry/schema`.
     pub subject: String,
+    /// The Protobuf message whose fields are the columns (default: the file's first).
+    pub message: Option<String>,
 }
 
 /// Columns of registry tables, by table name, as the registry (and the catalog) gave them.
@@ -86,6 +88,7 @@ struct RawRegistryTable {
     columns: Option<RawColumns>,
     format: Option<String>,
     subject: Option<String>,
+    message: Option<String>,
 }
 
 impl PipelineSpec {
@@ -117,6 +120,7 @@ impl PipelineSpec {
                     topic: t.topic,
                     format,
                     subject,
+                    message: t.message,
                 })
             })
             .filter(|t| t.format != Format::Json)
@@ -191,6 +195,7 @@ topic = "clicks"
 format = "protobuf"
 columns = "from-registry"
 subject = "reg/clicks"
+message = "web.Click"
 
 [[tables]]
 name = "plain"
@@ -214,15 +219,22 @@ columns = [{ name = "id", type = "string" }]
         let (registry, tables) =
             PipelineSpec::registry_tables(TEXT, Path::new("/p/pipeline.toml")).expect("tables");
         assert_eq!(registry.url.as_deref(), Some("file:/p/schemas"));
-        let listed: Vec<(&str, &str, Format)> = tables
+        let listed: Vec<(&str, &str, Format, Option<&str>)> = tables
             .iter()
-            .map(|t| (t.table.as_str(), t.subject.as_str(), t.format))
+            .map(|t| {
+                (
+                    t.table.as_str(),
+                    t.subject.as_str(),
+                    t.format,
+                    t.message.as_deref(),
+                )
+            })
             .collect();
         assert_eq!(
             listed,
             [
-                ("orders", "orders-value", Format::Avro),
-                ("clicks", "reg/clicks", Format::Protobuf)
+                ("orders", "orders-value", Format::Avro, None),
+                ("clicks", "reg/clicks", Format::Protobuf, Some("web.Click"))
             ]
         );
     }
@@ -283,5 +295,14 @@ columns = [{ name = "id", type = "string" }]
         )
         .expect_err("subject on a listed table");
         assert!(e.to_string().contains("subject applies to"), "{e}");
+        let on_avro = TEXT.replace(
+            "columns = \"from-registry\"\npartition_by",
+            "columns = \"from-registry\"\nmessage = \"x.Y\"\npartition_by",
+        );
+        let e = PipelineSpec::parse(&on_avro, Path::new("p.toml")).expect_err("avro message");
+        assert!(
+            e.to_string().contains("applies to format = \"protobuf\""),
+            "{e}"
+        );
     }
 }
