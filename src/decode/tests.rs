@@ -134,3 +134,101 @@ fn reject_kind_names_are_unique_snake_case() {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
     }));
 }
+
+mod structs {
+    use std::sync::Arc;
+
+    use arrow_array::{Array, Int64Array, StringArray, StructArray};
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::schema::TableLayout;
+
+    const SPEC: &str = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [
+  { name = "id", type = "string", required = true },
+  { name = "c", type = "struct", path = "$.customer", fields = [
+      { name = "name", type = "string" },
+      { name = "geo", type = "struct", fields = [{ name = "zip", type = "long" }] },
+  ] },
+]
+"#;
+
+    /// A customer object: absent, null, or an object with each field absent, null or set.
+    fn customer() -> impl Strategy<Value = Option<Value>> {
+        let field = |v: BoxedStrategy<Value>| {
+            prop_oneof![Just(None), Just(Some(Value::Null)), v.prop_map(Some)]
+        };
+        let name = field("[a-z]{0,4}".prop_map(Value::from).boxed());
+        let zip = field(any::<i64>().prop_map(Value::from).boxed());
+        let geo = field(
+            zip.prop_map(|z| {
+                let mut o = serde_json::Map::new();
+                if let Some(z) = z {
+                    o.insert("zip".into(), z);
+                }
+                Value::Object(o)
+            })
+            .boxed(),
+        );
+        prop_oneof![
+            Just(None),
+            Just(Some(Value::Null)),
+            (name, geo).prop_map(|(n, g)| {
+                let mut o = serde_json::Map::new();
+                if let Some(n) = n {
+                    o.insert("name".into(), n);
+                }
+                if let Some(g) = g {
+                    o.insert("geo".into(), g);
+                }
+                Some(Value::Object(o))
+            }),
+        ]
+    }
+
+    proptest! {
+        /// Every row's struct, and the struct inside it, is NULL exactly when none of its
+        /// fields has a value, and each field holds what the record said.
+        #[test]
+        fn struct_columns_hold_what_each_record_says(customers in proptest::collection::vec(customer(), 1..40)) {
+            let spec = PipelineSpec::parse(SPEC, Path::new("t.toml")).expect("spec");
+            let table = &spec.tables[0];
+            let layout = Arc::new(TableLayout::for_table(table).expect("layout"));
+            let decoder = RecordDecoder::new(table);
+            let mut rows = RowBuilder::new(table, layout, customers.len()).expect("builder");
+            let texts: Vec<String> = customers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut v = json!({"id": i.to_string()});
+                    if let Some(c) = c {
+                        v["customer"] = c.clone();
+                    }
+                    v.to_string()
+                })
+                .collect();
+            for (i, text) in texts.iter().enumerate() {
+                let cells = decoder.decode(text).expect("decodes");
+                rows.append(&cells, RecordMeta { partition: 0, offset: i as i64, timestamp_us: 0, key: None });
+            }
+            let batch = rows.finish().expect("batch");
+            let c = batch.column(1).as_any().downcast_ref::<StructArray>().expect("struct");
+            let name = c.column(0).as_any().downcast_ref::<StringArray>().expect("name");
+            let geo = c.column(1).as_any().downcast_ref::<StructArray>().expect("geo");
+            let zip = geo.column(0).as_any().downcast_ref::<Int64Array>().expect("zip");
+            for (i, cust) in customers.iter().enumerate() {
+                let want_name = cust.as_ref().and_then(|c| c.get("name")).and_then(Value::as_str);
+                let want_zip = cust.as_ref().and_then(|c| c.get("geo")).and_then(|g| g.get("zip")).and_then(Value::as_i64);
+                prop_assert_eq!(name.is_valid(i).then(|| name.value(i)), want_name);
+                prop_assert_eq!(zip.is_valid(i).then(|| zip.value(i)), want_zip);
+                prop_assert_eq!(geo.is_valid(i), want_zip.is_some());
+                prop_assert_eq!(c.is_valid(i), want_name.is_some() || want_zip.is_some());
+            }
+        }
+    }
+}
