@@ -225,6 +225,7 @@ pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let before = landed.load(Ordering::SeqCst);
     let run = tokio::time::timeout(
         std::time::Duration::from_secs(60),
         scheduled::run_until(&h.backend, &tables, &sched(), deadline),
@@ -232,19 +233,20 @@ pub async fn a_scheduled_run_ends_under_steady_ingest(h: &Harness) {
     .await
     .expect("the run ends while batches keep arriving")
     .expect("scheduled run");
+    let during = landed.load(Ordering::SeqCst);
     stop.store(true, Ordering::SeqCst);
     writer.await.expect("writer");
     assert!(run.commit.rounds >= 1, "{:?}", run.commit);
-    assert!(
-        run.commit.backlog.batches > 0 || run.commit.backlog.more,
-        "batches kept arriving: {:?}",
-        run.commit
-    );
-    assert!(
-        run.commit.backlog.oldest_age_ms.is_some(),
-        "{:?}",
-        run.commit
-    );
+    // Batches kept arriving while the run committed (whether any was left at its end depends on
+    // which of the two was faster on a loaded machine; a backlog left says how old it is).
+    assert!(during > before, "batches kept arriving during the run");
+    if run.commit.backlog.batches > 0 || run.commit.backlog.more {
+        assert!(
+            run.commit.backlog.oldest_age_ms.is_some(),
+            "{:?}",
+            run.commit
+        );
+    }
     assert!(
         !run.compaction.is_empty(),
         "the run went on to compaction: {run:?}"
