@@ -10,7 +10,8 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::load::{RawColumn, check_target_size, is_identifier, line_col, parse_columns};
+use super::columns::{RawColumn, parse_columns};
+use super::load::{check_target_size, is_identifier, line_col};
 use super::*;
 use crate::error::{Error, Result};
 

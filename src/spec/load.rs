@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::columns::parse_columns;
 use super::registry::{RawColumns, ResolvedColumns, keyword_columns};
 use super::*;
 use crate::error::{Error, Result};
@@ -69,21 +70,6 @@ struct RawTable {
 
 fn yes() -> bool {
     true
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawColumn {
-    pub(super) name: Spanned<String>,
-    #[serde(rename = "type")]
-    column_type: Spanned<String>,
-    pub(super) path: Option<Spanned<String>>,
-    #[serde(default)]
-    required: bool,
-    /// The column's earlier name: the table keeps its field id (and old files their values).
-    renamed_from: Option<Spanned<String>>,
-    /// A struct column's fields.
-    fields: Option<Vec<Spanned<RawColumn>>>,
 }
 
 impl PipelineSpec {
@@ -339,179 +325,6 @@ pub(super) fn parse_registry_url(
     Err(format!(
         "registry url {text:?} must start with https:// (a Confluent-compatible registry) or file: (a directory of <schema id>.avsc files)"
     ))
-}
-
-/// The columns of a table or reference table, checked.
-pub(super) fn parse_columns(
-    raw_columns: &[Spanned<RawColumn>],
-    table_name: &Spanned<String>,
-    at: &impl Fn(std::ops::Range<usize>, String) -> Error,
-) -> Result<Vec<ColumnSpec>> {
-    parse_level(raw_columns, table_name, None, 0, at)
-}
-
-/// How deep struct columns may nest.
-const MAX_STRUCT_DEPTH: usize = 16;
-
-/// The columns of one level: a table's, or (`inside` names it) a struct column's fields.
-fn parse_level(
-    raw_columns: &[Spanned<RawColumn>],
-    table_name: &Spanned<String>,
-    inside: Option<&str>,
-    depth: usize,
-    at: &impl Fn(std::ops::Range<usize>, String) -> Error,
-) -> Result<Vec<ColumnSpec>> {
-    if raw_columns.is_empty() {
-        return Err(at(
-            table_name.span(),
-            "table has no columns; add columns = [{ name = \"...\", type = \"...\" }]".into(),
-        ));
-    }
-    let mut seen = HashSet::new();
-    let mut columns = Vec::new();
-    for c in raw_columns {
-        let c = c.get_ref();
-        let name = c.name.get_ref();
-        if !is_identifier(name) {
-            return Err(at(
-                c.name.span(),
-                format!(
-                    "column name {name:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names), and map the JSON field with path = \"$.{name}\""
-                ),
-            ));
-        }
-        if inside.is_none()
-            && (KAFKA_COLUMNS.contains(&name.as_str()) || name.starts_with("kafka_"))
-        {
-            return Err(at(
-                c.name.span(),
-                format!(
-                    "column name {name:?} is reserved: streamtable adds {} to every table; rename the column",
-                    KAFKA_COLUMNS.join(", ")
-                ),
-            ));
-        }
-        if !seen.insert(name.clone()) {
-            return Err(at(
-                c.name.span(),
-                format!("column {name:?} is defined twice"),
-            ));
-        }
-        let column_type = ColumnType::parse(c.column_type.get_ref()).ok_or_else(|| {
-            at(
-                c.column_type.span(),
-                format!(
-                    "unknown column type {:?}; {TYPE_HELP}",
-                    c.column_type.get_ref()
-                ),
-            )
-        })?;
-        let path = match &c.path {
-            Some(p) => JsonPath::parse(p.get_ref()).ok_or_else(|| {
-                at(
-                    p.span(),
-                    format!(
-                        "cannot read JSON path {:?}; write $.field, $.outer.inner or $['odd key']",
-                        p.get_ref()
-                    ),
-                )
-            })?,
-            None => JsonPath(vec![name.clone()]),
-        };
-        let renamed_from = match &c.renamed_from {
-            Some(r) if r.get_ref() == name => {
-                return Err(at(
-                    r.span(),
-                    format!("column {name:?} is renamed from itself; remove renamed_from"),
-                ));
-            }
-            Some(r) => Some(r.get_ref().clone()),
-            None => None,
-        };
-        let fields = match (&c.fields, column_type) {
-            (Some(f), ColumnType::Struct) if !f.is_empty() => {
-                if c.required {
-                    return Err(at(
-                        c.name.span(),
-                        format!(
-                            "struct column {name:?} cannot be required; its fields are NULL when the record has no {path}"
-                        ),
-                    ));
-                }
-                if depth >= MAX_STRUCT_DEPTH {
-                    return Err(at(
-                        c.name.span(),
-                        format!(
-                            "struct column {name:?} nests structs more than {MAX_STRUCT_DEPTH} deep; flatten the inner fields into columns with paths"
-                        ),
-                    ));
-                }
-                parse_level(f, table_name, Some(name), depth + 1, at)?
-            }
-            (_, ColumnType::Struct) => {
-                return Err(at(
-                    c.column_type.span(),
-                    format!(
-                        "struct column {name:?} has no fields; add fields = [{{ name = \"...\", type = \"...\" }}]"
-                    ),
-                ));
-            }
-            (Some(_), _) => {
-                return Err(at(
-                    c.name.span(),
-                    format!(
-                        "column {name:?} has fields but is of type {column_type}; write type = \"struct\""
-                    ),
-                ));
-            }
-            (None, _) => Vec::new(),
-        };
-        if let Some(parent) = inside
-            && c.required
-        {
-            return Err(at(
-                c.name.span(),
-                format!(
-                    "field {name:?} of struct column {parent:?} cannot be required (the struct may be absent); remove required = true"
-                ),
-            ));
-        }
-        columns.push(ColumnSpec {
-            name: name.clone(),
-            column_type,
-            path,
-            required: c.required,
-            renamed_from,
-            fields,
-        });
-    }
-    // Two columns on one path is fine; a path that is a prefix of another is not (a value cannot
-    // be both a leaf and an object). A struct's own path is an object: its fields' are checked.
-    if inside.is_some() {
-        return Ok(columns);
-    }
-    let leaves: Vec<(ColumnSpec, &str)> = columns
-        .iter()
-        .flat_map(|c| c.leaves().into_iter().map(move |l| (l, c.name.as_str())))
-        .collect();
-    for (a, _) in &leaves {
-        for (b, owner) in &leaves {
-            if a.path != b.path && b.path.0.starts_with(&a.path.0) {
-                let span = raw_columns
-                    .iter()
-                    .find(|c| c.get_ref().name.get_ref() == owner)
-                    .map(|c| c.span());
-                return Err(at(
-                    span.unwrap_or(table_name.span()),
-                    format!(
-                        "path {} of column {:?} lies inside path {} of column {:?}; a JSON value cannot be both",
-                        b.path, b.name, a.path, a.name
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(columns)
 }
 
 pub(super) fn check_target_size(v: &Spanned<u64>) -> std::result::Result<u64, String> {

@@ -21,6 +21,7 @@
 //! ]
 //! ```
 
+mod columns;
 mod derived;
 mod event_time;
 mod load;
@@ -31,6 +32,7 @@ mod topics;
 pub use derived::PARTIALS_SUFFIX;
 pub use event_time::{Dedup, EventTime, parse_duration_ms};
 
+pub use columns::{ColumnSpec, ColumnType, JsonPath};
 pub use load::is_identifier;
 pub use registry::{FROM_REGISTRY, RegistryTable, ResolvedColumns, unresolved};
 pub use topics::{TOPICS_ENV, parse_mapping};
@@ -261,166 +263,6 @@ impl fmt::Display for Format {
             Format::Avro => "avro",
             Format::Protobuf => "protobuf",
         })
-    }
-}
-
-/// One column: where its value comes from in the JSON record and what type it has.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ColumnSpec {
-    /// Column name (lowercase identifier).
-    pub name: String,
-    /// Its type.
-    pub column_type: ColumnType,
-    /// Where its value is in the JSON record.
-    pub path: JsonPath,
-    /// Whether a record without a value for it is rejected.
-    pub required: bool,
-    /// Its earlier name, when it was renamed (the table keeps the field id).
-    pub renamed_from: Option<String>,
-    /// A struct column's fields (their paths relative to the struct's); empty otherwise.
-    pub fields: Vec<ColumnSpec>,
-}
-
-impl ColumnSpec {
-    /// The primitive columns this column is made of, depth first, with their full paths and
-    /// dotted names (`customer.id`): itself when it is not a struct.
-    pub fn leaves(&self) -> Vec<ColumnSpec> {
-        if self.column_type != ColumnType::Struct {
-            return vec![self.clone()];
-        }
-        let mut out = Vec::new();
-        for f in &self.fields {
-            for mut leaf in f.leaves() {
-                leaf.name = format!("{}.{}", self.name, leaf.name);
-                leaf.path = JsonPath([self.path.0.clone(), leaf.path.0].concat());
-                out.push(leaf);
-            }
-        }
-        out
-    }
-}
-
-/// The column types a spec may use (all supported by Athena and Glue).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColumnType {
-    /// UTF-8 text.
-    String,
-    /// 32-bit signed integer.
-    Int,
-    /// 64-bit signed integer.
-    Long,
-    /// 32-bit float.
-    Float,
-    /// 64-bit float.
-    Double,
-    /// `true` or `false`.
-    Boolean,
-    /// Days since 1970-01-01; JSON `"YYYY-MM-DD"`.
-    Date,
-    /// Microseconds since the epoch, UTC, no zone; JSON RFC 3339 string or epoch milliseconds.
-    Timestamp,
-    /// A struct of named fields ([`ColumnSpec::fields`]); a JSON object, an Avro record, a
-    /// Protobuf message.
-    Struct,
-    /// Exact decimal; JSON number or numeric string.
-    Decimal {
-        /// Total digits, 1 to 38.
-        precision: u8,
-        /// Digits after the point, at most the precision.
-        scale: u8,
-    },
-}
-
-const TYPE_HELP: &str = "use one of string, int, long, float, double, boolean, date, timestamp, decimal(P,S) with 1 <= P <= 38 and S <= P, or struct with fields = [...]";
-
-impl ColumnType {
-    /// Parses a type name as written in the spec.
-    pub fn parse(text: &str) -> Option<ColumnType> {
-        let t = text.trim();
-        Some(match t {
-            "string" => ColumnType::String,
-            "int" => ColumnType::Int,
-            "long" => ColumnType::Long,
-            "float" => ColumnType::Float,
-            "double" => ColumnType::Double,
-            "boolean" => ColumnType::Boolean,
-            "date" => ColumnType::Date,
-            "timestamp" => ColumnType::Timestamp,
-            "struct" => ColumnType::Struct,
-            _ => {
-                let inner = t.strip_prefix("decimal(")?.strip_suffix(')')?;
-                let (p, s) = inner.split_once(',')?;
-                let precision: u8 = p.trim().parse().ok()?;
-                let scale: u8 = s.trim().parse().ok()?;
-                if precision == 0 || precision > 38 || scale > precision {
-                    return None;
-                }
-                ColumnType::Decimal { precision, scale }
-            }
-        })
-    }
-}
-
-impl fmt::Display for ColumnType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ColumnType::String => f.write_str("string"),
-            ColumnType::Int => f.write_str("int"),
-            ColumnType::Long => f.write_str("long"),
-            ColumnType::Float => f.write_str("float"),
-            ColumnType::Double => f.write_str("double"),
-            ColumnType::Boolean => f.write_str("boolean"),
-            ColumnType::Date => f.write_str("date"),
-            ColumnType::Timestamp => f.write_str("timestamp"),
-            ColumnType::Struct => f.write_str("struct"),
-            ColumnType::Decimal { precision, scale } => write!(f, "decimal({precision},{scale})"),
-        }
-    }
-}
-
-/// A path into a JSON object: `$.a.b` or `$['a key'].b`. Only object members, no arrays.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct JsonPath(pub Vec<String>);
-
-impl JsonPath {
-    /// Parses `$.a.b`, `$['a'].b`, or a bare member name `a`.
-    pub fn parse(text: &str) -> Option<JsonPath> {
-        let Some(mut rest) = text.strip_prefix('$') else {
-            return (!text.is_empty() && !text.contains(['.', '[', ']', '$']))
-                .then(|| JsonPath(vec![text.to_string()]));
-        };
-        let mut parts = Vec::new();
-        while !rest.is_empty() {
-            if let Some(r) = rest.strip_prefix("['") {
-                let end = r.find("']")?;
-                parts.push(r[..end].to_string());
-                rest = &r[end + 2..];
-            } else if let Some(r) = rest.strip_prefix('.') {
-                let end = r.find(['.', '[']).unwrap_or(r.len());
-                if end == 0 {
-                    return None;
-                }
-                parts.push(r[..end].to_string());
-                rest = &r[end..];
-            } else {
-                return None;
-            }
-        }
-        (!parts.is_empty()).then_some(JsonPath(parts))
-    }
-}
-
-impl fmt::Display for JsonPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("$")?;
-        for p in &self.0 {
-            if p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                write!(f, ".{p}")?;
-            } else {
-                write!(f, "['{p}']")?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use toml::Spanned;
 
-use super::load::RawColumn;
+use super::columns::RawColumn;
 use super::{ColumnSpec, Format, PipelineSpec, RegistrySpec};
 use crate::error::{Error, Result};
 
