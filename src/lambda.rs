@@ -20,7 +20,7 @@ use crate::telemetry;
 pub mod ingest {
     use super::*;
     use crate::esm::EsmEvent;
-    use crate::ingest::{IngestOptions, IngestSummary, LiveIngestor, SpecLoader};
+    use crate::ingest::{IngestSummary, LiveIngestor};
 
     /// Serves ingest invocations until the runtime stops.
     pub async fn run() -> Result<(), lambda_runtime::Error> {
@@ -32,14 +32,7 @@ pub mod ingest {
         // invocation rather than in init: a catalog or registry that cannot be reached then
         // fails that invocation, which the event source mapping retries, instead of the init
         // phase. It is read again when a registry table's writer schema gains fields.
-        let load: SpecLoader = {
-            let (config, backend) = (config.clone(), backend.clone());
-            Arc::new(move || {
-                let (config, backend) = (config.clone(), backend.clone());
-                Box::pin(async move { config.load_pipeline_resolved(&backend).await })
-            })
-        };
-        let ingestor = Arc::new(LiveIngestor::new(load, backend, IngestOptions::from_env));
+        let ingestor = Arc::new(LiveIngestor::from_config(&config, backend));
         lambda_runtime::run(service_fn(move |event: LambdaEvent<EsmEvent>| {
             let (ingestor, clock) = (ingestor.clone(), clock.clone());
             let cold_start = telemetry::invocation_started();

@@ -4,21 +4,17 @@ mod common;
 
 use common::evolution_scenarios as s;
 
-#[tokio::test]
-async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values() {
-    let h = common::moto().await;
-    s::a_changed_spec_evolves_the_table_and_old_rows_keep_their_values(&h).await;
-    // Glue's columns follow the evolved schema (what Athena and QuickSight list).
+/// The Glue table's columns (name, type), as Athena and QuickSight list them.
+async fn glue_columns(h: &common::Harness, table: &str) -> Vec<(String, String)> {
     let glue = aws_sdk_glue::Client::new(&streamtable::aws::load_config().await);
     let t = glue
         .get_table()
         .database_name(&h.backend.namespace)
-        .name("orders")
+        .name(table)
         .send()
         .await
         .expect("get table");
-    let columns: Vec<(String, String)> = t
-        .table()
+    t.table()
         .and_then(|t| t.storage_descriptor())
         .expect("storage descriptor")
         .columns()
@@ -29,7 +25,15 @@ async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values() {
                 c.r#type().unwrap_or_default().to_string(),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn a_changed_spec_evolves_the_table_and_old_rows_keep_their_values() {
+    let h = common::moto().await;
+    s::a_changed_spec_evolves_the_table_and_old_rows_keep_their_values(&h).await;
+    // Glue's columns follow the evolved schema (what Athena and QuickSight list).
+    let columns = glue_columns(&h, "orders").await;
     let business: Vec<(&str, &str)> = columns
         .iter()
         .take(6)
@@ -63,25 +67,13 @@ async fn a_struct_lands_and_evolves_inside() {
     let h = common::moto().await;
     common::struct_scenarios::a_struct_lands_and_evolves_inside(&h).await;
     // Glue declares the struct as Athena reads it.
-    let glue = aws_sdk_glue::Client::new(&streamtable::aws::load_config().await);
-    let t = glue
-        .get_table()
-        .database_name(&h.backend.namespace)
-        .name("orders")
-        .send()
-        .await
-        .expect("get table");
-    let customer = t
-        .table()
-        .and_then(|t| t.storage_descriptor())
-        .expect("storage descriptor")
-        .columns()
+    let columns = glue_columns(&h, "orders").await;
+    let customer = columns
         .iter()
-        .find(|c| c.name() == "customer")
-        .and_then(|c| c.r#type())
-        .map(str::to_string);
+        .find(|(n, _)| n == "customer")
+        .map(|(_, t)| t.as_str());
     assert_eq!(
-        customer.as_deref(),
+        customer,
         Some("struct<id:string,tier:bigint,region:string>")
     );
 }

@@ -34,15 +34,7 @@ pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
 /// `streamtable ingest --event FILE...`: one summary line per file.
 pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     let backend = Backend::connect(&config.backend).await?;
-    let load: crate::ingest::SpecLoader = {
-        let (config, backend) = (config.clone(), backend.clone());
-        std::sync::Arc::new(move || {
-            let (config, backend) = (config.clone(), backend.clone());
-            Box::pin(async move { config.load_pipeline_resolved(&backend).await })
-        })
-    };
-    let ingestor =
-        crate::ingest::LiveIngestor::new(load, backend, crate::ingest::IngestOptions::from_env);
+    let ingestor = crate::ingest::LiveIngestor::from_config(config, backend);
     for path in events {
         let event = read_event(path)?;
         let summary = ingestor.handle(&event).await?;

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{IngestOptions, IngestSummary, Ingestor, RegistryReloads};
-use crate::config::Backend;
+use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
 use crate::esm::EsmEvent;
 use crate::spec::PipelineSpec;
@@ -35,6 +35,20 @@ pub struct LiveIngestor {
 }
 
 impl LiveIngestor {
+    /// An ingestor of the spec `config` names, read through the registry and `backend`'s
+    /// catalog ([`Config::load_pipeline_resolved`]), with the environment's options: what the
+    /// ingest function and `streamtable ingest` serve batches with.
+    pub fn from_config(config: &Config, backend: Backend) -> LiveIngestor {
+        let load: SpecLoader = {
+            let (config, backend) = (config.clone(), backend.clone());
+            Arc::new(move || {
+                let (config, backend) = (config.clone(), backend.clone());
+                Box::pin(async move { config.load_pipeline_resolved(&backend).await })
+            })
+        };
+        LiveIngestor::new(load, backend, IngestOptions::from_env)
+    }
+
     /// An ingestor of the spec `load` reads, on `backend`, with the options `options` gives
     /// for it.
     pub fn new(

@@ -99,12 +99,8 @@ impl Collector {
             return;
         }
         self.done.columns.push(ColumnSpec {
-            name,
-            column_type,
             path: JsonPath(path.to_vec()),
-            required: false,
-            renamed_from: None,
-            fields: Vec::new(),
+            ..ColumnSpec::optional(&name, column_type)
         });
     }
 

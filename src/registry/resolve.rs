@@ -14,8 +14,8 @@ use crate::error::Result;
 use crate::schema::evolve::widens;
 use crate::schema::primitive;
 use crate::spec::{
-    ColumnSpec, ColumnType, Format, JsonPath, KAFKA_COLUMNS, PipelineSpec, RegistryTable,
-    ResolvedColumns, unresolved,
+    ColumnSpec, ColumnType, Format, KAFKA_COLUMNS, PipelineSpec, RegistryTable, ResolvedColumns,
+    unresolved,
 };
 
 /// What the registry gave one table.
@@ -176,12 +176,8 @@ fn business_columns(fields: &[iceberg::spec::NestedFieldRef]) -> Vec<ColumnSpec>
                 return None;
             };
             Some(ColumnSpec {
-                name: f.name.clone(),
-                column_type: column_type(p)?,
-                path: JsonPath(vec![f.name.clone()]),
                 required: f.required,
-                renamed_from: None,
-                fields: Vec::new(),
+                ..ColumnSpec::optional(&f.name, column_type(p)?)
             })
         })
         .collect()
@@ -211,14 +207,7 @@ mod tests {
     use super::*;
 
     fn col(name: &str, ty: &str) -> ColumnSpec {
-        ColumnSpec {
-            name: name.into(),
-            column_type: ColumnType::parse(ty).expect("type"),
-            path: JsonPath(vec![name.into()]),
-            required: false,
-            renamed_from: None,
-            fields: Vec::new(),
-        }
+        ColumnSpec::optional(name, ColumnType::parse(ty).expect("type"))
     }
 
     #[test]

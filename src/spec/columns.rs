@@ -29,6 +29,18 @@ pub struct ColumnSpec {
 }
 
 impl ColumnSpec {
+    /// An optional column of `column_type` read from the field of its name.
+    pub fn optional(name: &str, column_type: ColumnType) -> ColumnSpec {
+        ColumnSpec {
+            name: name.to_string(),
+            column_type,
+            path: JsonPath(vec![name.to_string()]),
+            required: false,
+            renamed_from: None,
+            fields: Vec::new(),
+        }
+    }
+
     /// The primitive columns this column is made of, depth first, with their full paths and
     /// dotted names (`customer.id`): itself when it is not a struct.
     pub fn leaves(&self) -> Vec<ColumnSpec> {

@@ -185,14 +185,7 @@ pub(super) fn parse_derived(
         let columns: Vec<ColumnSpec> = inferred
             .columns
             .iter()
-            .map(|(n, ty)| ColumnSpec {
-                name: n.clone(),
-                column_type: *ty,
-                path: JsonPath(vec![n.clone()]),
-                required: false,
-                renamed_from: None,
-                fields: Vec::new(),
-            })
+            .map(|(n, ty)| ColumnSpec::optional(n, *ty))
             .collect();
         let partition_by =
             super::partitioning::parse_partitioning(&d.partition_by, &columns, name, at)?;

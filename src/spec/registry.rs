@@ -176,7 +176,7 @@ pub fn unresolved(origin: &Path, table: &RegistryTable, why: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{ColumnType, JsonPath};
+    use crate::spec::ColumnType;
 
     const TEXT: &str = r#"
 [registry]
@@ -204,14 +204,7 @@ columns = [{ name = "id", type = "string" }]
 "#;
 
     fn col(name: &str, ty: &str) -> ColumnSpec {
-        ColumnSpec {
-            name: name.into(),
-            column_type: ColumnType::parse(ty).expect("type"),
-            path: JsonPath(vec![name.into()]),
-            required: false,
-            renamed_from: None,
-            fields: Vec::new(),
-        }
+        ColumnSpec::optional(name, ColumnType::parse(ty).expect("type"))
     }
 
     #[test]

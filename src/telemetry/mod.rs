@@ -62,16 +62,6 @@ pub fn emf_line(function: &str, timestamp_ms: i64, metrics: &[Metric<'_>]) -> St
     emf_line_by(function, None, timestamp_ms, metrics)
 }
 
-/// One EMF log line with the given metrics under dimensions `function` and `table`.
-pub fn emf_table_line(
-    function: &str,
-    table: &str,
-    timestamp_ms: i64,
-    metrics: &[Metric<'_>],
-) -> String {
-    emf_line_by(function, Some(("table", table)), timestamp_ms, metrics)
-}
-
 /// One EMF log line with the given metrics under dimensions `function` and `(name, value)`.
 pub fn emf_dimension_line(
     function: &str,
@@ -171,17 +161,24 @@ pub fn ingest_metrics(
 /// its lag (now minus its newest Kafka timestamp) — so a slow topic shows among busy ones.
 pub fn ingest_topic_metrics(event: &crate::esm::EsmEvent, now_ms: i64) -> Vec<String> {
     let mut per_topic: std::collections::BTreeMap<String, (u64, i64)> = Default::default();
+    // The event's records are grouped by topic-partition: one topic per group.
     for (key, records) in &event.records {
-        for r in records {
-            let topic = r.topic.clone().unwrap_or_else(|| {
-                key.rsplit_once('-')
-                    .map_or(key.as_str(), |(t, _)| t)
-                    .to_string()
-            });
-            let e = per_topic.entry(topic).or_insert((0, i64::MIN));
-            e.0 += 1;
-            e.1 = e.1.max(r.timestamp);
-        }
+        let Some(first) = records.first() else {
+            continue;
+        };
+        let topic = first.topic.clone().unwrap_or_else(|| {
+            key.rsplit_once('-')
+                .map_or(key.as_str(), |(t, _)| t)
+                .to_string()
+        });
+        let newest = records
+            .iter()
+            .map(|r| r.timestamp)
+            .max()
+            .unwrap_or(i64::MIN);
+        let e = per_topic.entry(topic).or_insert((0, i64::MIN));
+        e.0 += records.len() as u64;
+        e.1 = e.1.max(newest);
     }
     per_topic
         .into_iter()
@@ -222,9 +219,9 @@ pub fn scheduled_table_metrics(
     per_table
         .into_iter()
         .map(|(table, (rows, files, rewritten))| {
-            emf_table_line(
+            emf_dimension_line(
                 function,
-                table,
+                ("table", table),
                 now_ms,
                 &[
                     ("RowsCommitted", rows as f64, "Count"),
