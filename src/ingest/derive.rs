@@ -41,6 +41,8 @@ pub(super) async fn derived_files(
     counts: &mut Counts,
 ) -> Result<Vec<EncodedFile>> {
     let mut files = Vec::new();
+    // The batch's records by coordinates, built once, when some table has a dead letter.
+    let mut by_coordinates: Option<RecordsByCoordinates<'_>> = None;
     for d in processor.derive(source_table, rows, states, now_ms)? {
         counts.deduplicated += d.deduplicated;
         if let Some(batch) = &d.rows {
@@ -54,7 +56,7 @@ pub(super) async fn derived_files(
         if d.failures.is_empty() && d.late.is_empty() {
             continue;
         }
-        let records = records_of(topic, planned);
+        let records = by_coordinates.get_or_insert_with(|| records_of(topic, planned));
         let partitions = rows
             .column_by_name("kafka_partition")
             .and_then(|c| c.as_primitive_opt::<Int32Type>());

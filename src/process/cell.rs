@@ -33,47 +33,98 @@ pub enum Cell {
     Dec(i128),
 }
 
-impl Cell {
+/// A [`Cell`] borrowed from an array or from a cell: compared and ordered exactly as the owned
+/// cell, so that rows can be looked up among stored keys without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CellRef<'a> {
+    /// SQL NULL.
+    Null,
+    /// boolean
+    Bool(bool),
+    /// int, long, date, timestamp
+    Int(i64),
+    /// float and double (`f64` bits)
+    Float(u64),
+    /// string
+    Str(&'a str),
+    /// decimal, unscaled
+    Dec(i128),
+}
+
+impl<'a> CellRef<'a> {
     /// The value of `array` at `row`; `None` for a type no table column has.
-    pub fn of(array: &dyn Array, row: usize) -> Option<Cell> {
+    pub fn of(array: &'a dyn Array, row: usize) -> Option<CellRef<'a>> {
         if array.is_null(row) {
-            return Some(Cell::Null);
+            return Some(CellRef::Null);
         }
         Some(match array.data_type() {
-            DataType::Boolean => Cell::Bool(array.as_boolean().value(row)),
-            DataType::Int8 => Cell::Int(array.as_primitive::<types::Int8Type>().value(row).into()),
+            DataType::Boolean => CellRef::Bool(array.as_boolean().value(row)),
+            DataType::Int8 => {
+                CellRef::Int(array.as_primitive::<types::Int8Type>().value(row).into())
+            }
             DataType::Int16 => {
-                Cell::Int(array.as_primitive::<types::Int16Type>().value(row).into())
+                CellRef::Int(array.as_primitive::<types::Int16Type>().value(row).into())
             }
             DataType::Int32 => {
-                Cell::Int(array.as_primitive::<types::Int32Type>().value(row).into())
+                CellRef::Int(array.as_primitive::<types::Int32Type>().value(row).into())
             }
-            DataType::Int64 => Cell::Int(array.as_primitive::<types::Int64Type>().value(row)),
+            DataType::Int64 => CellRef::Int(array.as_primitive::<types::Int64Type>().value(row)),
             DataType::Date32 => {
-                Cell::Int(array.as_primitive::<types::Date32Type>().value(row).into())
+                CellRef::Int(array.as_primitive::<types::Date32Type>().value(row).into())
             }
-            DataType::Timestamp(TimeUnit::Microsecond, _) => Cell::Int(
+            DataType::Timestamp(TimeUnit::Microsecond, _) => CellRef::Int(
                 array
                     .as_primitive::<types::TimestampMicrosecondType>()
                     .value(row),
             ),
-            DataType::Float32 => Cell::Float(
+            DataType::Float32 => CellRef::Float(
                 f64::from(array.as_primitive::<types::Float32Type>().value(row)).to_bits(),
             ),
-            DataType::Float64 => Cell::Float(
+            DataType::Float64 => CellRef::Float(
                 array
                     .as_primitive::<types::Float64Type>()
                     .value(row)
                     .to_bits(),
             ),
-            DataType::Utf8 => Cell::Str(array.as_string::<i32>().value(row).to_string()),
-            DataType::LargeUtf8 => Cell::Str(array.as_string::<i64>().value(row).to_string()),
-            DataType::Utf8View => Cell::Str(array.as_string_view().value(row).to_string()),
+            DataType::Utf8 => CellRef::Str(array.as_string::<i32>().value(row)),
+            DataType::LargeUtf8 => CellRef::Str(array.as_string::<i64>().value(row)),
+            DataType::Utf8View => CellRef::Str(array.as_string_view().value(row)),
             DataType::Decimal128(_, _) => {
-                Cell::Dec(array.as_primitive::<types::Decimal128Type>().value(row))
+                CellRef::Dec(array.as_primitive::<types::Decimal128Type>().value(row))
             }
             _ => return None,
         })
+    }
+
+    /// The owned cell.
+    pub fn to_cell(self) -> Cell {
+        match self {
+            CellRef::Null => Cell::Null,
+            CellRef::Bool(b) => Cell::Bool(b),
+            CellRef::Int(v) => Cell::Int(v),
+            CellRef::Float(b) => Cell::Float(b),
+            CellRef::Str(s) => Cell::Str(s.to_string()),
+            CellRef::Dec(v) => Cell::Dec(v),
+        }
+    }
+}
+
+impl Cell {
+    /// The value of `array` at `row`; `None` for a type no table column has.
+    pub fn of(array: &dyn Array, row: usize) -> Option<Cell> {
+        CellRef::of(array, row).map(CellRef::to_cell)
+    }
+
+    /// The cell, borrowed.
+    pub fn borrowed(&self) -> CellRef<'_> {
+        match self {
+            Cell::Null => CellRef::Null,
+            Cell::Bool(b) => CellRef::Bool(*b),
+            Cell::Int(v) => CellRef::Int(*v),
+            Cell::Float(b) => CellRef::Float(*b),
+            Cell::Str(s) => CellRef::Str(s),
+            Cell::Dec(v) => CellRef::Dec(*v),
+        }
     }
 
     /// The number, as a float (for averages).
@@ -212,6 +263,32 @@ mod tests {
             assert_eq!(Cell::of(&rebuilt, 0), Cell::of(&a, 0));
             assert_eq!(Cell::of(&rebuilt, 1), Cell::of(&a, 1));
         }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn borrowed_cells_order_as_owned(
+            a in proptest::collection::vec(any_cell(), 0..3),
+            b in proptest::collection::vec(any_cell(), 0..3),
+        ) {
+            let borrowed = a.iter().map(Cell::borrowed).cmp(b.iter().map(Cell::borrowed));
+            proptest::prop_assert_eq!(borrowed, a.cmp(&b));
+            for c in &a {
+                proptest::prop_assert_eq!(&c.borrowed().to_cell(), c);
+            }
+        }
+    }
+
+    fn any_cell() -> impl proptest::strategy::Strategy<Value = Cell> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Cell::Null),
+            any::<bool>().prop_map(Cell::Bool),
+            (-3i64..3).prop_map(Cell::Int),
+            any::<u64>().prop_map(Cell::Float),
+            "[ab]{0,3}".prop_map(Cell::Str),
+            (-3i128..3).prop_map(Cell::Dec),
+        ]
     }
 
     #[test]

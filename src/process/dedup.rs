@@ -7,16 +7,19 @@
 //! copies land in the same partition: exactly-once delivery cannot remove them, this can. A
 //! record whose key or event time is NULL is never a duplicate.
 
+use std::cmp::Ordering;
+
 use arrow_array::RecordBatch;
 
-use super::cell::Cell;
+use super::cell::{Cell, CellRef};
 use crate::spec::Dedup;
 
 /// Which rows of one partition's batch are first occurrences; updates `seen`.
 ///
-/// `seen` is kept sorted by key, so a batch costs a binary search per row and one merge of its
-/// new keys, not a hash of every key in the bound; sorted keys (with their common prefixes) also
-/// compress better in the stored state.
+/// `seen` is kept sorted by key. The batch's keys are read borrowed from its columns, its rows
+/// sorted by key (offset order within a key), and that list merged with `seen` in one pass: a
+/// key costs an allocation only when it is new, and sorted keys (with their common prefixes)
+/// also compress better in the stored state.
 pub(crate) fn first_occurrences(
     dedup: &Dedup,
     key_columns: &[usize],
@@ -30,55 +33,78 @@ pub(crate) fn first_occurrences(
         // A state of an earlier layout, in no particular order.
         seen.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     }
-    // Keys first seen in this batch, and where each is.
-    let mut fresh: Vec<(Vec<Cell>, i64)> = Vec::new();
-    let mut fresh_index: foldhash::HashMap<Vec<Cell>, usize> = Default::default();
-    let mut keep = Vec::with_capacity(rows.num_rows());
-    for (i, t) in times.iter().enumerate().take(rows.num_rows()) {
-        let key: Option<Vec<Cell>> = key_columns
-            .iter()
-            .map(|&c| Cell::of(rows.column(c).as_ref(), i).filter(|v| *v != Cell::Null))
-            .collect();
-        let (Some(key), Some(t)) = (key, *t) else {
-            keep.push(true);
-            continue;
-        };
-        let first = match seen.binary_search_by(|(k, _)| k.cmp(&key)) {
-            Ok(at) => Some(&mut seen[at].1),
-            Err(_) => fresh_index.get(&key).map(|&at| &mut fresh[at].1),
-        };
-        match first {
-            Some(first) if t.abs_diff(*first) <= within => keep.push(false),
-            Some(first) => {
-                *first = t;
-                keep.push(true);
-            }
-            None => {
-                fresh_index.insert(key.clone(), fresh.len());
-                fresh.push((key, t));
-                keep.push(true);
+    let n = rows.num_rows().min(times.len());
+    let width = key_columns.len();
+    let columns: Vec<&dyn arrow_array::Array> = key_columns
+        .iter()
+        .map(|&c| rows.column(c).as_ref())
+        .collect();
+    // Rows with a whole key and an event time (the others are never duplicates), their keys
+    // flat (`width` cells per candidate), then sorted by key, offset order within a key.
+    let mut keep = vec![true; rows.num_rows()];
+    let mut keys: Vec<CellRef<'_>> = Vec::with_capacity(n * width);
+    let mut candidates: Vec<(usize, i64)> = Vec::with_capacity(n);
+    'rows: for (i, t) in times.iter().enumerate().take(n) {
+        let Some(t) = *t else { continue };
+        let mark = keys.len();
+        for c in &columns {
+            match CellRef::of(*c, i) {
+                Some(CellRef::Null) | None => {
+                    keys.truncate(mark);
+                    continue 'rows;
+                }
+                Some(v) => keys.push(v),
             }
         }
+        candidates.push((i, t));
     }
+    let key_of = |k: usize| &keys[k * width..(k + 1) * width];
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| key_of(a).cmp(key_of(b)).then(a.cmp(&b)));
+
     let horizon = watermark_after.unwrap_or(i64::MIN);
-    let alive = |(_, first): &(Vec<Cell>, i64)| first.saturating_add_unsigned(within) >= horizon;
-    fresh.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let alive = |first: i64| first.saturating_add_unsigned(within) >= horizon;
     let old = std::mem::take(seen);
-    seen.reserve(old.len() + fresh.len());
-    let (mut old, mut fresh) = (
-        old.into_iter().filter(alive).peekable(),
-        fresh.into_iter().filter(alive).peekable(),
-    );
-    loop {
-        let take_old = match (old.peek(), fresh.peek()) {
-            (Some(a), Some(b)) => a.0 < b.0,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        seen.extend(if take_old { old.next() } else { fresh.next() });
+    seen.reserve(old.len() + order.len() / 2);
+    let mut old = old.into_iter().peekable();
+    let mut g = 0;
+    while g < order.len() {
+        let key = key_of(order[g]);
+        let mut end = g + 1;
+        while end < order.len() && key_of(order[end]) == key {
+            end += 1;
+        }
+        // Keys before this one carry over (while inside their bound).
+        while let Some(o) = old.next_if(|o| stored_cmp(&o.0, key) == Ordering::Less) {
+            if alive(o.1) {
+                seen.push(o);
+            }
+        }
+        let stored = old.next_if(|o| stored_cmp(&o.0, key) == Ordering::Equal);
+        let mut first = stored.as_ref().map(|o| o.1);
+        for &k in &order[g..end] {
+            let (row, t) = candidates[k];
+            match first {
+                Some(f) if t.abs_diff(f) <= within => keep[row] = false,
+                _ => first = Some(t),
+            }
+        }
+        if let Some(f) = first.filter(|f| alive(*f)) {
+            let key = match stored {
+                Some((k, _)) => k,
+                None => key.iter().map(|c| c.to_cell()).collect(),
+            };
+            seen.push((key, f));
+        }
+        g = end;
     }
+    seen.extend(old.filter(|o| alive(o.1)));
     keep
+}
+
+/// A stored key against a batch's borrowed key, in `Cell` order.
+fn stored_cmp(stored: &[Cell], key: &[CellRef<'_>]) -> Ordering {
+    stored.iter().map(Cell::borrowed).cmp(key.iter().copied())
 }
 
 #[cfg(test)]
@@ -122,6 +148,71 @@ mod tests {
         assert_eq!(keep, vec![true, true, false, true, true, true]);
         // "b" (first at 1 ms) expired at watermark 15 ms; "a" is now first at 20 ms.
         assert_eq!(seen, vec![(vec![Cell::Str("a".into())], 20_000)]);
+    }
+
+    /// Row by row, as the rule reads: the reference the merge must agree with.
+    fn one_by_one(
+        within_us: u64,
+        keys: &[Option<&str>],
+        times: &[Option<i64>],
+        watermark: Option<i64>,
+        seen: &[(Vec<Cell>, i64)],
+    ) -> (Vec<bool>, Vec<(Vec<Cell>, i64)>) {
+        let mut map: std::collections::BTreeMap<Vec<Cell>, i64> = seen.iter().cloned().collect();
+        let keep = keys
+            .iter()
+            .zip(times)
+            .map(|(k, t)| {
+                let (Some(k), Some(t)) = (k, t) else {
+                    return true;
+                };
+                let key = vec![Cell::Str(k.to_string())];
+                match map.get(&key) {
+                    Some(f) if t.abs_diff(*f) <= within_us => false,
+                    _ => {
+                        map.insert(key, *t);
+                        true
+                    }
+                }
+            })
+            .collect();
+        let horizon = watermark.unwrap_or(i64::MIN);
+        map.retain(|_, f| f.saturating_add_unsigned(within_us) >= horizon);
+        (keep, map.into_iter().collect())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn merge_agrees_with_row_by_row(
+            rows in proptest::collection::vec(
+                (proptest::option::weighted(0.9, "[a-e]"), proptest::option::weighted(0.9, 0i64..50)),
+                0..40),
+            stored in proptest::collection::btree_map("[a-g]", 0i64..50, 0..6),
+            within_ms in 0i64..20,
+            watermark in proptest::option::of(0i64..60),
+        ) {
+            let keys: Vec<Option<&str>> = rows.iter().map(|(k, _)| k.as_deref()).collect();
+            // Times in ms of the strategy, µs in the state.
+            let times: Vec<Option<i64>> = rows.iter().map(|(_, t)| t.map(|t| t * 1000)).collect();
+            let seen: Vec<(Vec<Cell>, i64)> = stored
+                .into_iter()
+                .map(|(k, t)| (vec![Cell::Str(k)], t * 1000))
+                .collect();
+            let watermark = watermark.map(|w| w * 1000);
+            let ids: ArrayRef = Arc::new(StringArray::from(keys.clone()));
+            let batch = RecordBatch::try_new(
+                Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
+                vec![ids],
+            )
+            .unwrap();
+            let dedup = Dedup { key: vec!["id".into()], within_ms };
+            let mut merged = seen.clone();
+            let keep = first_occurrences(&dedup, &[0], &batch, &times, watermark, &mut merged);
+            let (want_keep, want_seen) =
+                one_by_one(within_ms as u64 * 1000, &keys, &times, watermark, &seen);
+            proptest::prop_assert_eq!(keep, want_keep);
+            proptest::prop_assert_eq!(merged, want_seen);
+        }
     }
 
     #[test]

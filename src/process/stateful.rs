@@ -61,6 +61,8 @@ impl Processor {
             .filter(|t| t.source == source && t.is_stateful())
             .collect();
         let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); tables.len()];
+        // Per row-by-row table: which rows of the batch its dedup kept.
+        let mut row_masks: Vec<Option<Vec<bool>>> = vec![None; tables.len()];
         let mut out: Vec<Derived> = tables
             .iter()
             .map(|t| Derived {
@@ -103,18 +105,31 @@ impl Processor {
             let kafka_timestamp = max_of::<TimestampMicrosecondType>(&slice, "kafka_timestamp");
             for (k, t) in tables.iter().enumerate() {
                 let table_state = state.tables.entry(t.name.clone()).or_default();
+                let keep = t.dedup.as_ref().map(|(dedup, columns)| {
+                    first_occurrences(
+                        dedup,
+                        columns,
+                        &slice,
+                        &times,
+                        watermark,
+                        &mut table_state.seen,
+                    )
+                });
+                if let Some(keep) = &keep {
+                    out[k].deduplicated += keep.iter().filter(|k| !**k).count() as u64;
+                }
+                if let Plan::Rows(_) = &t.plan {
+                    // Row-by-row SQL needs no partition order: it runs once on the whole batch
+                    // after the loop, on the rows every partition's dedup kept.
+                    let mask = row_masks[k].get_or_insert_with(|| vec![true; rows.num_rows()]);
+                    if let Some(keep) = keep {
+                        mask[range.clone()].copy_from_slice(&keep);
+                    }
+                    continue;
+                }
                 // Dedup first: the rows kept, and where they were in the slice.
-                let (kept, positions, kept_times, kept_marks) = match &t.dedup {
-                    Some((dedup, columns)) => {
-                        let keep = first_occurrences(
-                            dedup,
-                            columns,
-                            &slice,
-                            &times,
-                            watermark,
-                            &mut table_state.seen,
-                        );
-                        out[k].deduplicated += keep.iter().filter(|k| !**k).count() as u64;
+                let (kept, positions, kept_times, kept_marks) = match keep {
+                    Some(keep) => {
                         let positions: Vec<usize> = (0..keep.len()).filter(|i| keep[*i]).collect();
                         let mask = BooleanArray::from(keep);
                         let kept = filter_record_batch(&slice, &mask)
@@ -163,15 +178,8 @@ impl Processor {
                             .late
                             .extend(w.late.into_iter().map(|(i, r)| (at(i), r)));
                     }
-                    Plan::Rows(_) => {
-                        let e = self.evaluate_rows(t, &kept)?;
-                        parts[k].extend(e.rows);
-                        out[k]
-                            .failures
-                            .extend(e.failures.into_iter().map(|(i, r)| (at(i), r)));
-                    }
-                    // Never in `tables`: joins run in the scheduled stage.
-                    Plan::Join(_) => {}
+                    // Rows: after the loop; joins: never in `tables` (the scheduled stage).
+                    Plan::Rows(_) | Plan::Join(_) => {}
                 }
             }
             state.max_event_time = max;
@@ -179,6 +187,21 @@ impl Processor {
             state
                 .tables
                 .retain(|name, _| tables.iter().any(|t| &t.name == name));
+        }
+        for (k, mask) in row_masks.into_iter().enumerate() {
+            let Some(mask) = mask else { continue };
+            let positions: Vec<usize> = (0..mask.len()).filter(|i| mask[*i]).collect();
+            let kept = if positions.len() == mask.len() {
+                rows.clone()
+            } else {
+                filter_record_batch(rows, &BooleanArray::from(mask))
+                    .map_err(|e| Error::Internal(format!("dedup of {source}: {e}")))?
+            };
+            let e = self.evaluate_rows(tables[k], &kept)?;
+            parts[k].extend(e.rows);
+            out[k]
+                .failures
+                .extend(e.failures.into_iter().map(|(i, r)| (positions[i], r)));
         }
         for (k, batches) in parts.into_iter().enumerate() {
             if batches.is_empty() {

@@ -134,8 +134,24 @@ impl PartitionState {
                 .map(|(name, t)| (name.as_str(), t.seen.as_slice())),
             &mut raw,
         )?;
-        zstd::bulk::compress(&raw, 1)
-            .map_err(|e| Error::Internal(format!("compress partition state: {e}")))
+        // One compression context per thread, reused: creating one costs more than compressing
+        // a small state.
+        thread_local! {
+            static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        COMPRESSOR.with(|c| {
+            let mut c = c.borrow_mut();
+            let compressor = match c.as_mut() {
+                Some(compressor) => compressor,
+                None => c.insert(zstd::bulk::Compressor::new(1).map_err(|e| {
+                    Error::Internal(format!("compress partition state: {e}"))
+                })?),
+            };
+            compressor
+                .compress(&raw)
+                .map_err(|e| Error::Internal(format!("compress partition state: {e}")))
+        })
     }
 
     /// Reads what [`PartitionState::encode`] wrote (or layout 1); `what` names it in errors.

@@ -15,6 +15,14 @@ use crate::process::cell::{Cell, build};
 use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
 
+/// Where a row's update goes: an open window (`None`: one it opens), or a correction of a
+/// window the watermark already closed.
+#[derive(Clone, Copy)]
+enum Target {
+    Open(Option<usize>),
+    Correction,
+}
+
 /// One partition's rows of a batch, with their event times and watermarks.
 pub(crate) struct PartitionInput<'a> {
     /// The rows (the source table's layout), in offset order.
@@ -80,13 +88,19 @@ pub(crate) fn run(
     let size = plan.window.size_ms() * 1000;
     let lateness = lateness_ms * 1000;
     let closed = input.closed_through.unwrap_or(i64::MIN);
-    let mut index: foldhash::HashMap<(i64, Vec<Cell>), usize> = open_windows
-        .iter()
-        .enumerate()
-        .map(|(i, w)| ((w.start, w.key.clone()), i))
-        .collect();
+    // Open windows by key, then start: looked up with the row's key borrowed, so a row costs
+    // no key clone unless it opens a window.
+    let mut index: foldhash::HashMap<Vec<Cell>, Vec<(i64, usize)>> = Default::default();
+    for (j, w) in open_windows.iter().enumerate() {
+        index.entry(w.key.clone()).or_default().push((w.start, j));
+    }
     let mut corrections: BTreeMap<(i64, Vec<Cell>), Vec<Acc>> = BTreeMap::new();
     let empty = || plan.aggs.iter().map(Acc::new).collect::<Vec<_>>();
+    let empty_accs = empty();
+    let width = plan.aggs.len();
+    // Per row, reused: the windows it goes to, and each one's updated accumulators (`None`:
+    // unchanged), all computed before any is applied, so a row that fails changes nothing.
+    let (mut targets, mut staged, mut missed) = (Vec::new(), Vec::new(), Vec::new());
     for (i, v) in values.into_iter().enumerate() {
         let v = match v {
             Ok(v) if !v.pass => continue,
@@ -102,8 +116,9 @@ pub(crate) fn run(
             continue;
         };
         let wm = input.watermarks[i];
-        let mut missed = Vec::new();
-        let mut updates: Vec<(i64, Vec<Acc>)> = Vec::new();
+        targets.clear();
+        staged.clear();
+        missed.clear();
         let mut failed = None;
         for start in plan.window.starts(t) {
             let end = start.saturating_add(size);
@@ -111,45 +126,63 @@ pub(crate) fn run(
                 missed.push(start);
                 continue;
             }
-            let current = if end > closed {
-                index
-                    .get(&(start, v.key.clone()))
-                    .map(|&j| open_windows[j].accs.clone())
+            let target = if end > closed {
+                let slot = index
+                    .get(v.key.as_slice())
+                    .and_then(|starts| starts.iter().find(|(s, _)| *s == start))
+                    .map(|&(_, j)| j);
+                Target::Open(slot)
             } else {
-                corrections.get(&(start, v.key.clone())).cloned()
-            }
-            .unwrap_or_else(empty);
-            let mut next = current.clone();
+                Target::Correction
+            };
+            let current = match target {
+                Target::Open(Some(j)) => &open_windows[j].accs,
+                Target::Open(None) => &empty_accs,
+                Target::Correction => corrections
+                    .get(&(start, v.key.clone()))
+                    .unwrap_or(&empty_accs),
+            };
             for (k, agg) in plan.aggs.iter().enumerate() {
                 match current[k].updated(agg, v.args[k].as_ref()) {
-                    Ok(Some(a)) => next[k] = a,
-                    Ok(None) => {}
-                    Err(e) => failed = Some(e),
+                    Ok(a) => staged.push(a),
+                    Err(e) => {
+                        staged.push(None);
+                        failed = Some(e);
+                    }
                 }
             }
-            updates.push((start, next));
+            targets.push((start, target));
         }
         if let Some(e) = failed {
             out.failures.push((i, e));
             continue;
         }
-        for (start, accs) in updates {
-            let key = (start, v.key.clone());
-            if start.saturating_add(size) > closed {
-                match index.get(&key) {
-                    Some(&j) => open_windows[j].accs = accs,
-                    None => {
-                        index.insert(key, open_windows.len());
-                        open_windows.push(OpenWindow {
-                            start,
-                            end: None,
-                            key: v.key.clone(),
-                            accs,
-                        });
-                    }
+        for (w, &(start, target)) in targets.iter().enumerate() {
+            let new = &mut staged[w * width..(w + 1) * width];
+            let accs = match target {
+                Target::Open(Some(j)) => &mut open_windows[j].accs,
+                Target::Open(None) => {
+                    index
+                        .entry(v.key.clone())
+                        .or_default()
+                        .push((start, open_windows.len()));
+                    open_windows.push(OpenWindow {
+                        start,
+                        end: None,
+                        key: v.key.clone(),
+                        accs: empty(),
+                    });
+                    let last = open_windows.len() - 1;
+                    &mut open_windows[last].accs
                 }
-            } else {
-                corrections.insert(key, accs);
+                Target::Correction => corrections
+                    .entry((start, v.key.clone()))
+                    .or_insert_with(empty),
+            };
+            for (slot, a) in accs.iter_mut().zip(new.iter_mut()) {
+                if let Some(a) = a.take() {
+                    *slot = a;
+                }
             }
         }
         if let (Some(&start), Some(wm)) = (missed.first(), wm) {

@@ -42,17 +42,14 @@ impl WindowKind {
     }
 
     /// The starts (µs) of the windows holding event time `t` (µs), latest first.
-    pub fn starts(&self, t: i64) -> std::vec::IntoIter<i64> {
-        let (slide, size) = match *self {
-            WindowKind::Tumble { size_ms } => (size_ms * 1000, size_ms * 1000),
-            WindowKind::Hop { slide_ms, size_ms } => (slide_ms * 1000, size_ms * 1000),
-            WindowKind::Session { .. } => return vec![t].into_iter(),
+    pub fn starts(&self, t: i64) -> impl Iterator<Item = i64> + use<> {
+        let (slide, count) = match *self {
+            WindowKind::Tumble { size_ms } => (size_ms * 1000, 1),
+            WindowKind::Hop { slide_ms, size_ms } => (slide_ms * 1000, size_ms / slide_ms.max(1)),
+            WindowKind::Session { .. } => (0, 1),
         };
-        let last = t - t.rem_euclid(slide);
-        (0..size / slide)
-            .map(move |k| last - k * slide)
-            .collect::<Vec<_>>()
-            .into_iter()
+        let last = if slide > 0 { t - t.rem_euclid(slide) } else { t };
+        (0..count).map(move |k| last - k * slide)
     }
 }
 
