@@ -41,8 +41,6 @@ pub(super) async fn derived_files(
     counts: &mut Counts,
 ) -> Result<Vec<EncodedFile>> {
     let mut files = Vec::new();
-    // The batch's records by coordinates, built once, when some table has a dead letter.
-    let mut by_coordinates: Option<RecordsByCoordinates<'_>> = None;
     for d in processor.derive(source_table, rows, states, now_ms)? {
         counts.deduplicated += d.deduplicated;
         if let Some(batch) = &d.rows {
@@ -56,7 +54,6 @@ pub(super) async fn derived_files(
         if d.failures.is_empty() && d.late.is_empty() {
             continue;
         }
-        let records = by_coordinates.get_or_insert_with(|| records_of(topic, planned));
         let partitions = rows
             .column_by_name("kafka_partition")
             .and_then(|c| c.as_primitive_opt::<Int32Type>());
@@ -90,7 +87,7 @@ pub(super) async fn derived_files(
                 )));
             }
             let key = (partitions.value(*row), offsets.value(*row));
-            let Some((source, record)) = records.get(&key) else {
+            let Some((source, record)) = record_at(topic, planned, key) else {
                 return Err(Error::Internal(format!(
                     "row {row} of {source_table} ({topic}-{}@{}) matches no record of the batch",
                     key.0, key.1
@@ -111,17 +108,16 @@ pub(super) async fn derived_files(
     Ok(files)
 }
 
-type RecordsByCoordinates<'a> =
-    HashMap<(i32, i64), (&'a crate::checkpoint::SourcePartition, &'a EsmRecord)>;
-
-fn records_of<'a>(topic: &str, planned: &'a [Planned<'a>]) -> RecordsByCoordinates<'a> {
-    planned
+/// The record of `topic` at (partition, offset) in the batch (each partition's records are in
+/// offset order).
+fn record_at<'a>(
+    topic: &str,
+    planned: &'a [Planned<'a>],
+    (partition, offset): (i32, i64),
+) -> Option<(&'a crate::checkpoint::SourcePartition, &'a EsmRecord)> {
+    let p = planned
         .iter()
-        .filter(|p| p.source.topic == topic)
-        .flat_map(|p| {
-            p.records
-                .iter()
-                .map(move |r| ((p.source.partition, r.offset), (&p.source, *r)))
-        })
-        .collect()
+        .find(|p| p.source.topic == topic && p.source.partition == partition)?;
+    let at = p.records.binary_search_by_key(&offset, |r| r.offset).ok()?;
+    Some((&p.source, p.records[at]))
 }

@@ -35,7 +35,7 @@ pub enum Cell {
 
 /// A [`Cell`] borrowed from an array or from a cell: compared and ordered exactly as the owned
 /// cell, so that rows can be looked up among stored keys without allocating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CellRef<'a> {
     /// SQL NULL.
     Null,

@@ -16,7 +16,8 @@ use crate::spec::Dedup;
 
 /// Which rows of one partition's batch are first occurrences; updates `seen`.
 ///
-/// `seen` is kept sorted by key. The batch's keys are read borrowed from its columns, its rows
+/// `seen` is sorted by key (as [`crate::process::state::PartitionState::decode`] returns it)
+/// and kept so. The batch's keys are read borrowed from its columns, its rows
 /// sorted by key (offset order within a key), and that list merged with `seen` in one pass: a
 /// key costs an allocation only when it is new, and sorted keys (with their common prefixes)
 /// also compress better in the stored state.
@@ -29,10 +30,6 @@ pub(crate) fn first_occurrences(
     seen: &mut Vec<(Vec<Cell>, i64)>,
 ) -> Vec<bool> {
     let within = dedup.within_ms.saturating_mul(1000).unsigned_abs();
-    if !seen.is_sorted_by(|a, b| a.0 <= b.0) {
-        // A state of an earlier layout, in no particular order.
-        seen.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    }
     let n = rows.num_rows().min(times.len());
     let width = key_columns.len();
     let columns: Vec<&dyn arrow_array::Array> = key_columns
@@ -216,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_stay_sorted_and_an_unsorted_state_is_read() {
+    fn keys_stay_sorted() {
         let ids: ArrayRef = Arc::new(StringArray::from(vec!["m", "c", "x", "c", "a"]));
         let rows = RecordBatch::try_new(
             Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
@@ -228,8 +225,8 @@ mod tests {
             within_ms: 1_000,
         };
         let key = |s: &str| vec![Cell::Str(s.into())];
-        // Unsorted, as an earlier layout stored it: "x" is seen, "b" too.
-        let mut seen = vec![(key("x"), 0), (key("b"), 0)];
+        // "b" and "x" are seen.
+        let mut seen = vec![(key("b"), 0), (key("x"), 0)];
         let times = [Some(10); 5];
         let keep = first_occurrences(&dedup, &[0], &rows, &times, None, &mut seen);
         assert_eq!(keep, vec![true, true, false, false, true]);

@@ -126,7 +126,15 @@ impl LookupIndex {
                 .map(|c| take(c.as_ref(), idx, None).map_err(|e| e.to_string()))
                 .collect()
         };
-        let s = pick(source, &m.source)?;
+        // Each source row once, in order (a LEFT JOIN on a unique reference key): the source's
+        // columns as they are, not copied.
+        let identity = m.source.len() == source.num_rows()
+            && m.source.values().iter().enumerate().all(|(i, &s)| s as usize == i);
+        let s = if identity {
+            source.columns().to_vec()
+        } else {
+            pick(source, &m.source)?
+        };
         let r = pick(&self.rows, &m.reference)?;
         Ok(if plan.source_is_left {
             s.into_iter().chain(r).collect()

@@ -180,6 +180,13 @@ impl PartitionState {
         for (name, keys) in seen::unpack(packed, what)? {
             s.tables.entry(name).or_default().seen = keys;
         }
+        // Dedup merges a batch's keys with these in one pass, so they must be sorted; layout 1
+        // kept them in no particular order.
+        for t in s.tables.values_mut() {
+            if !t.seen.is_sorted_by(|a, b| a.0 <= b.0) {
+                t.seen.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            }
+        }
         Ok(s)
     }
 }
@@ -224,13 +231,23 @@ mod tests {
         assert_eq!(back.v, VERSION);
         assert_eq!(back.max_event_time, s.max_event_time);
         assert_eq!(back.updated_at_ms, 5);
-        // Layout 1 (all JSON), as the previous release wrote it, is still read.
+        // Layout 1 (all JSON), as the previous release wrote it, is still read, its dedup keys
+        // (which it kept in no particular order) sorted.
         let mut v1 = s.clone();
         v1.v = 1;
+        let unsorted = vec![
+            (vec![Cell::Str("o-2".into())], 9),
+            (vec![Cell::Str("o-1".into())], 7),
+        ];
+        if let Some(t) = v1.tables.get_mut("orders_per_minute") {
+            t.seen = unsorted.clone();
+        }
         let old = zstd::bulk::compress(&serde_json::to_vec(&v1).unwrap(), 1).unwrap();
+        let back = PartitionState::decode(&old, "test").unwrap();
+        assert_eq!(back.tables["orders_per_minute"].open, s.tables["orders_per_minute"].open);
         assert_eq!(
-            PartitionState::decode(&old, "test").unwrap().tables,
-            s.tables
+            back.tables["orders_per_minute"].seen,
+            vec![unsorted[1].clone(), unsorted[0].clone()]
         );
         // A state of a newer layout is refused with what to do.
         let mut v9 = s.clone();

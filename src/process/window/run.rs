@@ -11,7 +11,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::acc::typed;
 use super::{Output, WindowPlan, tvf::human};
-use crate::process::cell::{Cell, build};
+use crate::process::cell::{Cell, CellRef, build};
 use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
 
@@ -57,7 +57,8 @@ pub(crate) struct WindowOutput {
 /// What one row contributes: its keys and its aggregates' arguments.
 pub(super) struct RowValues {
     pub pass: bool,
-    pub key: Vec<Cell>,
+    /// Shared by every row of the batch with the same key.
+    pub key: Arc<[Cell]>,
     pub args: Vec<Option<Cell>>,
 }
 
@@ -128,7 +129,7 @@ pub(crate) fn run(
             }
             let target = if end > closed {
                 let slot = index
-                    .get(v.key.as_slice())
+                    .get(&v.key[..])
                     .and_then(|starts| starts.iter().find(|(s, _)| *s == start))
                     .map(|&(_, j)| j);
                 Target::Open(slot)
@@ -139,7 +140,7 @@ pub(crate) fn run(
                 Target::Open(Some(j)) => &open_windows[j].accs,
                 Target::Open(None) => &empty_accs,
                 Target::Correction => corrections
-                    .get(&(start, v.key.clone()))
+                    .get(&(start, v.key.to_vec()))
                     .unwrap_or(&empty_accs),
             };
             for (k, agg) in plan.aggs.iter().enumerate() {
@@ -163,20 +164,20 @@ pub(crate) fn run(
                 Target::Open(Some(j)) => &mut open_windows[j].accs,
                 Target::Open(None) => {
                     index
-                        .entry(v.key.clone())
+                        .entry(v.key.to_vec())
                         .or_default()
                         .push((start, open_windows.len()));
                     open_windows.push(OpenWindow {
                         start,
                         end: None,
-                        key: v.key.clone(),
+                        key: v.key.to_vec(),
                         accs: empty(),
                     });
                     let last = open_windows.len() - 1;
                     &mut open_windows[last].accs
                 }
                 Target::Correction => corrections
-                    .entry((start, v.key.clone()))
+                    .entry((start, v.key.to_vec()))
                     .or_insert_with(empty),
             };
             for (slot, a) in accs.iter_mut().zip(new.iter_mut()) {
@@ -293,15 +294,33 @@ fn evaluate(plan: &WindowPlan, input: &RecordBatch) -> Result<Vec<RowValues>, St
         Cell::of(a.as_ref(), i)
             .ok_or_else(|| format!("a value of type {} cannot be grouped", a.data_type()))
     };
+    // Keys are interned: a row reads its key borrowed and shares the batch's copy of it.
+    let mut interned: foldhash::HashMap<Vec<CellRef<'_>>, Arc<[Cell]>> = Default::default();
+    let mut probe: Vec<CellRef<'_>> = Vec::with_capacity(keys.len());
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
+        probe.clear();
+        for k in &keys {
+            probe.push(CellRef::of(k.as_ref(), i).ok_or_else(|| {
+                format!("a value of type {} cannot be grouped", k.data_type())
+            })?);
+        }
+        let key = match interned.get(probe.as_slice()) {
+            Some(key) => key.clone(),
+            None => {
+                let key: Arc<[Cell]> = probe.iter().map(|c| c.to_cell()).collect();
+                interned.insert(probe.clone(), key.clone());
+                key
+            }
+        };
+        let mut row_args = Vec::with_capacity(args.len());
+        for a in &args {
+            row_args.push(a.as_ref().map(|a| cell(a, i)).transpose()?);
+        }
         out.push(RowValues {
             pass: pass.as_ref().is_none_or(|p| p.is_valid(i) && p.value(i)),
-            key: keys.iter().map(|k| cell(k, i)).collect::<Result<_, _>>()?,
-            args: args
-                .iter()
-                .map(|a| a.as_ref().map(|a| cell(a, i)).transpose())
-                .collect::<Result<_, _>>()?,
+            key,
+            args: row_args,
         });
     }
     Ok(out)

@@ -71,7 +71,7 @@ pub(crate) fn run(
         let mut window = OpenWindow {
             start: t,
             end: Some(t.saturating_add(gap)),
-            key: v.key.clone(),
+            key: v.key.to_vec(),
             accs: plan.aggs.iter().map(Acc::new).collect(),
         };
         let mut failed = None;
@@ -82,7 +82,7 @@ pub(crate) fn run(
                 Err(e) => failed = Some(e),
             }
         }
-        let open = by_key.entry(v.key).or_default();
+        let open = by_key.entry(window.key.clone()).or_default();
         // Merge every open session the new window overlaps.
         let (touching, rest): (Vec<OpenWindow>, Vec<OpenWindow>) = std::mem::take(open)
             .into_iter()
