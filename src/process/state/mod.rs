@@ -1,8 +1,9 @@
 //! The state of stateful derived tables in one Kafka partition — the watermark, each windowed
 //! table's open windows, each dedup's keys — as it is stored with the partition's checkpoint
-//! (see [`crate::state::StoredState`]): zstd-compressed, versioned. Layout 2 is a magic
-//! (`ST\x02`), the length (u32) of the JSON of everything but the dedup keys, that JSON, then
-//! the dedup keys packed (`seen.rs`); layout 1 was the whole state as JSON and is still read.
+//! (see [`crate::state::StoredState`]): zstd-compressed, versioned. Layouts 2 and 3 are a magic
+//! (`ST\x02`), the length (u32) of the JSON of everything but the dedup keys (its `v` is the
+//! layout), that JSON, then the dedup keys packed (`seen.rs`; layout 3 front-codes them); layout
+//! 1 was the whole state as JSON. All three are read.
 
 use std::collections::BTreeMap;
 
@@ -13,8 +14,10 @@ use crate::error::{Error, Result};
 
 mod seen;
 
-/// The layout version [`PartitionState::encode`] writes.
-const VERSION: u32 = 2;
+/// The layout version [`PartitionState::encode`] writes (3: layout 2 with front-coded dedup
+/// keys; the magic stays, so a release that reads only layout 2 refuses it by this number with
+/// what to do).
+const VERSION: u32 = 3;
 
 /// What layout 2 starts with (layout 1 is JSON: `{`).
 const MAGIC: &[u8; 3] = b"ST\x02";

@@ -7,7 +7,10 @@
 //! of key cells (u8), the cells, and the first event time as a zigzag varint of its difference
 //! to the previous entry's. A cell is a tag byte and its value: 0 NULL, 1 boolean (one byte),
 //! 2 integer (zigzag varint), 3 float (8 bytes of `f64` bits), 4 string (varint length +
-//! UTF-8), 5 decimal (16 bytes, unscaled). Integers are little-endian.
+//! UTF-8), 5 decimal (16 bytes, unscaled), 6 (state layout 3) a string sharing a prefix with the
+//! previous entry's string in the same position (varint prefix length, varint suffix length,
+//! the suffix). Integers are little-endian. Keys are sorted, so neighbours share long prefixes
+//! (`ord-0000012345`, `ord-0000012346`): front coding halves what zstd then has to compress.
 
 use crate::error::{Error, Result};
 use crate::process::cell::Cell;
@@ -29,16 +32,30 @@ pub(super) fn pack<'a>(
             .map_err(|_| Error::Internal(format!("{name}: too many dedup keys for state")))?;
         out.extend(count.to_le_bytes());
         let mut previous = 0i64;
+        let mut previous_key: &[Cell] = &[];
         for (key, time) in seen {
             let cells = u8::try_from(key.len()).map_err(|_| {
                 Error::Internal(format!("{name}: a dedup key of {} columns", key.len()))
             })?;
             out.push(cells);
-            for c in key {
-                cell(c, out);
+            for (j, c) in key.iter().enumerate() {
+                let shared = match (c, previous_key.get(j)) {
+                    (Cell::Str(s), Some(Cell::Str(p))) => shared_prefix(p, s),
+                    _ => 0,
+                };
+                match c {
+                    Cell::Str(s) if shared >= MIN_PREFIX => {
+                        out.push(6);
+                        varint(shared as u64, out);
+                        varint((s.len() - shared) as u64, out);
+                        out.extend(&s.as_bytes()[shared..]);
+                    }
+                    _ => cell(c, out),
+                }
             }
             varint(zigzag(time.wrapping_sub(previous)), out);
             previous = *time;
+            previous_key = key;
         }
     }
     Ok(())
@@ -62,8 +79,9 @@ pub(super) fn unpack(mut bytes: &[u8], what: &str) -> Result<Vec<(String, Keys)>
         for _ in 0..count {
             let [cells] = take::<1>(&mut bytes).ok_or_else(|| bad("key"))?;
             let mut key = Vec::with_capacity(usize::from(cells));
-            for _ in 0..cells {
-                key.push(read_cell(&mut bytes).ok_or_else(|| bad("cell"))?);
+            for j in 0..usize::from(cells) {
+                let before = seen.last().and_then(|(k, _): &(Vec<Cell>, i64)| k.get(j));
+                key.push(read_cell(&mut bytes, before).ok_or_else(|| bad("cell"))?);
             }
             let delta = read_varint(&mut bytes).ok_or_else(|| bad("time"))?;
             previous = previous.wrapping_add(unzigzag(delta));
@@ -98,7 +116,16 @@ fn cell(c: &Cell, out: &mut Vec<u8>) {
     }
 }
 
-fn read_cell(bytes: &mut &[u8]) -> Option<Cell> {
+/// Strings sharing fewer leading bytes are written whole.
+const MIN_PREFIX: usize = 2;
+
+/// How many leading bytes `a` and `b` share.
+fn shared_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+/// A cell; `before` is the previous entry's cell in the same position (for tag 6).
+fn read_cell(bytes: &mut &[u8], before: Option<&Cell>) -> Option<Cell> {
     let [tag] = take::<1>(bytes)?;
     Some(match tag {
         0 => Cell::Null,
@@ -111,6 +138,16 @@ fn read_cell(bytes: &mut &[u8]) -> Option<Cell> {
             Cell::Str(std::str::from_utf8(s).ok()?.to_string())
         }
         5 => Cell::Dec(i128::from_le_bytes(take::<16>(bytes)?)),
+        6 => {
+            let Some(Cell::Str(p)) = before else {
+                return None;
+            };
+            let shared = usize::try_from(read_varint(bytes)?).ok()?;
+            let len = usize::try_from(read_varint(bytes)?).ok()?;
+            let mut s = p.as_bytes().get(..shared)?.to_vec();
+            s.extend_from_slice(take_slice(bytes, len)?);
+            Cell::Str(String::from_utf8(s).ok()?)
+        }
         _ => return None,
     })
 }
@@ -188,6 +225,28 @@ mod tests {
         fn damaged_bytes_are_an_error_not_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = unpack(&bytes, "t");
         }
+    }
+
+    #[test]
+    fn neighbours_share_prefixes_even_inside_a_character() {
+        let key = |s: &str| vec![Cell::Str(s.into()), Cell::Int(1)];
+        // "é" and "è" share their first UTF-8 byte: the prefix ends inside a character.
+        let seen = vec![
+            (key("ord-0000012345"), 10),
+            (key("ord-0000012346"), 11),
+            (key("ord-é"), 12),
+            (key("ord-è"), 13),
+            (key("x"), 14),
+            (vec![Cell::Null], 15),
+            (key("xy"), 16),
+        ];
+        let mut bytes = Vec::new();
+        pack([("t", seen.as_slice())].into_iter(), &mut bytes).unwrap();
+        assert_eq!(unpack(&bytes, "t").unwrap(), vec![("t".to_string(), seen.clone())]);
+        // The second key is its 13 shared bytes' count and its last byte, not 14 bytes again.
+        assert!(bytes.windows(4).any(|w| w == [6, 13, 1, b'6']), "{bytes:?}");
+        // A prefix with no string before it is damage, not a panic.
+        assert!(unpack(&[1, 0, b't', 1, 0, 0, 0, 1, 6, 3, 0, 0], "t").is_err());
     }
 
     #[test]
