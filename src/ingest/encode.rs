@@ -2,7 +2,10 @@
 //! partition value, named deterministically.
 //!
 //! Files are encoded in memory with Iceberg's `ParquetWriter` (which also computes the column
-//! statistics of the `DataFile`), then named
+//! statistics of the `DataFile`). A file of less than [`UNCOMPRESSED_BELOW`] bytes of Arrow data
+//! (a window's partial rows, a few dead letters) is written uncompressed: setting up a
+//! compressor per column costs more than it saves there, and compaction rewrites such files.
+//! Files are then named
 //! `{table}/data/{partition path}/{stem}-{seq}-{content hash}.parquet`. The name is a pure
 //! function of the file's bytes and of the batch it came from: a retry that produces the same
 //! bytes rewrites the same object, and an invocation that produces different bytes (another
@@ -64,6 +67,14 @@ pub fn micro_file_properties_at(level: i32) -> WriterProperties {
         .build()
 }
 
+/// Files with less Arrow data than this (bytes) are written uncompressed.
+pub const UNCOMPRESSED_BELOW: usize = 64 * 1024;
+
+/// The Arrow bytes `rows` holds (its buffers; a slice counts its whole buffers).
+fn arrow_bytes(rows: &RecordBatch) -> usize {
+    rows.columns().iter().map(|c| c.get_buffer_memory_size()).sum()
+}
+
 static STAGING: AtomicU64 = AtomicU64::new(0);
 
 /// Encodes `batch` (rows of `layout`'s table) into one Parquet file per partition value.
@@ -93,8 +104,21 @@ pub async fn encode(
 
     let staging = FileIO::new_with_memory();
     let builder = ParquetWriterBuilder::new(props.clone(), layout.schema.clone());
+    let mut small: Option<ParquetWriterBuilder> = None;
     let mut files = Vec::with_capacity(groups.len());
     for (seq, (path, partition, rows)) in groups.into_iter().enumerate() {
+        let builder = if arrow_bytes(&rows) < UNCOMPRESSED_BELOW {
+            small.get_or_insert_with(|| {
+                let uncompressed = props
+                    .clone()
+                    .into_builder()
+                    .set_compression(Compression::UNCOMPRESSED)
+                    .build();
+                ParquetWriterBuilder::new(uncompressed, layout.schema.clone())
+            })
+        } else {
+            &builder
+        };
         let staged = format!(
             "memory:/staging/{}.parquet",
             STAGING.fetch_add(1, Ordering::Relaxed)
@@ -155,4 +179,52 @@ pub async fn encode(
 /// A shareable default for callers that do not tune the writer.
 pub fn default_properties() -> Arc<WriterProperties> {
     Arc::new(micro_file_properties())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::split::tests::{batch, layout};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    /// The codec of every column chunk of an encoded file.
+    fn codecs(file: &EncodedFile) -> Vec<Compression> {
+        let reader = SerializedFileReader::new(file.bytes.clone()).expect("parquet");
+        let meta = reader.metadata();
+        meta.row_groups()
+            .iter()
+            .flat_map(|g| g.columns().iter().map(|c| c.compression()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn small_files_are_written_uncompressed_and_large_ones_with_zstd() {
+        let layout = layout(&[]);
+        let props = micro_file_properties();
+        let few: Vec<(i64, Option<&str>, i64)> = (0..20).map(|i| (i, Some("DE"), i)).collect();
+        let many: Vec<(i64, Option<&str>, i64)> = (0..20_000).map(|i| (i, Some("DE"), i)).collect();
+        let small = encode(&layout, &batch(&layout, &few), "mem://t", "s", &props)
+            .await
+            .expect("encode");
+        let large = encode(&layout, &batch(&layout, &many), "mem://t", "l", &props)
+            .await
+            .expect("encode");
+        assert!(
+            codecs(&small[0])
+                .iter()
+                .all(|c| *c == Compression::UNCOMPRESSED),
+            "{:?}",
+            codecs(&small[0])
+        );
+        assert!(
+            codecs(&large[0])
+                .iter()
+                .all(|c| matches!(c, Compression::ZSTD(_))),
+            "{:?}",
+            codecs(&large[0])
+        );
+        // Both read back whole, with their statistics.
+        assert_eq!(small[0].data_file.record_count(), 20);
+        assert_eq!(large[0].data_file.record_count(), 20_000);
+    }
 }

@@ -79,7 +79,7 @@ pub(crate) fn split_by_partition(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
 
     use arrow_array::{Int64Array, StringArray, TimestampMicrosecondArray};
@@ -88,7 +88,7 @@ mod tests {
     use super::*;
     use crate::spec::PipelineSpec;
 
-    fn layout(partition_by: &[&str]) -> TableLayout {
+    pub(in crate::ingest) fn layout(partition_by: &[&str]) -> TableLayout {
         let text = format!(
             r#"[[tables]]
 name = "t"
@@ -109,7 +109,10 @@ columns = [
         TableLayout::for_table(&spec.tables[0]).expect("layout")
     }
 
-    fn batch(layout: &TableLayout, rows: &[(i64, Option<&str>, i64)]) -> RecordBatch {
+    pub(in crate::ingest) fn batch(
+        layout: &TableLayout,
+        rows: &[(i64, Option<&str>, i64)],
+    ) -> RecordBatch {
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
             Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
