@@ -2,10 +2,9 @@
 //! partition value, named deterministically.
 //!
 //! Files are encoded in memory with Iceberg's `ParquetWriter` (which also computes the column
-//! statistics of the `DataFile`). A file of less than [`UNCOMPRESSED_BELOW`] bytes of Arrow data
-//! (a window's partial rows, a few dead letters) is written uncompressed: setting up a
-//! compressor per column costs more than it saves there, and compaction rewrites such files.
-//! Files are then named
+//! statistics of the `DataFile`), with the writer settings adjusted per file to its rows
+//! ([`super::tuning`]: small files uncompressed, mostly distinct columns without a
+//! dictionary). Files are then named
 //! `{table}/data/{partition path}/{stem}-{seq}-{content hash}.parquet`. The name is a pure
 //! function of the file's bytes and of the batch it came from: a retry that produces the same
 //! bytes rewrites the same object, and an invocation that produces different bytes (another
@@ -67,14 +66,6 @@ pub fn micro_file_properties_at(level: i32) -> WriterProperties {
         .build()
 }
 
-/// Files with less Arrow data than this (bytes) are written uncompressed.
-pub const UNCOMPRESSED_BELOW: usize = 64 * 1024;
-
-/// The Arrow bytes `rows` holds (its buffers; a slice counts its whole buffers).
-fn arrow_bytes(rows: &RecordBatch) -> usize {
-    rows.columns().iter().map(|c| c.get_buffer_memory_size()).sum()
-}
-
 static STAGING: AtomicU64 = AtomicU64::new(0);
 
 /// Encodes `batch` (rows of `layout`'s table) into one Parquet file per partition value.
@@ -104,21 +95,11 @@ pub async fn encode(
 
     let staging = FileIO::new_with_memory();
     let builder = ParquetWriterBuilder::new(props.clone(), layout.schema.clone());
-    let mut small: Option<ParquetWriterBuilder> = None;
     let mut files = Vec::with_capacity(groups.len());
     for (seq, (path, partition, rows)) in groups.into_iter().enumerate() {
-        let builder = if arrow_bytes(&rows) < UNCOMPRESSED_BELOW {
-            small.get_or_insert_with(|| {
-                let uncompressed = props
-                    .clone()
-                    .into_builder()
-                    .set_compression(Compression::UNCOMPRESSED)
-                    .build();
-                ParquetWriterBuilder::new(uncompressed, layout.schema.clone())
-            })
-        } else {
-            &builder
-        };
+        let tuned = super::tuning::for_file(props, &rows)
+            .map(|p| ParquetWriterBuilder::new(p, layout.schema.clone()));
+        let builder = tuned.as_ref().unwrap_or(&builder);
         let staged = format!(
             "memory:/staging/{}.parquet",
             STAGING.fetch_add(1, Ordering::Relaxed)
@@ -223,6 +204,17 @@ mod tests {
             "{:?}",
             codecs(&large[0])
         );
+        // The unique column is written plainly, the repeating one with a dictionary.
+        let reader = SerializedFileReader::new(large[0].bytes.clone()).expect("parquet");
+        let chunks = reader.metadata().row_group(0).columns();
+        let dictionary = |name: &str| {
+            chunks
+                .iter()
+                .find(|c| c.column_path().string() == name)
+                .map(|c| c.dictionary_page_offset().is_some())
+        };
+        assert_eq!(dictionary("id"), Some(false));
+        assert_eq!(dictionary("country"), Some(true));
         // Both read back whole, with their statistics.
         assert_eq!(small[0].data_file.record_count(), 20);
         assert_eq!(large[0].data_file.record_count(), 20_000);

@@ -31,6 +31,7 @@ mod schemas;
 mod split;
 mod state;
 mod summary;
+mod tuning;
 
 use batch::Planned;
 pub use batch::group_by_partition;

@@ -129,7 +129,11 @@ impl LookupIndex {
         // Each source row once, in order (a LEFT JOIN on a unique reference key): the source's
         // columns as they are, not copied.
         let identity = m.source.len() == source.num_rows()
-            && m.source.values().iter().enumerate().all(|(i, &s)| s as usize == i);
+            && m.source
+                .values()
+                .iter()
+                .enumerate()
+                .all(|(i, &s)| s as usize == i);
         let s = if identity {
             source.columns().to_vec()
         } else {

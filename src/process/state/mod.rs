@@ -147,9 +147,10 @@ impl PartitionState {
             let mut c = c.borrow_mut();
             let compressor = match c.as_mut() {
                 Some(compressor) => compressor,
-                None => c.insert(zstd::bulk::Compressor::new(1).map_err(|e| {
-                    Error::Internal(format!("compress partition state: {e}"))
-                })?),
+                None => c.insert(
+                    zstd::bulk::Compressor::new(1)
+                        .map_err(|e| Error::Internal(format!("compress partition state: {e}")))?,
+                ),
             };
             compressor
                 .compress(&raw)
@@ -247,7 +248,10 @@ mod tests {
         }
         let old = zstd::bulk::compress(&serde_json::to_vec(&v1).unwrap(), 1).unwrap();
         let back = PartitionState::decode(&old, "test").unwrap();
-        assert_eq!(back.tables["orders_per_minute"].open, s.tables["orders_per_minute"].open);
+        assert_eq!(
+            back.tables["orders_per_minute"].open,
+            s.tables["orders_per_minute"].open
+        );
         assert_eq!(
             back.tables["orders_per_minute"].seen,
             vec![unsorted[1].clone(), unsorted[0].clone()]

@@ -242,7 +242,10 @@ mod tests {
         ];
         let mut bytes = Vec::new();
         pack([("t", seen.as_slice())].into_iter(), &mut bytes).unwrap();
-        assert_eq!(unpack(&bytes, "t").unwrap(), vec![("t".to_string(), seen.clone())]);
+        assert_eq!(
+            unpack(&bytes, "t").unwrap(),
+            vec![("t".to_string(), seen.clone())]
+        );
         // The second key is its 13 shared bytes' count and its last byte, not 14 bytes again.
         assert!(bytes.windows(4).any(|w| w == [6, 13, 1, b'6']), "{bytes:?}");
         // A prefix with no string before it is damage, not a panic.

@@ -301,9 +301,11 @@ fn evaluate(plan: &WindowPlan, input: &RecordBatch) -> Result<Vec<RowValues>, St
     for i in 0..n {
         probe.clear();
         for k in &keys {
-            probe.push(CellRef::of(k.as_ref(), i).ok_or_else(|| {
-                format!("a value of type {} cannot be grouped", k.data_type())
-            })?);
+            probe.push(
+                CellRef::of(k.as_ref(), i).ok_or_else(|| {
+                    format!("a value of type {} cannot be grouped", k.data_type())
+                })?,
+            );
         }
         let key = match interned.get(probe.as_slice()) {
             Some(key) => key.clone(),

@@ -48,7 +48,11 @@ impl WindowKind {
             WindowKind::Hop { slide_ms, size_ms } => (slide_ms * 1000, size_ms / slide_ms.max(1)),
             WindowKind::Session { .. } => (0, 1),
         };
-        let last = if slide > 0 { t - t.rem_euclid(slide) } else { t };
+        let last = if slide > 0 {
+            t - t.rem_euclid(slide)
+        } else {
+            t
+        };
         (0..count).map(move |k| last - k * slide)
     }
 }
