@@ -61,9 +61,8 @@ pub(crate) fn first_occurrences(
 
     let horizon = watermark_after.unwrap_or(i64::MIN);
     let alive = |first: i64| first.saturating_add_unsigned(within) >= horizon;
-    let old = std::mem::take(seen);
+    let mut old = std::mem::take(seen).into_iter();
     seen.reserve(old.len() + order.len() / 2);
-    let mut old = old.into_iter().peekable();
     let mut g = 0;
     while g < order.len() {
         let key = key_of(order[g]);
@@ -71,13 +70,16 @@ pub(crate) fn first_occurrences(
         while end < order.len() && key_of(order[end]) == key {
             end += 1;
         }
-        // Keys before this one carry over (while inside their bound).
-        while let Some(o) = old.next_if(|o| stored_cmp(&o.0, key) == Ordering::Less) {
-            if alive(o.1) {
-                seen.push(o);
-            }
-        }
-        let stored = old.next_if(|o| stored_cmp(&o.0, key) == Ordering::Equal);
+        // Keys before this one carry over (while inside their bound), found by galloping: a
+        // batch whose keys come after every stored one compares a few keys, not all of them.
+        let before = gallop(old.as_slice(), |o| stored_cmp(&o.0, key) == Ordering::Less);
+        seen.extend(old.by_ref().take(before).filter(|o| alive(o.1)));
+        let stored = old
+            .as_slice()
+            .first()
+            .is_some_and(|o| stored_cmp(&o.0, key) == Ordering::Equal)
+            .then(|| old.next())
+            .flatten();
         let mut first = stored.as_ref().map(|o| o.1);
         for &k in &order[g..end] {
             let (row, t) = candidates[k];
@@ -97,6 +99,17 @@ pub(crate) fn first_occurrences(
     }
     seen.extend(old.filter(|o| alive(o.1)));
     keep
+}
+
+/// How many leading elements of `slice` satisfy `before` (true, then false from some point on):
+/// an exponential search, then a binary one within the last step.
+fn gallop<T>(slice: &[T], before: impl Fn(&T) -> bool) -> usize {
+    let mut step = 1;
+    while step <= slice.len() && before(&slice[step - 1]) {
+        step *= 2;
+    }
+    let lo = step / 2;
+    lo + slice[lo..step.min(slice.len())].partition_point(before)
 }
 
 /// A stored key against a batch's borrowed key, in `Cell` order.
@@ -209,6 +222,16 @@ mod tests {
                 one_by_one(within_ms as u64 * 1000, &keys, &times, watermark, &seen);
             proptest::prop_assert_eq!(keep, want_keep);
             proptest::prop_assert_eq!(merged, want_seen);
+        }
+    }
+
+    #[test]
+    fn galloping_finds_where_a_predicate_turns() {
+        for len in 0..40 {
+            let v: Vec<usize> = (0..len).collect();
+            for turn in 0..=len {
+                assert_eq!(gallop(&v, |x| *x < turn), turn, "{len} {turn}");
+            }
         }
     }
 

@@ -3,7 +3,6 @@
 //! reference rows yields one output row per match; an unmatched row is kept with NULLs (LEFT)
 //! or dropped (INNER).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
@@ -19,7 +18,7 @@ pub(crate) struct LookupIndex {
     rows: RecordBatch,
     key_types: Vec<DataType>,
     converter: RowConverter,
-    matches: HashMap<Box<[u8]>, Vec<u32>>,
+    matches: foldhash::HashMap<Box<[u8]>, Vec<u32>>,
 }
 
 /// For each output row: the source row, and the reference row (`None`: no match).
@@ -54,7 +53,7 @@ impl LookupIndex {
         let converted = converter
             .convert_columns(&columns)
             .map_err(|e| e.to_string())?;
-        let mut matches: HashMap<Box<[u8]>, Vec<u32>> = HashMap::new();
+        let mut matches: foldhash::HashMap<Box<[u8]>, Vec<u32>> = Default::default();
         for i in 0..rows.num_rows() {
             if columns.iter().any(|c| c.is_null(i)) {
                 continue;

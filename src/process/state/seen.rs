@@ -31,6 +31,7 @@ pub(super) fn pack<'a>(
         let count = u32::try_from(seen.len())
             .map_err(|_| Error::Internal(format!("{name}: too many dedup keys for state")))?;
         out.extend(count.to_le_bytes());
+        out.reserve(seen.len() * 8);
         let mut previous = 0i64;
         let mut previous_key: &[Cell] = &[];
         for (key, time) in seen {
@@ -119,9 +120,18 @@ fn cell(c: &Cell, out: &mut Vec<u8>) {
 /// Strings sharing fewer leading bytes are written whole.
 const MIN_PREFIX: usize = 2;
 
-/// How many leading bytes `a` and `b` share.
+/// How many leading bytes `a` and `b` share (eight at a time, then one by one).
 fn shared_prefix(a: &str, b: &str) -> usize {
-    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n && a[i..i + 8] == b[i..i + 8] {
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 /// A cell; `before` is the previous entry's cell in the same position (for tag 6).
