@@ -24,7 +24,7 @@ use parquet::schema::types::ColumnPath;
 pub const UNCOMPRESSED_BELOW: usize = 64 * 1024;
 
 /// How many leading values of a column decide whether it keeps a dictionary.
-pub const SAMPLE: usize = 1024;
+pub const SAMPLE: usize = 512;
 
 /// Fewer sampled values than this: the column keeps its dictionary (too few to tell).
 const MIN_SAMPLE: usize = 64;

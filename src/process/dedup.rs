@@ -61,8 +61,9 @@ pub(crate) fn first_occurrences(
 
     let horizon = watermark_after.unwrap_or(i64::MIN);
     let alive = |first: i64| first.saturating_add_unsigned(within) >= horizon;
-    let mut old = std::mem::take(seen).into_iter();
-    seen.reserve(old.len() + order.len() / 2);
+    // Keys of the batch already stored are updated in place; the others collected, in order.
+    let mut fresh: Vec<(Vec<Cell>, i64)> = Vec::new();
+    let mut cursor = 0;
     let mut g = 0;
     while g < order.len() {
         let key = key_of(order[g]);
@@ -70,16 +71,13 @@ pub(crate) fn first_occurrences(
         while end < order.len() && key_of(order[end]) == key {
             end += 1;
         }
-        // Keys before this one carry over (while inside their bound), found by galloping: a
-        // batch whose keys come after every stored one compares a few keys, not all of them.
-        let before = gallop(old.as_slice(), |o| stored_cmp(&o.0, key) == Ordering::Less);
-        seen.extend(old.by_ref().take(before).filter(|o| alive(o.1)));
-        let stored = old
-            .as_slice()
-            .first()
-            .is_some_and(|o| stored_cmp(&o.0, key) == Ordering::Equal)
-            .then(|| old.next())
-            .flatten();
+        // Where the key is (or would be) among the stored ones, found by galloping from the
+        // previous key's place: a batch whose keys come after every stored one compares a few
+        // stored keys, not all of them.
+        cursor += gallop(&seen[cursor..], |o| stored_cmp(&o.0, key) == Ordering::Less);
+        let stored = seen
+            .get_mut(cursor)
+            .filter(|o| stored_cmp(&o.0, key) == Ordering::Equal);
         let mut first = stored.as_ref().map(|o| o.1);
         for &k in &order[g..end] {
             let (row, t) = candidates[k];
@@ -88,17 +86,46 @@ pub(crate) fn first_occurrences(
                 _ => first = Some(t),
             }
         }
-        if let Some(f) = first.filter(|f| alive(*f)) {
-            let key = match stored {
-                Some((k, _)) => k,
-                None => key.iter().map(|c| c.to_cell()).collect(),
-            };
-            seen.push((key, f));
+        match (stored, first) {
+            (Some(o), Some(f)) => o.1 = f,
+            (None, Some(f)) if alive(f) => {
+                fresh.push((key.iter().map(|c| c.to_cell()).collect(), f));
+            }
+            _ => {}
         }
         g = end;
     }
-    seen.extend(old.filter(|o| alive(o.1)));
+    seen.retain(|o| alive(o.1));
+    merge_sorted(seen, fresh);
     keep
+}
+
+/// Merges `fresh` (sorted, no key of it in `seen`) into `seen` (sorted), in place: appended
+/// when every fresh key comes after the stored ones (keys that grow over time, as order ids
+/// do), else merged from the back, moving only the stored keys after the first fresh one.
+fn merge_sorted(seen: &mut Vec<(Vec<Cell>, i64)>, mut fresh: Vec<(Vec<Cell>, i64)>) {
+    let after_all = match (seen.last(), fresh.first()) {
+        (_, None) => return,
+        (None, Some(_)) => true,
+        (Some(last), Some(first)) => last.0 < first.0,
+    };
+    if after_all {
+        seen.append(&mut fresh);
+        return;
+    }
+    // Slots [stored, write) are free (moved out); everything from `write` on is in place.
+    let mut stored = seen.len();
+    seen.resize_with(stored + fresh.len(), Default::default);
+    let mut write = seen.len();
+    while let Some(next) = fresh.pop() {
+        while stored > 0 && seen[stored - 1].0 > next.0 {
+            seen.swap(stored - 1, write - 1);
+            stored -= 1;
+            write -= 1;
+        }
+        seen[write - 1] = next;
+        write -= 1;
+    }
 }
 
 /// How many leading elements of `slice` satisfy `before` (true, then false from some point on):
@@ -232,6 +259,22 @@ mod tests {
             for turn in 0..=len {
                 assert_eq!(gallop(&v, |x| *x < turn), turn, "{len} {turn}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn merging_in_place_keeps_every_key_in_order(
+            stored in proptest::collection::btree_set(0i64..60, 0..20),
+            fresh in proptest::collection::btree_set(0i64..60, 0..20),
+        ) {
+            let key = |v: i64| (vec![Cell::Int(v)], v);
+            let mut seen: Vec<_> = stored.iter().map(|v| key(*v)).collect();
+            let fresh: Vec<_> = fresh.difference(&stored).map(|v| key(*v)).collect();
+            let mut want: Vec<_> = seen.iter().cloned().chain(fresh.iter().cloned()).collect();
+            want.sort();
+            merge_sorted(&mut seen, fresh);
+            proptest::prop_assert_eq!(seen, want);
         }
     }
 
