@@ -25,15 +25,15 @@ impl ObjectStore for LocalStore {
         static TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| Error::io("create directory", &dir, e))?;
-        tokio::fs::write(&tmp, &bytes)
-            .await
-            .map_err(|e| Error::io("write", &tmp, e))?;
-        tokio::fs::rename(&tmp, &path)
-            .await
-            .map_err(|e| Error::io("rename", &path, e))
+        // One blocking task for the three steps (not one per step): a batch writes several
+        // files, each waiting on its own thread hand-offs.
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+            std::fs::write(&tmp, &bytes).map_err(|e| Error::io("write", &tmp, e))?;
+            std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
     }
 
     async fn read(&self, location: &str) -> Result<Bytes> {
