@@ -6,7 +6,7 @@
 //! - a column whose first [`SAMPLE`] values are mostly distinct (order ids, Kafka offsets and
 //!   timestamps, amounts) is written without a dictionary: a dictionary of unique values is
 //!   larger than the values written plainly, and building it (hashing every value) was a fifth
-//!   of encoding a batch. Columns that repeat (countries, currencies, statuses) keep theirs.
+//!   of Parquet encoding. Columns that repeat (countries, currencies, statuses) keep theirs.
 
 use std::collections::HashSet;
 
@@ -31,7 +31,7 @@ const MIN_SAMPLE: usize = 64;
 
 /// `props` as they suit a file of `rows`; `None` when they suit it unchanged.
 pub fn for_file(props: &WriterProperties, rows: &RecordBatch) -> Option<WriterProperties> {
-    let small = arrow_bytes(rows) < UNCOMPRESSED_BELOW;
+    let small = rows.get_array_memory_size() < UNCOMPRESSED_BELOW;
     let plain = mostly_distinct(rows);
     if !small && plain.is_empty() {
         return None;
@@ -44,14 +44,6 @@ pub fn for_file(props: &WriterProperties, rows: &RecordBatch) -> Option<WriterPr
         b = b.set_column_dictionary_enabled(ColumnPath::from(name), false);
     }
     Some(b.build())
-}
-
-/// The Arrow bytes `rows` holds (its buffers; a slice counts its whole buffers).
-fn arrow_bytes(rows: &RecordBatch) -> usize {
-    rows.columns()
-        .iter()
-        .map(|c| c.get_buffer_memory_size())
-        .sum()
 }
 
 /// The top-level columns of `rows` whose sampled non-NULL values are more than three quarters

@@ -17,10 +17,11 @@ use crate::spec::Dedup;
 /// Which rows of one partition's batch are first occurrences; updates `seen`.
 ///
 /// `seen` is sorted by key (as [`crate::process::state::PartitionState::decode`] returns it)
-/// and kept so. The batch's keys are read borrowed from its columns, its rows
-/// sorted by key (offset order within a key), and that list merged with `seen` in one pass: a
-/// key costs an allocation only when it is new, and sorted keys (with their common prefixes)
-/// also compress better in the stored state.
+/// and kept so. The batch's keys are read borrowed from its columns and its rows sorted by key
+/// (offset order within a key); each key is found in `seen` by galloping from the previous
+/// one's place and updated in place, and the new keys are merged in at the end: a key costs an
+/// allocation only when it is new, and sorted keys (with their common prefixes) also compress
+/// better in the stored state.
 pub(crate) fn first_occurrences(
     dedup: &Dedup,
     key_columns: &[usize],

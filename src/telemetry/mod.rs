@@ -115,6 +115,13 @@ pub fn ingest_metrics(
     duration_ms: f64,
     cold_start: bool,
 ) -> String {
+    let of_kind = |kind: crate::decode::RejectKind| {
+        summary
+            .dead_letters_by_kind
+            .get(kind.as_str())
+            .copied()
+            .unwrap_or(0) as f64
+    };
     let lag = summary
         .newest_timestamp_ms
         .map_or(0.0, |t| (now_ms - t).max(0) as f64);
@@ -128,21 +135,13 @@ pub fn ingest_metrics(
             ("RecordsDeadLettered", summary.dead_lettered as f64, "Count"),
             (
                 "RecordsFailedTransform",
-                summary
-                    .dead_letters_by_kind
-                    .get(crate::decode::RejectKind::Transform.as_str())
-                    .copied()
-                    .unwrap_or(0) as f64,
+                of_kind(crate::decode::RejectKind::Transform),
                 "Count",
             ),
             ("RowsDerived", summary.derived_rows as f64, "Count"),
             (
                 "RecordsLate",
-                summary
-                    .dead_letters_by_kind
-                    .get(crate::decode::RejectKind::Late.as_str())
-                    .copied()
-                    .unwrap_or(0) as f64,
+                of_kind(crate::decode::RejectKind::Late),
                 "Count",
             ),
             ("RecordsDeduplicated", summary.deduplicated as f64, "Count"),

@@ -10,6 +10,8 @@
 //! Sessions are kept per Kafka partition: they are exact when a key's events share a partition,
 //! which is what producers keying the topic by the session key (a sensor id) give.
 
+use std::sync::Arc;
+
 use super::run::{PartitionInput, WindowOutput, iso, partial_rows, row_values};
 use super::{WindowPlan, tvf::human};
 use crate::process::cell::Cell;
@@ -35,9 +37,13 @@ pub(crate) fn run(
     let lateness = lateness_ms.saturating_mul(1000);
     let end_of = |w: &OpenWindow| w.end.unwrap_or(w.start.saturating_add(gap));
     // Open sessions by key.
-    let mut by_key: foldhash::HashMap<Vec<Cell>, Vec<OpenWindow>> = Default::default();
+    // Open sessions by key (the batch's shared copy of a key: a row adds no key copy for it).
+    let mut by_key: foldhash::HashMap<Arc<[Cell]>, Vec<OpenWindow>> = Default::default();
     for w in std::mem::take(sessions) {
-        by_key.entry(w.key.clone()).or_default().push(w);
+        by_key
+            .entry(Arc::from(w.key.as_slice()))
+            .or_default()
+            .push(w);
     }
     for (i, v) in values.into_iter().enumerate() {
         let v = match v {
@@ -82,7 +88,7 @@ pub(crate) fn run(
                 Err(e) => failed = Some(e),
             }
         }
-        let open = by_key.entry(window.key.clone()).or_default();
+        let open = by_key.entry(v.key).or_default();
         // Merge every open session the new window overlaps.
         let (touching, rest): (Vec<OpenWindow>, Vec<OpenWindow>) = std::mem::take(open)
             .into_iter()
