@@ -46,9 +46,17 @@ enum Command {
     Replay(cli::ReplayArgs),
     /// Validate the pipeline spec and print, per table, its source, its SQL, its inferred
     /// schema and how it runs, then what it changes in the catalog's existing tables (+ added,
-    /// ~ widened, renamed or relaxed, - dropped, ! refused). Exit code 1 when the spec is
-    /// invalid or a change would be refused; use it in CI before `sam deploy`.
-    Check,
+    /// ~ widened, renamed or relaxed, - dropped, ! refused), and what the stateful tables do
+    /// with the state live in the partitions. Exit code 1 when the spec is invalid, a change
+    /// would be refused or a stateful table would lose its open state; use it in CI before
+    /// `sam deploy`.
+    Check {
+        /// Accept a changed stateful table whose stored state the new SQL cannot read (another
+        /// window or GROUP BY, another dedup key): its open windows or keys are dropped when
+        /// the new SQL first runs.
+        #[arg(long)]
+        allow_state_reset: bool,
+    },
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
     /// The whole pipeline on the embedded default: generate events for every example table,
@@ -108,7 +116,9 @@ async fn main() -> ExitCode {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Scheduled(c) => cli::scheduled(&config, c).await,
             Command::Replay(r) => cli::replay(&config, r).await,
-            Command::Check => cli::check::run(&config).await,
+            Command::Check { allow_state_reset } => {
+                cli::check::run(&config, *allow_state_reset).await
+            }
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,

@@ -23,3 +23,19 @@ async fn idle_partitions_close_their_windows_at_the_topics_watermark() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_changed_window_sql_is_carried_over_restarted_or_refused_never_a_panic() {
+    common::spec_change_scenarios::a_changed_window_sql_is_carried_over_restarted_or_refused_never_a_panic(
+        common::moto().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_older_release_keeps_the_state_of_a_table_it_does_not_know() {
+    common::spec_change_scenarios::an_older_release_keeps_the_state_of_a_table_it_does_not_know(
+        common::moto().await,
+    )
+    .await;
+}

@@ -12,7 +12,7 @@ use crate::tables::{TableSet, check_partition_spec, plan_for};
 
 /// Loads, plans and prints the spec of `config`, then what it changes in the catalog's tables
 /// (like `terraform plan`). Fails when a change would be refused.
-pub async fn run(config: &Config) -> Result<()> {
+pub async fn run(config: &Config, allow_state_reset: bool) -> Result<()> {
     let no_catalog = match &config.backend {
         BackendConfig::Embedded { home } if !home.join("catalog.db").exists() => Some(home),
         _ => None,
@@ -41,12 +41,76 @@ pub async fn run(config: &Config) -> Result<()> {
     let tables = TableSet::new(&spec, &backend.namespace)?;
     let (text, refused) = catalog_plan(&backend, &tables).await?;
     print!("{text}");
+    let (text, resets) = state_plan(&backend, &spec, &processor, allow_state_reset).await?;
+    print!("{text}");
     if refused > 0 {
         return Err(Error::Spec(format!(
             "{refused} table(s) cannot take the spec's changes (lines starting with !); fix the spec before deploying"
         )));
     }
+    if resets > 0 {
+        return Err(Error::Spec(format!(
+            "{resets} stateful table(s) would lose their open state (lines starting with !); deploy the new SQL under a new table name, or accept the loss with --allow-state-reset"
+        )));
+    }
     Ok(())
+}
+
+/// What the spec's stateful tables do with the state live in the partitions (read only), and
+/// how many would drop state the new SQL cannot read (unless `allow_reset`).
+pub async fn state_plan(
+    backend: &Backend,
+    spec: &PipelineSpec,
+    processor: &Processor,
+    allow_reset: bool,
+) -> Result<(String, usize)> {
+    let mut out = String::new();
+    let mut resets = 0;
+    for t in &spec.tables {
+        if !processor.is_stateful(&t.name) {
+            continue;
+        }
+        let sources: Vec<crate::checkpoint::SourcePartition> = backend
+            .state
+            .partitions(&t.topic)
+            .await?
+            .into_iter()
+            .map(|p| crate::checkpoint::SourcePartition::new(&t.topic, p))
+            .collect();
+        let stored = backend.state.partition_states(&sources).await?;
+        let mut changes = crate::process::state::StateChanges::default();
+        for (source, stored) in sources.iter().zip(stored) {
+            let Some(stored) = stored else { continue };
+            let state =
+                crate::ingest::read_stored_state(&backend.warehouse, source, &stored).await?;
+            processor.state_changes(&t.name, &state, &mut changes);
+        }
+        if changes.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "\nstate of {}'s stateful tables ({} partitions with state):",
+            t.name, changes.partitions
+        );
+        for line in changes.lines() {
+            let refused = line.starts_with('!');
+            if refused && !allow_reset {
+                resets += 1;
+            }
+            let _ = writeln!(
+                out,
+                "  {}{}",
+                line,
+                if refused && allow_reset {
+                    " (accepted: --allow-state-reset)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    Ok((out, resets))
 }
 
 /// What the spec changes in each table the catalog has (read only: nothing is evolved here),

@@ -37,7 +37,7 @@ use batch::Planned;
 pub use batch::group_by_partition;
 pub use idle::IdleFlush;
 pub use options::IngestOptions;
-pub use state::MAX_INLINE_STATE_BYTES;
+pub use state::{MAX_INLINE_STATE_BYTES, read_stored_state};
 pub use summary::IngestSummary;
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,7 +1,8 @@
 //! The state of stateful derived tables (windows, dedup) per partition: read with the
 //! checkpoints, run through the batch, written back in the same conditional write. A state
 //! larger than the state item holds is written to the warehouse under a name of its own
-//! (`_state/{topic}/{partition}/{next offset}-{seq}.state`) and the item refers to it.
+//! (`_state/{topic}/{partition}/{next offset}-{seq}-{content hash}.state`) and the item refers
+//! to it.
 
 use std::collections::HashMap;
 
@@ -9,6 +10,7 @@ use super::{Ingestor, Planned};
 use crate::checkpoint::{SourcePartition, StoredState};
 use crate::error::Result;
 use crate::process::state::PartitionState;
+use crate::storage::Warehouse;
 
 /// Default: encoded states larger than this are written to the warehouse instead of the item.
 pub const MAX_INLINE_STATE_BYTES: usize = 300 * 1024;
@@ -20,6 +22,24 @@ pub(super) struct Loaded {
     pub states: HashMap<SourcePartition, PartitionState>,
     /// As stored (their `seq` conditions the write).
     pub stored: HashMap<SourcePartition, StoredState>,
+}
+
+/// The decoded state `stored` holds (inline, or in the `warehouse` object it names).
+pub async fn read_stored_state(
+    warehouse: &Warehouse,
+    source: &SourcePartition,
+    stored: &StoredState,
+) -> Result<PartitionState> {
+    let bytes = match (&stored.body, &stored.location) {
+        (Some(b), _) => b.clone(),
+        (None, Some(location)) => warehouse.read(location).await?.to_vec(),
+        (None, None) => Vec::new(),
+    };
+    if bytes.is_empty() {
+        Ok(PartitionState::default())
+    } else {
+        PartitionState::decode(&bytes, &format!("partition {source}"))
+    }
 }
 
 impl Ingestor {
@@ -82,16 +102,7 @@ impl Ingestor {
         source: &SourcePartition,
         stored: &StoredState,
     ) -> Result<PartitionState> {
-        let bytes = match (&stored.body, &stored.location) {
-            (Some(b), _) => b.clone(),
-            (None, Some(location)) => self.warehouse.read(location).await?.to_vec(),
-            (None, None) => Vec::new(),
-        };
-        if bytes.is_empty() {
-            Ok(PartitionState::default())
-        } else {
-            PartitionState::decode(&bytes, &format!("partition {source}"))
-        }
+        read_stored_state(&self.warehouse, source, stored).await
     }
 
     /// The stored form of `planned[i]`'s state after the batch, written to the warehouse first
@@ -122,12 +133,16 @@ impl Ingestor {
         let body = state.encode()?;
         let bytes = body.len() as u64;
         let (body, location) = if body.len() > self.options.max_inline_state_bytes {
+            // The content hash in the name: a losing duplicate invocation writes the same
+            // (next, seq) with other bytes (another clock), and must never replace the object
+            // the winner's committed item names.
             let location = format!(
-                "{}/_state/{}/{}/{:020}-{seq:010}.state",
+                "{}/_state/{}/{}/{:020}-{seq:010}-{:016x}.state",
                 self.warehouse.root(),
                 crate::partition::topic_in_name(&source.topic),
                 source.partition,
-                next_offset
+                next_offset,
+                xxhash_rust::xxh3::xxh3_64(&body)
             );
             self.warehouse.write(&location, body.into()).await?;
             (None, Some(location))

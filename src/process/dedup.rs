@@ -1,7 +1,10 @@
 //! Dedup by key within a time bound, per Kafka partition: the first occurrence of a key wins;
 //! a later record with the same key whose event time is within the bound of the first's is
 //! dropped (and counted). Keys are forgotten once the partition's watermark passed their first
-//! event time plus the bound, so the state stays bounded.
+//! event time plus the bound, so the state stays bounded. Whether a key is still remembered
+//! when a record arrives is judged by the watermark before that record (computed from the
+//! records before it), never by where a batch ended: the same records give the same rows
+//! however the event source mapping cut them.
 //!
 //! Producers that retry without idempotence re-send an event under the same Kafka key, so the
 //! copies land in the same partition: exactly-once delivery cannot remove them, this can. A
@@ -27,6 +30,7 @@ pub(crate) fn first_occurrences(
     key_columns: &[usize],
     rows: &RecordBatch,
     times: &[Option<i64>],
+    watermarks: &[Option<i64>],
     watermark_after: Option<i64>,
     seen: &mut Vec<(Vec<Cell>, i64)>,
 ) -> Vec<bool> {
@@ -62,6 +66,14 @@ pub(crate) fn first_occurrences(
 
     let horizon = watermark_after.unwrap_or(i64::MIN);
     let alive = |first: i64| first.saturating_add_unsigned(within) >= horizon;
+    // Whether a key first seen at `first` is still remembered for row `row`.
+    let remembered = |first: i64, row: usize| {
+        watermarks
+            .get(row)
+            .copied()
+            .flatten()
+            .is_none_or(|wm| first.saturating_add_unsigned(within) >= wm)
+    };
     // Keys of the batch already stored are updated in place; the others collected, in order.
     let mut fresh: Vec<(Vec<Cell>, i64)> = Vec::new();
     let mut cursor = 0;
@@ -83,7 +95,7 @@ pub(crate) fn first_occurrences(
         for &k in &order[g..end] {
             let (row, t) = candidates[k];
             match first {
-                Some(f) if t.abs_diff(f) <= within => keep[row] = false,
+                Some(f) if remembered(f, row) && t.abs_diff(f) <= within => keep[row] = false,
                 _ => first = Some(t),
             }
         }
@@ -180,7 +192,7 @@ mod tests {
             Some(20_000),
         ];
         let mut seen = Vec::new();
-        let keep = first_occurrences(&dedup, &[0], &rows, &times, Some(15_000), &mut seen);
+        let keep = first_occurrences(&dedup, &[0], &rows, &times, &[], Some(15_000), &mut seen);
         // The second "a" is within 10 ms of the first; NULL keys are never duplicates; the
         // last "a" is 20 ms later: a new first occurrence.
         assert_eq!(keep, vec![true, true, false, true, true, true]);
@@ -193,6 +205,7 @@ mod tests {
         within_us: u64,
         keys: &[Option<&str>],
         times: &[Option<i64>],
+        watermarks: &[Option<i64>],
         watermark: Option<i64>,
         seen: &[(Vec<Cell>, i64)],
     ) -> (Vec<bool>, Vec<(Vec<Cell>, i64)>) {
@@ -200,13 +213,16 @@ mod tests {
         let keep = keys
             .iter()
             .zip(times)
-            .map(|(k, t)| {
+            .zip(watermarks)
+            .map(|((k, t), wm)| {
                 let (Some(k), Some(t)) = (k, t) else {
                     return true;
                 };
                 let key = vec![Cell::Str(k.to_string())];
+                let remembered =
+                    |f: i64| wm.is_none_or(|wm| f.saturating_add_unsigned(within_us) >= wm);
                 match map.get(&key) {
-                    Some(f) if t.abs_diff(*f) <= within_us => false,
+                    Some(f) if remembered(*f) && t.abs_diff(*f) <= within_us => false,
                     _ => {
                         map.insert(key, *t);
                         true
@@ -227,16 +243,27 @@ mod tests {
                 0..40),
             stored in proptest::collection::btree_map("[a-g]", 0i64..50, 0..6),
             within_ms in 0i64..20,
-            watermark in proptest::option::of(0i64..60),
+            prior_max in proptest::option::of(0i64..60),
+            out_of_orderness_ms in 0i64..20,
         ) {
             let keys: Vec<Option<&str>> = rows.iter().map(|(k, _)| k.as_deref()).collect();
             // Times in ms of the strategy, µs in the state.
             let times: Vec<Option<i64>> = rows.iter().map(|(_, t)| t.map(|t| t * 1000)).collect();
+            // The watermark before each row and after the batch, as the partition computes them.
+            let ooo = out_of_orderness_ms * 1000;
+            let mut max = prior_max.map(|m| m * 1000);
+            let mut watermarks = Vec::new();
+            for t in &times {
+                watermarks.push(max.map(|m| m - ooo));
+                if let Some(t) = t {
+                    max = Some(max.map_or(*t, |m| m.max(*t)));
+                }
+            }
+            let watermark = max.map(|m| m - ooo);
             let seen: Vec<(Vec<Cell>, i64)> = stored
                 .into_iter()
                 .map(|(k, t)| (vec![Cell::Str(k)], t * 1000))
                 .collect();
-            let watermark = watermark.map(|w| w * 1000);
             let ids: ArrayRef = Arc::new(StringArray::from(keys.clone()));
             let batch = RecordBatch::try_new(
                 Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
@@ -245,9 +272,12 @@ mod tests {
             .unwrap();
             let dedup = Dedup { key: vec!["id".into()], within_ms };
             let mut merged = seen.clone();
-            let keep = first_occurrences(&dedup, &[0], &batch, &times, watermark, &mut merged);
-            let (want_keep, want_seen) =
-                one_by_one(within_ms as u64 * 1000, &keys, &times, watermark, &seen);
+            let keep = first_occurrences(
+                &dedup, &[0], &batch, &times, &watermarks, watermark, &mut merged,
+            );
+            let (want_keep, want_seen) = one_by_one(
+                within_ms as u64 * 1000, &keys, &times, &watermarks, watermark, &seen,
+            );
             proptest::prop_assert_eq!(keep, want_keep);
             proptest::prop_assert_eq!(merged, want_seen);
         }
@@ -295,7 +325,7 @@ mod tests {
         // "b" and "x" are seen.
         let mut seen = vec![(key("b"), 0), (key("x"), 0)];
         let times = [Some(10); 5];
-        let keep = first_occurrences(&dedup, &[0], &rows, &times, None, &mut seen);
+        let keep = first_occurrences(&dedup, &[0], &rows, &times, &[], None, &mut seen);
         assert_eq!(keep, vec![true, true, false, false, true]);
         assert_eq!(
             seen,
@@ -307,5 +337,72 @@ mod tests {
                 (key("x"), 0)
             ]
         );
+    }
+
+    /// `[k@0, x@11, k@5]` with `within` 10 s: whether the second `k` is a duplicate depends on
+    /// the records before it, not on whether a batch ended after `x`.
+    #[test]
+    fn dedup_does_not_depend_on_where_batches_end() {
+        let batch = |ids: &[&str]| {
+            let ids: ArrayRef = Arc::new(StringArray::from(ids.to_vec()));
+            RecordBatch::try_new(
+                Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
+                vec![ids],
+            )
+            .unwrap()
+        };
+        let dedup = Dedup {
+            key: vec!["id".into()],
+            within_ms: 10_000,
+        };
+        let s = |v: i64| v * 1_000_000;
+        // The partition's watermark (no out-of-orderness): the highest event time before.
+        let marks = |prior: Option<i64>, times: &[Option<i64>]| {
+            let mut max = prior;
+            let mut out = Vec::new();
+            for t in times {
+                out.push(max);
+                max = max.max(*t);
+            }
+            (out, max)
+        };
+        // One batch.
+        let times = [Some(s(0)), Some(s(11)), Some(s(5))];
+        let (wms, after) = marks(None, &times);
+        let mut seen = Vec::new();
+        let whole = first_occurrences(
+            &dedup,
+            &[0],
+            &batch(&["k", "x", "k"]),
+            &times,
+            &wms,
+            after,
+            &mut seen,
+        );
+        // Split after x.
+        let mut seen = Vec::new();
+        let (wms, after) = marks(None, &times[..2]);
+        let first = first_occurrences(
+            &dedup,
+            &[0],
+            &batch(&["k", "x"]),
+            &times[..2],
+            &wms,
+            after,
+            &mut seen,
+        );
+        let (wms, after2) = marks(after, &times[2..]);
+        let second = first_occurrences(
+            &dedup,
+            &[0],
+            &batch(&["k"]),
+            &times[2..],
+            &wms,
+            after2,
+            &mut seen,
+        );
+        assert_eq!([first, second].concat(), whole);
+        // k was forgotten when x moved the watermark to 11 s (past 0 s + 10 s): kept.
+        assert_eq!(whole, vec![true, true, true]);
     }
 }

@@ -9,7 +9,7 @@ use super::lookup::LookupIndex;
 use super::plan::{Plan, plan};
 use super::reference::{ReferenceSource, References};
 use super::run::evaluate;
-use super::state::PartitionState;
+use super::state::{Acc, Adoption, PartitionState, PlanSig, TableState, adopt};
 use crate::error::{Error, Result};
 use crate::schema::TableLayout;
 use crate::spec::{Dedup, PipelineSpec};
@@ -40,6 +40,10 @@ pub(super) struct DerivedTable {
     pub dedup: Option<(Dedup, Vec<usize>)>,
     /// How long after a window closed a record still corrects it, ms.
     pub lateness_ms: i64,
+    /// What the table keeps in a partition's state (recorded with it), and the empty
+    /// accumulator of each aggregate.
+    pub sig: PlanSig,
+    pub fresh: Vec<Acc>,
     /// The lookup index, built for one generation of the reference table's rows.
     index: Mutex<Option<(u64, Arc<LookupIndex>)>>,
 }
@@ -48,6 +52,22 @@ impl DerivedTable {
     /// Whether the table keeps state per partition (windows, dedup).
     pub fn is_stateful(&self) -> bool {
         self.dedup.is_some() || matches!(self.plan, Plan::Window(_))
+    }
+
+    /// Brings a partition's stored state of this table to its plan (see
+    /// [`super::state::adopt`]), logging what changed.
+    pub fn adopt(&self, partition: i32, state: &mut TableState) -> Adoption {
+        let a = adopt(state, &self.sig, &self.fresh);
+        if !a.restarted.is_empty() {
+            tracing::warn!(table = %self.name, partition, windows_dropped = a.windows_dropped,
+                keys_dropped = a.keys_dropped, reasons = %a.restarted.join("; "),
+                carried = %a.carried.join("; "),
+                "the table's SQL changed: state the new plan cannot read was dropped");
+        } else if !a.carried.is_empty() {
+            tracing::info!(table = %self.name, partition, windows = a.windows_kept,
+                changes = %a.carried.join("; "), "the table's SQL changed: state carried over");
+        }
+        a
     }
 }
 
@@ -112,6 +132,29 @@ impl Processor {
                 }
                 None => None,
             };
+            let dedup_sig: Vec<String> = match (&dedup, spec.table(&d.source)) {
+                (Some((dd, _)), Some(source)) => {
+                    let layout = TableLayout::for_table(source)?;
+                    dd.key
+                        .iter()
+                        .map(|k| match layout.arrow_schema.field_with_name(k) {
+                            Ok(f) => format!("{k} {}", f.data_type()),
+                            Err(_) => k.clone(),
+                        })
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            let (sig, fresh) = match &plan {
+                Plan::Window(w) => (w.sig(dedup_sig), w.aggs.iter().map(Acc::new).collect()),
+                _ => (
+                    PlanSig {
+                        dedup: dedup_sig,
+                        ..Default::default()
+                    },
+                    Vec::new(),
+                ),
+            };
             tables.push(DerivedTable {
                 name: d.table.name.clone(),
                 source: d.source.clone(),
@@ -119,6 +162,8 @@ impl Processor {
                 plan,
                 dedup,
                 lateness_ms: d.allowed_lateness_ms,
+                sig,
+                fresh,
                 index: Mutex::new(None),
             });
         }
@@ -249,6 +294,30 @@ impl Processor {
             steps.join(", "),
             t.source
         ))
+    }
+
+    /// Adds to `changes` what the current plans would do with `state`, one partition's state of
+    /// table `source`'s stateful tables (nothing is changed: `streamtable check`).
+    pub fn state_changes(
+        &self,
+        source: &str,
+        state: &PartitionState,
+        changes: &mut super::state::StateChanges,
+    ) {
+        changes.partitions += 1;
+        for (name, table_state) in &state.tables {
+            match self
+                .tables
+                .iter()
+                .find(|t| &t.name == name && t.source == source && t.is_stateful())
+            {
+                Some(t) => {
+                    let mut copy = table_state.clone();
+                    changes.add(name, &adopt(&mut copy, &t.sig, &t.fresh));
+                }
+                None => changes.add_unknown(name),
+            }
+        }
     }
 
     /// Whether derived tables fed by table `source` keep state per partition.

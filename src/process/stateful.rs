@@ -18,6 +18,10 @@ use super::state::PartitionState;
 use super::window::{PartitionInput, run};
 use crate::error::{Error, Result};
 
+/// How long the state of a table the current plan does not know is kept after a plan that
+/// knew it last wrote it, ms: a day, longer than any rolling deploy.
+pub const UNKNOWN_STATE_GRACE_MS: i64 = 24 * 3_600_000;
+
 /// Consecutive runs of rows of one Kafka partition.
 fn partition_runs(rows: &RecordBatch) -> Result<Vec<(i32, Range<usize>)>> {
     let partitions = rows
@@ -105,12 +109,15 @@ impl Processor {
             let kafka_timestamp = max_of::<TimestampMicrosecondType>(&slice, "kafka_timestamp");
             for (k, t) in tables.iter().enumerate() {
                 let table_state = state.tables.entry(t.name.clone()).or_default();
+                t.adopt(partition, table_state);
+                table_state.written_at_ms = now_ms;
                 let keep = t.dedup.as_ref().map(|(dedup, columns)| {
                     first_occurrences(
                         dedup,
                         columns,
                         &slice,
                         &times,
+                        &watermarks,
                         watermark,
                         &mut table_state.seen,
                     )
@@ -184,9 +191,12 @@ impl Processor {
             }
             state.max_event_time = max;
             state.updated_at_ms = now_ms;
-            state
-                .tables
-                .retain(|name, _| tables.iter().any(|t| &t.name == name));
+            // A table this plan does not know keeps its state for a while: an older or newer
+            // release may still be running (a rolling deploy) and own it.
+            state.tables.retain(|name, s| {
+                tables.iter().any(|t| &t.name == name)
+                    || s.written_at_ms.saturating_add(UNKNOWN_STATE_GRACE_MS) > now_ms
+            });
         }
         for (k, mask) in row_masks.into_iter().enumerate() {
             let Some(mask) = mask else { continue };
@@ -262,6 +272,7 @@ impl Processor {
             else {
                 continue;
             };
+            t.adopt(partition, table_state);
             let empty = RecordBatch::new_empty(plan_source_schema(plan));
             let input = PartitionInput {
                 rows: &empty,

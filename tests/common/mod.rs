@@ -18,6 +18,7 @@ pub mod registry_columns_scenarios;
 pub mod reliability_layout_scenarios;
 pub mod reliability_scenarios;
 pub mod scenarios;
+pub mod spec_change_scenarios;
 pub mod status_scenarios;
 pub mod struct_scenarios;
 pub mod table_scenarios;

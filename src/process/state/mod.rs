@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use super::cell::Cell;
 use crate::error::{Error, Result};
 
+mod compat;
 mod seen;
+
+pub use compat::{Adoption, PlanSig, StateChanges, adopt};
 
 /// The layout version [`PartitionState::encode`] writes (3: layout 2 with front-coded dedup
 /// keys; the magic stays, so a release that reads only layout 2 refuses it by this number with
@@ -43,6 +46,14 @@ pub struct PartitionState {
 /// One derived table's state in one partition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TableState {
+    /// What the plan that wrote this state keeps in it (`None`: a release before plans were
+    /// recorded), so that a changed SQL is carried over, restarted, or refused — never misread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanSig>,
+    /// When a plan that knows this table last wrote its state, epoch ms. A release that does
+    /// not know the table (a rolling deploy, an older container) keeps the state as it is.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub written_at_ms: i64,
     /// Open windows, by start and key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub open: Vec<OpenWindow>,
@@ -93,6 +104,10 @@ pub enum Acc {
     Distinct(super::sketch::Sketch),
 }
 
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
 /// The JSON part of a stored state: everything but the dedup keys, borrowed.
 #[derive(Serialize)]
 struct Header<'a> {
@@ -105,6 +120,10 @@ struct Header<'a> {
 
 #[derive(Serialize)]
 struct OpenOnly<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan: Option<&'a PlanSig>,
+    #[serde(skip_serializing_if = "is_zero")]
+    written_at_ms: i64,
     #[serde(skip_serializing_if = "<[OpenWindow]>::is_empty")]
     open: &'a [OpenWindow],
 }
@@ -119,7 +138,16 @@ impl PartitionState {
             tables: self
                 .tables
                 .iter()
-                .map(|(name, t)| (name.as_str(), OpenOnly { open: &t.open }))
+                .map(|(name, t)| {
+                    (
+                        name.as_str(),
+                        OpenOnly {
+                            plan: t.plan.as_ref(),
+                            written_at_ms: t.written_at_ms,
+                            open: &t.open,
+                        },
+                    )
+                })
                 .collect(),
         };
         let json = serde_json::to_vec(&header)
@@ -209,6 +237,8 @@ mod tests {
         s.tables.insert(
             "orders_per_minute".into(),
             TableState {
+                plan: None,
+                written_at_ms: 0,
                 open: vec![OpenWindow {
                     end: None,
                     start: 60_000_000,

@@ -45,6 +45,20 @@ pub(crate) enum AggFn {
     ApproxDistinct,
 }
 
+impl AggFn {
+    /// The name recorded in a state's plan (stable across releases).
+    pub(crate) fn sig_name(self) -> &'static str {
+        match self {
+            AggFn::Count => "count",
+            AggFn::Sum => "sum",
+            AggFn::Min => "min",
+            AggFn::Max => "max",
+            AggFn::Avg => "avg",
+            AggFn::ApproxDistinct => "approx_distinct",
+        }
+    }
+}
+
 /// One aggregate of a window.
 pub(crate) struct AggPlan {
     pub func: AggFn,
@@ -54,6 +68,9 @@ pub(crate) struct AggPlan {
     pub arg_type: DataType,
     /// The aggregate's type in SQL.
     pub result: DataType,
+    /// What it computes, as planned (`sum(t.amount) of Int64`): how its stored accumulator is
+    /// recognised when the SQL changes.
+    pub text: String,
 }
 
 /// Where an output column comes from.
@@ -77,6 +94,10 @@ pub(crate) struct WindowPlan {
     pub filter: Option<Arc<dyn PhysicalExpr>>,
     /// `GROUP BY` expressions besides the window.
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The same, as planned (`t.country`).
+    pub key_names: Vec<String>,
+    /// The `WHERE`, as planned.
+    pub filter_text: Option<String>,
     pub aggs: Vec<AggPlan>,
     /// The output columns: name, source, type.
     pub outputs: Vec<(String, Output, ColumnType)>,
@@ -135,6 +156,28 @@ fn partial_of(
 }
 
 impl WindowPlan {
+    /// What this plan keeps in a partition's state, as recorded with it (`dedup`: the dedup
+    /// key's part, if any).
+    pub(crate) fn sig(&self, dedup: Vec<String>) -> crate::process::state::PlanSig {
+        let names = (0..self.aggs.len())
+            .map(|i| {
+                self.outputs
+                    .iter()
+                    .find(|(_, o, _)| *o == Output::Agg(i))
+                    .map(|(n, _, _)| n.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        crate::process::state::PlanSig {
+            window: Some(self.window.sig()),
+            keys: self.key_names.clone(),
+            aggs: self.aggs.iter().map(|a| a.text.clone()).collect(),
+            names,
+            filter: self.filter_text.clone(),
+            dedup,
+        }
+    }
+
     /// The columns of the partial rows, in order.
     pub fn partial_columns(&self) -> Result<Vec<(String, ColumnType)>, String> {
         let mut out = Vec::new();

@@ -163,6 +163,7 @@ impl Planner<'_> {
         // Group expressions: window_start and window_end, then the keys.
         let mut groups = Vec::new();
         let mut keys = Vec::new();
+        let mut key_names = Vec::new();
         let (mut has_start, mut has_end) = (false, false);
         for g in &aggregate.group_expr {
             self.check_expr(g)?;
@@ -186,6 +187,7 @@ impl Planner<'_> {
                     }
                     groups.push(Output::Key(keys.len()));
                     keys.push(self.physical(g, &input_df)?);
+                    key_names.push(g.to_string());
                 }
             }
         }
@@ -279,7 +281,9 @@ impl Planner<'_> {
             window: call.kind,
             input_schema: widened,
             filter: filter.map(|f| self.physical(f, &input_df)).transpose()?,
+            filter_text: filter.map(|f| f.to_string()),
             keys,
+            key_names,
             aggs,
             outputs,
         };
@@ -322,6 +326,12 @@ impl Planner<'_> {
                 at,
             ));
         }
+        let arg_text = match f.params.args.as_slice() {
+            [a] if !(func == AggFn::Count && matches!(a, Expr::Literal(v, _) if !v.is_null())) => {
+                a.to_string()
+            }
+            _ => "*".to_string(),
+        };
         let arg = match f.params.args.as_slice() {
             [] => None,
             [Expr::Literal(v, _)] if func == AggFn::Count && !v.is_null() => None,
@@ -355,6 +365,7 @@ impl Planner<'_> {
             ));
         }
         Ok(AggPlan {
+            text: format!("{}({arg_text}) of {arg_type}", func.sig_name()),
             func,
             arg,
             arg_type,

@@ -15,6 +15,17 @@ use crate::process::cell::{Cell, CellRef, build};
 use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
 
+/// Most windows (window and key) one table keeps open in one partition: the partition's state
+/// is read and written by every batch. A record that would open one more is a dead letter.
+pub(crate) const MAX_OPEN_WINDOWS: usize = 100_000;
+
+/// Why a record that would open a window past [`MAX_OPEN_WINDOWS`] is refused.
+pub(super) fn too_many_open(table: &str, partition: i32) -> String {
+    format!(
+        "derived table {table}: partition {partition} already holds {MAX_OPEN_WINDOWS} open windows, the limit per table and partition; use fewer GROUP BY keys or shorter windows, or a lower out-of-orderness so windows close sooner"
+    )
+}
+
 /// Where a row's update goes: an open window (`None`: one it opens), or a correction of a
 /// window the watermark already closed.
 #[derive(Clone, Copy)]
@@ -132,6 +143,14 @@ pub(crate) fn run(
                     .get(&v.key[..])
                     .and_then(|starts| starts.iter().find(|(s, _)| *s == start))
                     .map(|&(_, j)| j);
+                let opening = targets
+                    .iter()
+                    .filter(|(_, t)| matches!(t, Target::Open(None)))
+                    .count();
+                if slot.is_none() && open_windows.len() + opening >= MAX_OPEN_WINDOWS {
+                    failed = Some(too_many_open(table, input.partition));
+                    break;
+                }
                 Target::Open(slot)
             } else {
                 Target::Correction
@@ -144,7 +163,14 @@ pub(crate) fn run(
                     .unwrap_or(&empty_accs),
             };
             for (k, agg) in plan.aggs.iter().enumerate() {
-                match current[k].updated(agg, v.args[k].as_ref()) {
+                let updated = match current.get(k) {
+                    Some(acc) => acc.updated(agg, v.args.get(k).and_then(Option::as_ref)),
+                    None => Err(format!(
+                        "derived table {table}: the stored window [{}, …) does not fit the plan",
+                        iso(start)
+                    )),
+                };
+                match updated {
                     Ok(a) => staged.push(a),
                     Err(e) => {
                         staged.push(None);
@@ -346,9 +372,21 @@ pub(super) fn partial_rows(
                     .map(|w| Cell::Int(w.end.unwrap_or(w.start.saturating_add(size))))
                     .collect(),
             ),
-            Output::Key(k) => cells.push(windows.iter().map(|w| w.key[*k].clone()).collect()),
+            Output::Key(k) => cells.push(
+                windows
+                    .iter()
+                    .map(|w| w.key.get(*k).cloned().unwrap_or(Cell::Null))
+                    .collect(),
+            ),
             Output::Agg(a) => {
-                let parts: Vec<Vec<Cell>> = windows.iter().map(|w| w.accs[*a].partial()).collect();
+                let parts: Vec<Vec<Cell>> = windows
+                    .iter()
+                    .map(|w| {
+                        w.accs.get(*a).map(Acc::partial).ok_or_else(|| {
+                            format!("window [{}, …) has no accumulator {a}", iso(w.start))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
                 let width = parts.first().map_or(0, Vec::len);
                 for c in 0..width {
                     cells.push(parts.iter().map(|p| p[c].clone()).collect());

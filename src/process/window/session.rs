@@ -12,7 +12,9 @@
 
 use std::sync::Arc;
 
-use super::run::{PartitionInput, WindowOutput, iso, partial_rows, row_values};
+use super::run::{
+    MAX_OPEN_WINDOWS, PartitionInput, WindowOutput, iso, partial_rows, row_values, too_many_open,
+};
 use super::{WindowPlan, tvf::human};
 use crate::process::cell::Cell;
 use crate::process::state::{Acc, OpenWindow, WindowState};
@@ -36,9 +38,9 @@ pub(crate) fn run(
     let gap = gap_ms.saturating_mul(1000);
     let lateness = lateness_ms.saturating_mul(1000);
     let end_of = |w: &OpenWindow| w.end.unwrap_or(w.start.saturating_add(gap));
-    // Open sessions by key.
     // Open sessions by key (the batch's shared copy of a key: a row adds no key copy for it).
     let mut by_key: foldhash::HashMap<Arc<[Cell]>, Vec<OpenWindow>> = Default::default();
+    let mut open_count = sessions.len();
     for w in std::mem::take(sessions) {
         by_key
             .entry(Arc::from(w.key.as_slice()))
@@ -82,7 +84,7 @@ pub(crate) fn run(
         };
         let mut failed = None;
         for (k, agg) in plan.aggs.iter().enumerate() {
-            match window.accs[k].updated(agg, v.args[k].as_ref()) {
+            match window.accs[k].updated(agg, v.args.get(k).and_then(Option::as_ref)) {
                 Ok(Some(a)) => window.accs[k] = a,
                 Ok(None) => {}
                 Err(e) => failed = Some(e),
@@ -101,11 +103,27 @@ pub(crate) fn run(
             window.start = window.start.min(s.start);
             window.end = Some(end_of(&window).max(end_of(s)));
             for (k, agg) in plan.aggs.iter().enumerate() {
-                match s.accs[k].merged(&window.accs[k], agg) {
+                let merged = match (s.accs.get(k), window.accs.get(k)) {
+                    (Some(a), Some(b)) => a.merged(b, agg),
+                    _ => Err(format!(
+                        "derived table {table}: the stored session from {} does not fit the plan",
+                        iso(s.start)
+                    )),
+                };
+                match merged {
                     Ok(a) => window.accs[k] = a,
                     Err(e) => failed = Some(e),
                 }
             }
+        }
+        if failed.is_none() && touching.is_empty() {
+            open_count += 1;
+            if open_count > MAX_OPEN_WINDOWS {
+                open_count -= 1;
+                failed = Some(too_many_open(table, input.partition));
+            }
+        } else if failed.is_none() {
+            open_count -= touching.len() - 1;
         }
         match failed {
             Some(e) => {

@@ -85,6 +85,14 @@ fn windows_refuse_what_they_cannot_merge_with_the_fix() {
             ),
             "computes on aggregates",
         ),
+        (
+            // One record would open 86,400,000 windows per key.
+            BUYERS.replace(
+                "TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE)",
+                "HOP(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY)",
+            ),
+            "the limit is 1000 windows per record: use a longer slide (at least 86400 ms)",
+        ),
     ] {
         let e = infer(&s.tables, &s.references, &sql).expect_err(&sql);
         assert!(e.message.contains(message), "{sql}: {}", e.message);
@@ -105,6 +113,7 @@ fn distinct_accumulators_merge_as_the_union_and_skip_nulls() {
         arg: None,
         arg_type: DataType::Utf8,
         result: DataType::Int64,
+        text: "approx_distinct(c) of Utf8".into(),
     };
     let add = |acc: Acc, v: &str| acc.updated(&plan, Some(&Cell::Str(v.into()))).unwrap();
     let a = add(Acc::new(&plan), "c-1").expect("a new value changes the sketch");

@@ -32,6 +32,10 @@ pub(crate) enum WindowKind {
     Session { gap_ms: i64 },
 }
 
+/// Most windows one record may belong to (a hopping window's size over its slide): each is
+/// an accumulator per key in the partition's state.
+pub(crate) const MAX_WINDOWS_PER_ROW: i64 = 1_000;
+
 impl WindowKind {
     /// The window length, ms (a session's gap: the length of a one-event session).
     pub fn size_ms(&self) -> i64 {
@@ -54,6 +58,20 @@ impl WindowKind {
             t
         };
         (0..count).map(move |k| last - k * slide)
+    }
+}
+
+impl WindowKind {
+    /// The window as a state records it (stable across releases; [`WindowKind`]'s display is
+    /// for people).
+    pub fn sig(&self) -> String {
+        match self {
+            WindowKind::Tumble { size_ms } => format!("tumble {size_ms} ms"),
+            WindowKind::Hop { slide_ms, size_ms } => {
+                format!("hop {size_ms} ms every {slide_ms} ms")
+            }
+            WindowKind::Session { gap_ms } => format!("session gap {gap_ms} ms"),
+        }
     }
 }
 
@@ -299,6 +317,15 @@ pub(crate) fn take_window(
                     "HOP: the size ({}) must be a multiple of the slide ({}); HOP takes the slide first, then the size",
                     human(size_ms),
                     human(slide_ms)
+                ));
+            }
+            if size_ms / slide_ms > MAX_WINDOWS_PER_ROW {
+                return Err(format!(
+                    "HOP: a record would belong to {} windows ({} every {}); the limit is {MAX_WINDOWS_PER_ROW} windows per record: use a longer slide (at least {})",
+                    size_ms / slide_ms,
+                    human(size_ms),
+                    human(slide_ms),
+                    human((size_ms + MAX_WINDOWS_PER_ROW - 1) / MAX_WINDOWS_PER_ROW)
                 ));
             }
             WindowKind::Hop { slide_ms, size_ms }
