@@ -77,6 +77,17 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// A commit whose id a snapshot of the table already carries: another committer (a
+    /// zombie, an overlapping run) landed it first. Refused at the swap, so that no commit id
+    /// lands twice; the caller finds the snapshot that holds it.
+    #[error("commit to {table}: {commit_id} is already in the table's history")]
+    AlreadyCommitted {
+        /// The table.
+        table: String,
+        /// The commit (or replace) id.
+        commit_id: String,
+    },
+
     /// A catalog swap whose outcome could not be learned (its answer was lost and the pointer
     /// could not confirm it). Nothing it wrote was deleted; the next attempt finds out.
     #[error(
@@ -184,6 +195,7 @@ impl Error {
             Error::Iceberg { source, .. } => source.retryable(),
             Error::Spec(_)
             | Error::Config(_)
+            | Error::AlreadyCommitted { .. }
             | Error::SchemaRefused { .. }
             | Error::Event { .. }
             | Error::Internal(_)

@@ -162,6 +162,14 @@ impl ScheduledReport {
             self.commit.rows(),
             self.commit.duration_ms
         ));
+        if self.commit.lease_busy {
+            out.push(
+                "  another committer (a triggered commit) held the commit lease all the while: it commits; nothing committed by this run".into(),
+            );
+        }
+        if self.commit.lease_lost {
+            out.push("  the commit lease was taken over between rounds: the rounds stopped".into());
+        }
         for t in &self.commit.tables {
             out.push(format!(
                 "  {:<16} +{} files, +{} rows",

@@ -49,3 +49,24 @@ async fn a_batch_given_up_on_is_replayed_exactly_once() {
 async fn commit_intents_stay_within_their_size() {
     layout::commit_intents_stay_within_their_size(&mut common::moto().await).await;
 }
+
+#[tokio::test]
+async fn a_held_committer_and_an_overlapping_one_land_each_commit_once() {
+    common::commit_race_scenarios::a_held_committer_and_an_overlapping_one_land_each_commit_once(
+        common::moto().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_append_under_a_commit_id_the_table_has_is_refused_at_the_swap() {
+    common::commit_race_scenarios::an_append_under_a_commit_id_the_table_has_is_refused_at_the_swap(common::moto().await).await;
+}
+
+#[tokio::test]
+async fn a_committer_waits_for_the_lease_and_gives_up_at_its_deadline() {
+    common::commit_race_scenarios::a_committer_waits_for_the_lease_and_gives_up_at_its_deadline(
+        common::moto().await,
+    )
+    .await;
+}

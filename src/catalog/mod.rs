@@ -171,6 +171,16 @@ impl TableCatalog {
         metadata: TableMetadata,
     ) -> Result<Option<Table>> {
         let ident = table.identifier();
+        // Every attempt of every swap: a snapshot this commit adds must not carry an id the
+        // table's history (at the pointer swapped from) already has. The swap is a
+        // compare-and-set on that very pointer, so an id can never land twice, whatever the
+        // retries of the library's transactions or an overlapping committer do.
+        if let Some(id) = repeated_commit_id(table.metadata(), &metadata) {
+            return Err(Error::AlreadyCommitted {
+                table: ident.to_string(),
+                commit_id: id,
+            });
+        }
         let current = MetadataLocation::from_str(&expected.metadata_location)
             .map_err(|e| Error::iceberg(format!("metadata location of {ident}"), e))?;
         let next = current.with_next_version().with_new_metadata(&metadata);
@@ -279,6 +289,35 @@ impl TableCatalog {
             ))),
         }
     }
+}
+
+/// Summary keys that identify a commit: a snapshot carrying one of them must be unique in a
+/// table's history.
+const COMMIT_IDS: [&str; 2] = [
+    crate::commit::COMMIT_ID_PROPERTY,
+    crate::compact::replace::REPLACE_ID_PROPERTY,
+];
+
+/// The first commit id a snapshot new in `next` carries that a snapshot of `base` already has.
+fn repeated_commit_id(base: &TableMetadata, next: &TableMetadata) -> Option<String> {
+    let known: std::collections::HashSet<i64> = base.snapshots().map(|s| s.snapshot_id()).collect();
+    for s in next
+        .snapshots()
+        .filter(|s| !known.contains(&s.snapshot_id()))
+    {
+        for key in COMMIT_IDS {
+            let Some(id) = s.summary().additional_properties.get(key) else {
+                continue;
+            };
+            let seen = base
+                .snapshots()
+                .any(|b| b.summary().additional_properties.get(key) == Some(id));
+            if seen {
+                return Some(id.clone());
+            }
+        }
+    }
+    None
 }
 
 #[async_trait]

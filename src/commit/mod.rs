@@ -20,6 +20,7 @@
 
 #[cfg(feature = "sql")]
 pub mod join;
+pub mod lease;
 pub mod select;
 pub mod trigger;
 
@@ -110,6 +111,11 @@ pub struct CommitReport {
     pub blocked: Vec<BlockedBatch>,
     /// What is left for the next run.
     pub backlog: Backlog,
+    /// Another committer held the commit lease until the deadline: nothing was committed.
+    pub lease_busy: bool,
+    /// Another committer took the lease over between rounds (this one had stalled past its
+    /// end): the rounds stopped.
+    pub lease_lost: bool,
     /// Time the step took.
     pub duration_ms: f64,
 }
@@ -146,12 +152,36 @@ pub async fn commit_pending(backend: &Backend, tables: &TableSet) -> Result<Comm
 }
 
 /// Commits pending batches, oldest first, in rounds, until none is left, `max_rounds` were
-/// made or `deadline` passed.
+/// made or `deadline` passed — under the commit lease ([`lease`]), waited for until the
+/// deadline (`lease_busy` when another committer held it all that time).
 pub async fn commit_pending_with(
     backend: &Backend,
     tables: &TableSet,
     options: &CommitOptions,
     deadline: Option<Instant>,
+) -> Result<CommitReport> {
+    let until = deadline.unwrap_or_else(|| Instant::now() + crate::scheduled::DEFAULT_RUN_BUDGET);
+    let Some(lease) = lease::Lease::acquire(backend, "commit", until).await? else {
+        tracing::info!("another committer holds the commit lease; nothing committed by this one");
+        return Ok(CommitReport {
+            lease_busy: true,
+            ..Default::default()
+        });
+    };
+    let result = commit_rounds(backend, tables, options, deadline, &lease).await;
+    let released = lease.release(backend).await;
+    let report = result?;
+    released?;
+    Ok(report)
+}
+
+/// [`commit_pending_with`]'s rounds, with the lease already held (renewed before each round).
+pub(crate) async fn commit_rounds(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CommitOptions,
+    deadline: Option<Instant>,
+    lease: &lease::Lease,
 ) -> Result<CommitReport> {
     let started = Instant::now();
     let now = backend.clock.now_ms();
@@ -165,6 +195,14 @@ pub async fn commit_pending_with(
             report.backlog.batches = left.batches.len() as u64;
             report.backlog.more = left.more;
             oldest_left = left.batches.iter().map(|b| b.created_at_ms).min();
+            break;
+        }
+        if !lease.renew(backend).await? {
+            tracing::warn!(
+                holder = lease.holder(),
+                "the commit lease was taken over; stopping before the next round"
+            );
+            report.lease_lost = true;
             break;
         }
         let mut landed = Vec::new();

@@ -3,8 +3,8 @@
 //!
 //! On AWS the state table's stream invokes the scheduled function for every new pending item
 //! (its event source mapping batches them for the same interval); on the embedded backend the
-//! caller triggers after each landed batch. A triggered commit takes the `commit-trigger` lock
-//! (waiting for it: two triggers never commit side by side), waits until `interval` has passed
+//! caller triggers after each landed batch. A triggered commit takes the commit lease
+//! ([`super::lease`], waiting for it: no two committers commit side by side), waits until `interval` has passed
 //! since the last commit (triggered or scheduled, kept as a status document), and commits one
 //! round: one snapshot per table. Whatever lands meanwhile is taken by the next trigger.
 
@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CommitOptions, CommitReport, commit_pending_with};
+use super::lease::Lease;
+use super::{CommitOptions, CommitReport, commit_rounds};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::tables::TableSet;
@@ -21,7 +22,6 @@ use crate::tables::TableSet;
 pub const LAST_COMMIT_KEY: &str = "commit.last";
 /// Default: least time between two triggered commits.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-const LOCK: &str = "commit-trigger";
 
 #[derive(Serialize, Deserialize)]
 struct LastCommit {
@@ -64,31 +64,12 @@ pub async fn commit_when_due(
 ) -> Result<Triggered> {
     let interval = options.min_interval;
     let started = Instant::now();
-    let holder = format!(
-        "trigger-{}-{:x}",
-        std::process::id(),
-        crate::clock::jitter(u64::MAX / 2).as_nanos()
-    );
-    let lease_ms = i64::try_from(deadline.saturating_duration_since(started).as_millis())
-        .unwrap_or(i64::MAX / 4)
-        .saturating_add(60_000);
-    loop {
-        let now = backend.clock.now_ms();
-        if backend
-            .state
-            .try_lock(LOCK, &holder, now, now.saturating_add(lease_ms))
-            .await?
-        {
-            break;
-        }
-        if Instant::now() + Duration::from_millis(200) > deadline {
-            return Ok(Triggered {
-                report: None,
-                waited: started.elapsed(),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100) + crate::clock::jitter(100)).await;
-    }
+    let Some(lease) = Lease::acquire(backend, "trigger", deadline).await? else {
+        return Ok(Triggered {
+            report: None,
+            waited: started.elapsed(),
+        });
+    };
     let mut waited = started.elapsed();
     let result = async {
         let last = last_commit_ms(backend).await?;
@@ -103,14 +84,14 @@ pub async fn commit_when_due(
             max_rounds: 1,
             ..options.clone()
         };
-        let report = commit_pending_with(backend, tables, &one_round, Some(deadline)).await?;
+        let report = commit_rounds(backend, tables, &one_round, Some(deadline), &lease).await?;
         if report.files() > 0 {
             record_commit(backend, backend.clock.now_ms()).await?;
         }
         Ok(Some(report))
     }
     .await;
-    let unlocked = backend.state.unlock(LOCK, &holder).await;
+    let unlocked = lease.release(backend).await;
     let report = result?;
     unlocked?;
     Ok(Triggered { report, waited })

@@ -13,7 +13,7 @@ use streamtable::checkpoint::{
 use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::{Error, Result};
 
-type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+pub type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// What to do at the next advance.
 pub enum Fault {
@@ -256,5 +256,109 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
     }
     async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
         self.inner.drop_table(namespace, table).await
+    }
+}
+
+/// A pointer store that runs a hook (another committer, say) right before the first swap of a
+/// chosen table: the committer being held has checked the table's history and built its
+/// metadata, and has not swapped yet.
+pub struct HoldingPointers {
+    pub inner: Arc<dyn streamtable::catalog::PointerStore>,
+    pub hold: Mutex<Option<(String, Hook)>>,
+}
+
+impl std::fmt::Debug for HoldingPointers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HoldingPointers")
+    }
+}
+
+impl HoldingPointers {
+    pub fn new(
+        inner: Arc<dyn streamtable::catalog::PointerStore>,
+        table: &str,
+        hook: Hook,
+    ) -> Arc<Self> {
+        Arc::new(HoldingPointers {
+            inner,
+            hold: Mutex::new(Some((table.to_string(), hook))),
+        })
+    }
+
+    /// A backend like `backend` whose catalog goes through these pointers.
+    pub fn backend(
+        self: &Arc<Self>,
+        backend: &streamtable::config::Backend,
+    ) -> streamtable::config::Backend {
+        streamtable::config::Backend {
+            catalog: streamtable::catalog::TableCatalog::new(
+                self.clone(),
+                backend.warehouse.file_io().clone(),
+                backend.warehouse.root(),
+            ),
+            ..backend.clone()
+        }
+    }
+}
+
+#[async_trait]
+impl streamtable::catalog::PointerStore for HoldingPointers {
+    async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
+        self.inner.ensure_namespace(namespace).await
+    }
+    async fn list_namespaces(&self) -> Result<Vec<String>> {
+        self.inner.list_namespaces().await
+    }
+    async fn list_tables(&self, namespace: &str) -> Result<Vec<String>> {
+        self.inner.list_tables(namespace).await
+    }
+    async fn get(
+        &self,
+        namespace: &str,
+        table: &str,
+    ) -> Result<Option<streamtable::catalog::Pointer>> {
+        self.inner.get(namespace, table).await
+    }
+    async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        metadata: &iceberg::spec::TableMetadata,
+    ) -> Result<bool> {
+        self.inner
+            .create(namespace, table, location, metadata)
+            .await
+    }
+    async fn swap(
+        &self,
+        namespace: &str,
+        table: &str,
+        expected: &streamtable::catalog::Pointer,
+        new_location: &str,
+        metadata: &iceberg::spec::TableMetadata,
+    ) -> Result<bool> {
+        let hook = {
+            let mut hold = self.hold.lock().expect("hold");
+            match hold.take() {
+                Some((t, hook)) if t == table => Some(hook),
+                other => {
+                    *hold = other;
+                    None
+                }
+            }
+        };
+        if let Some(hook) = hook {
+            hook().await;
+        }
+        self.inner
+            .swap(namespace, table, expected, new_location, metadata)
+            .await
+    }
+    async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
+        self.inner.drop_table(namespace, table).await
+    }
+    async fn ensure_view(&self, namespace: &str, view: &streamtable::spec::ViewSpec) -> Result<()> {
+        self.inner.ensure_view(namespace, view).await
     }
 }

@@ -5,6 +5,7 @@
 pub mod analyst_scenarios;
 pub mod blocked_scenarios;
 pub mod chaos;
+pub mod commit_race_scenarios;
 pub mod compaction_scenarios;
 pub mod derived_scenarios;
 pub mod evolution_scenarios;

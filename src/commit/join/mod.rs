@@ -164,14 +164,21 @@ pub(super) async fn run_join(
         .trim_end_matches('/')
         .to_string();
     let mut output = TableFiles::default();
+    // One batch in a canonical order: the files' bytes, and so their content-hashed names, are
+    // a function of the round's input, whatever batches DataFusion's threads produced.
+    let mut conformed = Vec::with_capacity(joined.len());
     for batch in joined.iter().filter(|b| b.num_rows() > 0) {
-        let rows = conform(&with_kafka_columns(batch)?, &layout)?;
+        conformed.push(conform(&with_kafka_columns(batch)?, &layout)?);
+    }
+    if !conformed.is_empty() {
+        let rows = concat_batches(&layout.arrow_schema, &conformed).map_err(arrow)?;
+        let rows = sorted(&rows)?;
         add_files(
             backend,
             &layout,
             &rows,
             &location,
-            &format!("join-{intent_id}-{}", output.files.len()),
+            &format!("join-{intent_id}"),
             &mut output,
         )
         .await?;
@@ -198,8 +205,9 @@ pub(super) async fn run_join(
         }
         let bytes = parquet_bytes(rows)?;
         state_bytes += bytes.len() as u64;
+        let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
         Ok(Some((
-            format!("{root}/_state/join/{name}/{intent_id}-{which}.parquet"),
+            format!("{root}/_state/join/{name}/{intent_id}-{which}-{hash:016x}.parquet"),
             bytes,
         )))
     };
@@ -270,6 +278,23 @@ pub(super) async fn run_join(
         kept_rows: (keep_left.num_rows() + keep_right.num_rows()) as u64,
         state_bytes,
     })
+}
+
+/// `rows` sorted by every column (a canonical order).
+fn sorted(rows: &RecordBatch) -> Result<RecordBatch> {
+    let converter = arrow_row::RowConverter::new(
+        rows.schema()
+            .fields()
+            .iter()
+            .map(|f| arrow_row::SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+    .map_err(arrow)?;
+    let keys = converter.convert_columns(rows.columns()).map_err(arrow)?;
+    let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    order.sort_by(|a, b| keys.row(*a as usize).cmp(&keys.row(*b as usize)));
+    let indices = arrow_array::UInt32Array::from(order);
+    arrow_select::take::take_record_batch(rows, &indices).map_err(arrow)
 }
 
 /// A side's watermark: the lowest of its partitions' highest event times, minus its
