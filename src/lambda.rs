@@ -198,6 +198,11 @@ pub mod scheduled {
                     .report
                     .as_ref()
                     .map_or((0, 0.0), |r| (r.files(), r.duration_ms));
+                let joins: Vec<&crate::commit::JoinStats> = t
+                    .report
+                    .iter()
+                    .flat_map(|r| r.tables.iter().filter_map(|t| t.join.as_ref()))
+                    .collect();
                 println!(
                     "{}",
                     telemetry::emf_line(
@@ -212,6 +217,16 @@ pub mod scheduled {
                                 "Milliseconds"
                             ),
                             ("ColdStart", f64::from(u8::from(cold_start)), "Count"),
+                            (
+                                "JoinRowsEvicted",
+                                joins.iter().map(|j| j.evicted_rows).sum::<u64>() as f64,
+                                "Count"
+                            ),
+                            (
+                                "JoinRoundsDeferred",
+                                joins.iter().filter(|j| j.deferred).count() as f64,
+                                "Count"
+                            ),
                         ],
                     )
                 );

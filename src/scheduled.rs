@@ -39,6 +39,7 @@ pub struct ScheduledOptions {
 impl ScheduledOptions {
     /// The defaults, overridden by the environment: `STREAMTABLE_COMMIT_INTERVAL_S` (least
     /// seconds between triggered commits), `STREAMTABLE_COMMIT_MAX_ROUNDS`,
+    /// `STREAMTABLE_JOIN_MAX_KEPT_ROWS` (rows an interval join keeps per side),
     /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
     /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS` (at least 1),
     /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
@@ -65,6 +66,9 @@ impl ScheduledOptions {
         }
         if let Some(n) = num("STREAMTABLE_COMMIT_MAX_ROUNDS", 1)? {
             o.commit.max_rounds = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(n) = num("STREAMTABLE_JOIN_MAX_KEPT_ROWS", 1)? {
+            o.commit.join_max_kept_rows = usize::try_from(n).unwrap_or(usize::MAX);
         }
         if let Some(n) = num("STREAMTABLE_COMPACT_MIN_FILES", 2)? {
             o.compaction.min_input_files = n as usize;
@@ -175,6 +179,29 @@ impl ScheduledReport {
                 "  {:<16} +{} files, +{} rows",
                 t.table, t.files, t.rows
             ));
+            match &t.join {
+                Some(j) if j.deferred => out.push(format!(
+                    "  {:<16} interval join round deferred: its rows wait in the join's backlog (the log says why)",
+                    ""
+                )),
+                Some(j) => out.push(format!(
+                    "  {:<16} interval join keeps {} rows ({} bytes){}{}",
+                    "",
+                    j.kept_rows,
+                    j.state_bytes,
+                    if j.evicted_rows > 0 {
+                        format!("; {} forgotten past the bound", j.evicted_rows)
+                    } else {
+                        String::new()
+                    },
+                    if j.idle_partitions > 0 {
+                        format!("; {} idle partitions not holding it back", j.idle_partitions)
+                    } else {
+                        String::new()
+                    }
+                )),
+                None => {}
+            }
         }
         let backlog = &self.commit.backlog;
         if backlog.batches > 0 || backlog.more {

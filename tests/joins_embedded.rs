@@ -14,3 +14,25 @@ proptest! {
         rt.block_on(async { join_equals_the_oracle(common::embedded().await, seed, steps).await });
     }
 }
+
+#[tokio::test]
+async fn an_idle_partition_stops_holding_the_joins_watermark() {
+    common::join_bound_scenarios::an_idle_partition_stops_holding_the_joins_watermark(
+        common::embedded().await,
+        common::embedded().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_join_keeps_at_most_its_bound() {
+    common::join_bound_scenarios::a_join_keeps_at_most_its_bound(common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on() {
+    common::join_bound_scenarios::a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(
+        common::embedded().await,
+    )
+    .await;
+}

@@ -41,8 +41,27 @@ pub async fn run(config: &Config, allow_state_reset: bool) -> Result<()> {
     let tables = TableSet::new(&spec, &backend.namespace)?;
     let (text, refused) = catalog_plan(&backend, &tables).await?;
     print!("{text}");
-    let (text, resets) = state_plan(&backend, &spec, &processor, allow_state_reset).await?;
+    let (text, mut resets) = state_plan(&backend, &spec, &processor, allow_state_reset).await?;
     print!("{text}");
+    for (name, join) in &tables.joins {
+        let Some((table, _)) = backend.catalog.load(&tables.ident(name)).await? else {
+            continue;
+        };
+        if let Some(line) = crate::commit::join::state_change(&table, name, join)? {
+            let refused = line.starts_with('!');
+            if refused && !allow_state_reset {
+                resets += 1;
+            }
+            println!(
+                "\nstate of interval join {name}:\n  {line}{}",
+                if refused && allow_state_reset {
+                    " (accepted: --allow-state-reset)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     if refused > 0 {
         return Err(Error::Spec(format!(
             "{refused} table(s) cannot take the spec's changes (lines starting with !); fix the spec before deploying"

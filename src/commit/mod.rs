@@ -46,6 +46,9 @@ pub const JOIN_STATE_PROPERTY: &str = "streamtable.join.state";
 /// Prefix of the snapshot summary keys carrying committed offsets.
 pub const OFFSET_PROPERTY_PREFIX: &str = "streamtable.offset.";
 
+/// Default of [`CommitOptions::join_max_kept_rows`].
+pub const DEFAULT_JOIN_MAX_KEPT_ROWS: usize = 1_000_000;
+
 /// Knobs of the commit stage. `Default` gives the documented defaults.
 #[derive(Debug, Clone)]
 pub struct CommitOptions {
@@ -57,6 +60,9 @@ pub struct CommitOptions {
     pub max_intent_bytes: usize,
     /// Least time between two commits triggered by landed batches ([`trigger`]).
     pub min_interval: std::time::Duration,
+    /// Most rows an interval join keeps per side between rounds; past it the oldest are
+    /// forgotten (counted: `JoinRowsEvicted`).
+    pub join_max_kept_rows: usize,
 }
 
 impl Default for CommitOptions {
@@ -66,6 +72,7 @@ impl Default for CommitOptions {
             max_batches_per_round: 2_000,
             max_intent_bytes: 300 * 1024,
             min_interval: trigger::DEFAULT_INTERVAL,
+            join_max_kept_rows: DEFAULT_JOIN_MAX_KEPT_ROWS,
         }
     }
 }
@@ -83,6 +90,25 @@ pub struct TableCommitReport {
     pub snapshot_id: Option<i64>,
     /// The snapshot already existed (a resumed commit).
     pub already_committed: bool,
+    /// For an interval join's table: what its round kept, forgot and deferred.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinStats>,
+}
+
+/// What an interval join's round did with its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct JoinStats {
+    /// Rows kept for the next round (both sides).
+    pub kept_rows: u64,
+    /// Bytes of the kept rows' Parquet.
+    pub state_bytes: u64,
+    /// Rows forgotten because a side kept more than `join_max_kept_rows`.
+    pub evicted_rows: u64,
+    /// Partitions that stopped holding their side's watermark (idle past `idle_timeout`).
+    pub idle_partitions: u64,
+    /// The round could not run (it failed, or crashed before): its rows wait in the join's
+    /// backlog for a later round, and the other tables went on.
+    pub deferred: bool,
 }
 
 /// What is still pending when a run ends.
@@ -139,6 +165,18 @@ impl CommitReport {
                     r.rows += t.rows;
                     r.snapshot_id = t.snapshot_id;
                     r.already_committed &= t.already_committed;
+                    match (&mut r.join, t.join) {
+                        (Some(a), Some(b)) => {
+                            a.evicted_rows += b.evicted_rows;
+                            a.deferred |= b.deferred;
+                            if !b.deferred {
+                                a.kept_rows = b.kept_rows;
+                                a.state_bytes = b.state_bytes;
+                                a.idle_partitions = b.idle_partitions;
+                            }
+                        }
+                        (a, b) => *a = a.take().or(b),
+                    }
                 }
                 None => self.tables.push(t),
             }
@@ -342,7 +380,37 @@ async fn commit_joins(
             continue;
         }
         let files = |f: Option<&TableFiles>| f.map(|f| f.data_files.clone()).unwrap_or_default();
-        let round = join::run_join(
+        let (left_files, right_files) = (files(left), files(right));
+        let now_ms = intent.created_at_ms;
+        // A round that cannot run must not hold the other tables back: after it failed (or
+        // crashed the process) twice for this intent, or while a deferred backlog waits for
+        // its retry, its files go to the join's backlog in an empty snapshot under its commit
+        // id, and the intent finishes.
+        let attempts = join_attempts(backend, name, &intent.id).await?;
+        let defer = |why: String| {
+            let (t, left_files, right_files, id) = (t.clone(), &left_files, &right_files, &id);
+            async move {
+                tracing::error!(table = %name, reason = %why,
+                    "interval join round deferred: its rows wait in the join's backlog; the other tables go on");
+                let files = join::deferred_state(&t, name, left_files, right_files, now_ms)?;
+                let mut report = commit_table(backend, tables, t, name, id, &files).await?;
+                report.join = Some(JoinStats {
+                    deferred: true,
+                    ..Default::default()
+                });
+                Ok::<_, Error>(report)
+            }
+        };
+        if attempts >= MAX_JOIN_ATTEMPTS {
+            out.push(defer(format!("{attempts} attempts of this round did not finish")).await?);
+            continue;
+        }
+        if join::backlog_waits(&t, name, now_ms)? {
+            out.push(defer("an earlier round was deferred less than 10 minutes ago".into()).await?);
+            continue;
+        }
+        record_join_attempt(backend, name, &intent.id, attempts + 1).await?;
+        let round = match join::run_join(
             backend,
             tables,
             name,
@@ -350,10 +418,19 @@ async fn commit_joins(
             &intent.id,
             intent.created_at_ms.saturating_mul(1000),
             &t,
-            &files(left),
-            &files(right),
+            &left_files,
+            &right_files,
+            selector.options().join_max_kept_rows,
         )
-        .await?;
+        .await
+        {
+            Ok(round) => round,
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => {
+                out.push(defer(e.to_string()).await?);
+                continue;
+            }
+        };
         if !round.late.data_files.is_empty() {
             let dl = selector.table(crate::spec::DEAD_LETTER_TABLE).await?;
             out.push(
@@ -368,8 +445,17 @@ async fn commit_joins(
                 .await?,
             );
         }
-        out.push(commit_table(backend, tables, t, name, &id, &round.output).await?);
+        let mut report = commit_table(backend, tables, t, name, &id, &round.output).await?;
+        report.join = Some(JoinStats {
+            kept_rows: round.kept_rows,
+            state_bytes: round.state_bytes,
+            evicted_rows: round.evicted_rows,
+            idle_partitions: round.idle_partitions,
+            deferred: false,
+        });
+        out.push(report);
         tracing::info!(table = %name, kept_rows = round.kept_rows, state_bytes = round.state_bytes,
+            evicted = round.evicted_rows, idle_partitions = round.idle_partitions,
             late = round.late.files.iter().map(|f| f.rows).sum::<u64>(), "interval join round");
         for old in round.replaced {
             if let Err(e) = backend.warehouse.delete(&old).await {
@@ -378,6 +464,52 @@ async fn commit_joins(
         }
     }
     Ok(out)
+}
+
+/// Attempts of one join round (one intent) before it is deferred.
+#[cfg(feature = "sql")]
+const MAX_JOIN_ATTEMPTS: u32 = 2;
+
+#[cfg(feature = "sql")]
+#[derive(Serialize, serde::Deserialize)]
+struct JoinAttempt {
+    intent: String,
+    attempts: u32,
+}
+
+/// How many times the round of `intent` was started for join `name` (a process that crashed
+/// during it never recorded an end).
+#[cfg(feature = "sql")]
+async fn join_attempts(backend: &Backend, name: &str, intent: &str) -> Result<u32> {
+    let Some(json) = backend
+        .state
+        .status(&format!("join-attempt#{name}"))
+        .await?
+    else {
+        return Ok(0);
+    };
+    Ok(serde_json::from_str::<JoinAttempt>(&json)
+        .ok()
+        .filter(|a| a.intent == intent)
+        .map_or(0, |a| a.attempts))
+}
+
+#[cfg(feature = "sql")]
+async fn record_join_attempt(
+    backend: &Backend,
+    name: &str,
+    intent: &str,
+    attempts: u32,
+) -> Result<()> {
+    let json = serde_json::to_string(&JoinAttempt {
+        intent: intent.to_string(),
+        attempts,
+    })
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    backend
+        .state
+        .put_status(&format!("join-attempt#{name}"), &json)
+        .await
 }
 
 /// Whether a snapshot in the table's history carries `commit_id`.

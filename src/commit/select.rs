@@ -75,6 +75,11 @@ pub(super) struct Selector<'a> {
 }
 
 impl<'a> Selector<'a> {
+    /// The commit stage's options.
+    pub fn options(&self) -> &'a CommitOptions {
+        self.options
+    }
+
     pub fn new(backend: &'a Backend, tables: &'a TableSet, options: &'a CommitOptions) -> Self {
         Selector {
             backend,

@@ -168,6 +168,7 @@ pub(crate) fn plan_join(
             topic: r.table.topic.clone(),
             time_column: column.to_string(),
             out_of_orderness_us: et.out_of_orderness_ms.saturating_mul(1000),
+            idle_timeout_ms: et.idle_timeout_ms,
         })
     };
     let join_sides = (

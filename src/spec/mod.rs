@@ -149,6 +149,9 @@ pub struct JoinSide {
     pub time_column: String,
     /// Its watermark's out-of-orderness, µs.
     pub out_of_orderness_us: i64,
+    /// Its table's `idle_timeout`, ms: a partition of this side that landed no row for this
+    /// long stops holding the side's watermark back.
+    pub idle_timeout_ms: i64,
 }
 
 /// Prefix of the columns carrying a joined row's Kafka columns (the left row's) in a round's

@@ -206,28 +206,38 @@ pub fn scheduled_table_metrics(
     report: &crate::scheduled::ScheduledReport,
     now_ms: i64,
 ) -> Vec<String> {
-    let mut per_table: std::collections::BTreeMap<&str, (u64, u64, u64)> = Default::default();
+    type Line<'a> = (u64, u64, u64, Option<&'a crate::commit::JoinStats>);
+    let mut per_table: std::collections::BTreeMap<&str, Line<'_>> = Default::default();
     for t in &report.commit.tables {
         let e = per_table.entry(t.table.as_str()).or_default();
         e.0 += t.rows;
         e.1 += t.files;
+        e.3 = t.join.as_ref().or(e.3);
     }
     for c in &report.compaction {
         per_table.entry(c.table.as_str()).or_default().2 += c.input_bytes;
     }
     per_table
         .into_iter()
-        .map(|(table, (rows, files, rewritten))| {
-            emf_dimension_line(
-                function,
-                ("table", table),
-                now_ms,
-                &[
-                    ("RowsCommitted", rows as f64, "Count"),
-                    ("FilesCommitted", files as f64, "Count"),
-                    ("BytesRewritten", rewritten as f64, "Bytes"),
-                ],
-            )
+        .map(|(table, (rows, files, rewritten, join))| {
+            let mut metrics = vec![
+                ("RowsCommitted", rows as f64, "Count"),
+                ("FilesCommitted", files as f64, "Count"),
+                ("BytesRewritten", rewritten as f64, "Bytes"),
+            ];
+            if let Some(j) = join {
+                metrics.extend([
+                    ("JoinKeptRows", j.kept_rows as f64, "Count"),
+                    ("JoinStateBytes", j.state_bytes as f64, "Bytes"),
+                    ("JoinRowsEvicted", j.evicted_rows as f64, "Count"),
+                    (
+                        "JoinRoundsDeferred",
+                        f64::from(u8::from(j.deferred)),
+                        "Count",
+                    ),
+                ]);
+            }
+            emf_dimension_line(function, ("table", table), now_ms, &metrics)
         })
         .collect()
 }
@@ -254,6 +264,7 @@ pub fn scheduled_metrics(
     cold_start: bool,
 ) -> String {
     let rewritten: u64 = report.compaction.iter().map(|c| c.input_bytes).sum();
+    let joins = report.commit.tables.iter().filter_map(|t| t.join.as_ref());
     let expired: u64 = report.maintenance.iter().map(|m| m.snapshots_expired).sum();
     let deleted: u64 = report
         .maintenance
@@ -295,6 +306,21 @@ pub fn scheduled_metrics(
                 "BacklogAgeMs",
                 report.commit.backlog.oldest_age_ms.unwrap_or(0) as f64,
                 "Milliseconds",
+            ),
+            (
+                "JoinRowsEvicted",
+                joins.clone().map(|j| j.evicted_rows).sum::<u64>() as f64,
+                "Count",
+            ),
+            (
+                "JoinRoundsDeferred",
+                joins.clone().filter(|j| j.deferred).count() as f64,
+                "Count",
+            ),
+            (
+                "JoinKeptRowsMax",
+                joins.map(|j| j.kept_rows).max().unwrap_or(0) as f64,
+                "Count",
             ),
             ("DurationMs", report.duration_ms, "Milliseconds"),
             ("ColdStart", f64::from(u8::from(cold_start)), "Count"),

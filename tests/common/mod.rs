@@ -12,6 +12,7 @@ pub mod evolution_scenarios;
 pub mod faults;
 pub mod format_scenarios;
 pub mod idle_scenarios;
+pub mod join_bound_scenarios;
 pub mod join_scenarios;
 pub mod protobuf_scenarios;
 pub mod register_scenarios;

@@ -65,6 +65,101 @@ struct JoinState {
     left_watermark: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     right_watermark: Option<i64>,
+    /// What the plan that wrote this state joins (`None`: a release before plans were
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    plan: Option<JoinSig>,
+    /// When each `{table}/{partition}` last landed a row, epoch ms (the round's intent time).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    seen_at: BTreeMap<String, i64>,
+    /// Data files of each side from rounds that could not run: a later round joins them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    backlog_left: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    backlog_right: Vec<String>,
+    /// When the last round was deferred, epoch ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deferred_at_ms: Option<i64>,
+}
+
+/// What a join keeps rows by: the sides, their time columns and the bounds. Kept rows are the
+/// sides' own rows, so the rest of the SQL (keys, projection, `WHERE`) may change freely.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct JoinSig {
+    left: String,
+    right: String,
+    left_time: String,
+    right_time: String,
+    lower_us: i64,
+    upper_us: i64,
+}
+
+impl JoinSig {
+    fn of(j: &IntervalJoin) -> JoinSig {
+        JoinSig {
+            left: j.left.table.clone(),
+            right: j.right.table.clone(),
+            left_time: j.left.time_column.clone(),
+            right_time: j.right.time_column.clone(),
+            lower_us: j.lower_us,
+            upper_us: j.upper_us,
+        }
+    }
+
+    /// Whether rows kept under `self` are rows of the same sides, by the same times.
+    fn same_sides(&self, other: &JoinSig) -> bool {
+        (&self.left, &self.right, &self.left_time, &self.right_time)
+            == (
+                &other.left,
+                &other.right,
+                &other.left_time,
+                &other.right_time,
+            )
+    }
+}
+
+/// How long after a deferred round the join tries its backlog again, ms: a round that crashes
+/// the process (memory, time) must not take every run down with it.
+pub const RETRY_DEFERRED_MS: i64 = 10 * 60_000;
+
+/// The join's state as the snapshot `current` names it.
+fn read_state(current: &Table, name: &str) -> Result<JoinState> {
+    match current
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get(JOIN_STATE_PROPERTY))
+    {
+        Some(json) => serde_json::from_str(json).map_err(|e| Error::State {
+            op: "read join state",
+            message: format!("table {name}: snapshot property {JOIN_STATE_PROPERTY}: {e}"),
+            retryable: false,
+        }),
+        None => Ok(JoinState::default()),
+    }
+}
+
+/// What the current SQL of join `join` does with the state `current` names (`streamtable
+/// check`): `None` when nothing changes, else a line (starting with `!` when kept rows are
+/// dropped).
+pub fn state_change(current: &Table, name: &str, join: &IntervalJoin) -> Result<Option<String>> {
+    let state = read_state(current, name)?;
+    let sig = JoinSig::of(join);
+    let Some(old) = &state.plan else {
+        return Ok(None);
+    };
+    if *old == sig {
+        return Ok(None);
+    }
+    let kept = usize::from(state.left.is_some()) + usize::from(state.right.is_some());
+    if !old.same_sides(&sig) {
+        return Ok(Some(format!(
+            "! {name}: the join's sides changed ({} ⋈ {} → {} ⋈ {}): its kept rows ({kept} state objects) are dropped; pairs with rows from before the change are never joined",
+            old.left, old.right, sig.left, sig.right
+        )));
+    }
+    Ok(Some(format!(
+        "{name}: the time bounds changed: kept rows carried over; rows forgotten under the old bounds cannot match under the new ones"
+    )))
 }
 
 /// What one round of a join produced.
@@ -78,6 +173,41 @@ pub(super) struct JoinRound {
     /// Rows kept for the next round (both sides), and their Parquet bytes.
     pub kept_rows: u64,
     pub state_bytes: u64,
+    /// Rows forgotten past the kept-rows bound, and partitions idle past their timeout.
+    pub evicted_rows: u64,
+    pub idle_partitions: u64,
+}
+
+/// A round that could not run: the same snapshot property, with the round's files added to the
+/// backlog (the join table gets an empty snapshot under the round's commit id).
+pub(super) fn deferred_state(
+    current: &Table,
+    name: &str,
+    left_files: &[DataFile],
+    right_files: &[DataFile],
+    now_ms: i64,
+) -> Result<TableFiles> {
+    let mut state = read_state(current, name)?;
+    state
+        .backlog_left
+        .extend(left_files.iter().map(|f| f.file_path().to_string()));
+    state
+        .backlog_right
+        .extend(right_files.iter().map(|f| f.file_path().to_string()));
+    state.deferred_at_ms = Some(now_ms);
+    let json = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut out = TableFiles::default();
+    out.properties.insert(JOIN_STATE_PROPERTY.to_string(), json);
+    Ok(out)
+}
+
+/// Whether join `name` has a backlog whose last deferral is younger than
+/// [`RETRY_DEFERRED_MS`]: the round is deferred again without being tried.
+pub(super) fn backlog_waits(current: &Table, name: &str, now_ms: i64) -> Result<bool> {
+    let state = read_state(current, name)?;
+    Ok(state
+        .deferred_at_ms
+        .is_some_and(|at| now_ms < at.saturating_add(RETRY_DEFERRED_MS)))
 }
 
 /// Runs one round of join `name` on the files the intent lands for its two sides.
@@ -92,27 +222,48 @@ pub(super) async fn run_join(
     current: &Table,
     left_files: &[DataFile],
     right_files: &[DataFile],
+    max_kept_rows: usize,
 ) -> Result<JoinRound> {
-    let state: JoinState = match current
-        .metadata()
-        .current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get(JOIN_STATE_PROPERTY))
-    {
-        Some(json) => serde_json::from_str(json).map_err(|e| Error::State {
-            op: "read join state",
-            message: format!("table {name}: snapshot property {JOIN_STATE_PROPERTY}: {e}"),
-            retryable: false,
-        })?,
-        None => JoinState::default(),
-    };
+    let now_ms = failed_at_us / 1000;
+    let mut state = read_state(current, name)?;
+    // State objects the round replaces, whatever the plan keeps of them.
+    let originals: Vec<String> = [state.left.clone(), state.right.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let sig = JoinSig::of(join);
+    match &state.plan {
+        Some(old) if !old.same_sides(&sig) => {
+            tracing::warn!(table = %name, was = ?old, now = ?sig,
+                "the join's sides changed: its kept rows and backlog are dropped");
+            state.left = None;
+            state.right = None;
+            state.backlog_left.clear();
+            state.backlog_right.clear();
+            state.left_watermark = None;
+            state.right_watermark = None;
+        }
+        Some(old) if *old != sig => {
+            tracing::info!(table = %name, was = ?old, now = ?sig,
+                "the join's time bounds changed: kept rows carried over");
+        }
+        _ => {}
+    }
     let left_layout = catalog_layout(backend, tables, &join.left.table).await?;
     let right_layout = catalog_layout(backend, tables, &join.right.table).await?;
+    let paths = |files: &[DataFile], backlog: &[String]| -> Vec<String> {
+        backlog
+            .iter()
+            .cloned()
+            .chain(files.iter().map(|f| f.file_path().to_string()))
+            .collect()
+    };
     let left = side(
         backend,
         &left_layout,
         &join.left,
         state.left.as_deref(),
-        left_files,
+        &paths(left_files, &state.backlog_left),
     )
     .await?;
     let right = side(
@@ -120,7 +271,7 @@ pub(super) async fn run_join(
         &right_layout,
         &join.right,
         state.right.as_deref(),
-        right_files,
+        &paths(right_files, &state.backlog_right),
     )
     .await?;
 
@@ -128,18 +279,35 @@ pub(super) async fn run_join(
     let late_left = late_mask(&left.new_times, state.left_watermark);
     let late_right = late_mask(&right.new_times, state.right_watermark);
     let mut next = state.clone();
+    next.plan = Some(sig);
+    next.backlog_left.clear();
+    next.backlog_right.clear();
+    next.deferred_at_ms = None;
     for (s, spec) in [(&left, &join.left), (&right, &join.right)] {
         let partitions = column::<Int32Array>(&s.new, "kafka_partition")?;
         for (i, t) in s.new_times.iter().enumerate() {
             if let (Some(t), true) = (t, partitions.is_valid(i)) {
                 let key = format!("{}/{}", spec.table, partitions.value(i));
+                next.seen_at.insert(key.clone(), now_ms);
                 let e = next.max.entry(key).or_insert(*t);
                 *e = (*e).max(*t);
             }
         }
     }
-    next.left_watermark = watermark(&next, &join.left).max(state.left_watermark);
-    next.right_watermark = watermark(&next, &join.right).max(state.right_watermark);
+    // Partitions a release before this one recorded no landing time for: seen now.
+    for key in next.max.keys() {
+        if !next.seen_at.contains_key(key) {
+            next.seen_at.insert(key.clone(), now_ms);
+        }
+    }
+    let (left_wm, left_idle) = watermark(&next, &join.left, now_ms);
+    let (right_wm, right_idle) = watermark(&next, &join.right, now_ms);
+    // A side whose every partition is idle follows the other side's watermark (Flink: an idle
+    // input does not hold a two-input operator back).
+    let left_wm = left_wm.or(if left_idle > 0 { right_wm } else { None });
+    let right_wm = right_wm.or(if right_idle > 0 { left_wm } else { None });
+    next.left_watermark = left_wm.max(state.left_watermark);
+    next.right_watermark = right_wm.max(state.right_watermark);
 
     // The join over kept and on-time new rows.
     let left_on_time = filter_record_batch(&left.new, &not(&late_left)).map_err(arrow)?;
@@ -197,6 +365,13 @@ pub(super) async fn run_join(
         next.left_watermark
             .is_none_or(|wm| t.saturating_sub(join.lower_us) >= wm)
     })?;
+    // Bounded whatever the watermarks do: past the bound, the oldest rows are forgotten.
+    let (keep_left, evicted_left) = newest(&keep_left, &join.left.time_column, max_kept_rows)?;
+    let (keep_right, evicted_right) = newest(&keep_right, &join.right.time_column, max_kept_rows)?;
+    if evicted_left + evicted_right > 0 {
+        tracing::warn!(table = %name, evicted_left, evicted_right, max_kept_rows,
+            "interval join: more rows can still match than the join keeps; the oldest were forgotten (their later partners will not join)");
+    }
     let root = backend.warehouse.root().trim_end_matches('/').to_string();
     let mut state_bytes = 0;
     let mut save = |rows: &RecordBatch, which: &str| -> Result<Option<(String, Bytes)>> {
@@ -266,9 +441,8 @@ pub(super) async fn run_join(
         )
         .await?;
     }
-    let replaced = [state.left, state.right]
+    let replaced = originals
         .into_iter()
-        .flatten()
         .filter(|old| Some(old) != next.left.as_ref() && Some(old) != next.right.as_ref())
         .collect();
     Ok(JoinRound {
@@ -277,6 +451,8 @@ pub(super) async fn run_join(
         replaced,
         kept_rows: (keep_left.num_rows() + keep_right.num_rows()) as u64,
         state_bytes,
+        evicted_rows: (evicted_left + evicted_right) as u64,
+        idle_partitions: (left_idle + right_idle) as u64,
     })
 }
 
@@ -297,17 +473,41 @@ fn sorted(rows: &RecordBatch) -> Result<RecordBatch> {
     arrow_select::take::take_record_batch(rows, &indices).map_err(arrow)
 }
 
-/// A side's watermark: the lowest of its partitions' highest event times, minus its
-/// out-of-orderness.
-fn watermark(state: &JoinState, side: &JoinSide) -> Option<i64> {
+/// A side's watermark: the lowest highest event time of its partitions that landed a row
+/// within their `idle_timeout` of `now_ms`, minus its out-of-orderness; and how many of its
+/// partitions are idle.
+fn watermark(state: &JoinState, side: &JoinSide, now_ms: i64) -> (Option<i64>, usize) {
     let prefix = format!("{}/", side.table);
-    state
-        .max
-        .iter()
-        .filter(|(k, _)| k.starts_with(&prefix))
-        .map(|(_, t)| *t)
-        .min()
-        .map(|t| t.saturating_sub(side.out_of_orderness_us))
+    let mut idle = 0;
+    let mut low: Option<i64> = None;
+    for (k, t) in state.max.iter().filter(|(k, _)| k.starts_with(&prefix)) {
+        let seen = state.seen_at.get(k).copied().unwrap_or(now_ms);
+        if seen.saturating_add(side.idle_timeout_ms) <= now_ms {
+            idle += 1;
+        } else {
+            low = Some(low.map_or(*t, |l| l.min(*t)));
+        }
+    }
+    (
+        low.map(|t| t.saturating_sub(side.out_of_orderness_us)),
+        idle,
+    )
+}
+
+/// The `limit` rows of `rows` with the latest times in `column` (in their order), and how
+/// many were left out.
+fn newest(rows: &RecordBatch, column: &str, limit: usize) -> Result<(RecordBatch, usize)> {
+    if rows.num_rows() <= limit {
+        return Ok((rows.clone(), 0));
+    }
+    let times = rows::times(rows, column)?;
+    let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(times[i as usize]));
+    order.truncate(limit);
+    order.sort_unstable();
+    let indices = arrow_array::UInt32Array::from(order);
+    let kept = arrow_select::take::take_record_batch(rows, &indices).map_err(arrow)?;
+    Ok((kept, rows.num_rows() - limit))
 }
 
 /// [`TableSet::catalog_layout`] of a side of the join, loaded from the catalog.

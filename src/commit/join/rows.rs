@@ -13,7 +13,6 @@ use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
-use iceberg::spec::DataFile;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -43,15 +42,10 @@ pub(super) async fn side(
     layout: &TableLayout,
     spec: &JoinSide,
     state: Option<&str>,
-    files: &[DataFile],
+    files: &[String],
 ) -> Result<Side> {
     let kept = read(backend, layout, state.into_iter().map(str::to_string)).await?;
-    let new = read(
-        backend,
-        layout,
-        files.iter().map(|f| f.file_path().to_string()),
-    )
-    .await?;
+    let new = read(backend, layout, files.iter().cloned()).await?;
     let new_times = times(&new, &spec.time_column)?;
     Ok(Side {
         kept,

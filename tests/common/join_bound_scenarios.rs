@@ -1,0 +1,350 @@
+//! The interval join's state stays bounded and a round that cannot finish does not hold the
+//! other tables back:
+//!
+//! - a partition that stops receiving stops holding its side's watermark after its table's
+//!   idle timeout, so the other side's rows are forgotten as they would be without it;
+//! - past `join_max_kept_rows` the oldest rows are forgotten, counted;
+//! - a round that fails (or fails twice, as a crash would) is deferred: its rows wait in the
+//!   join's backlog, the intent finishes, the other tables go on, and a later round joins the
+//!   backlog once the cause is gone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use streamtable::clock::ManualClock;
+use streamtable::commit::{CommitOptions, CommitReport, commit_pending_with};
+use streamtable::generate::SourceRecord;
+use streamtable::query::{QueryEngine, TimeTravel};
+use streamtable::{Error, Result};
+
+use super::{Harness, event};
+
+const BASE_MS: i64 = 1_795_946_400_000;
+
+/// Orders and payments joined within a minute.
+const JOIN: &str = r#"
+[[derived_tables]]
+name = "quick_payments"
+sql = """
+SELECT o.order_id, p.payment_id, o.created_at, p.attempted_at
+FROM orders o JOIN payments p
+  ON o.order_id = p.order_id
+ AND p.attempted_at BETWEEN o.created_at AND o.created_at + INTERVAL '1' MINUTE
+"""
+"#;
+
+fn setup(h: &mut Harness) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
+    let text = std::fs::read_to_string(&path).expect("shipped spec") + JOIN;
+    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec with the join");
+    h.spec
+        .retain_tables(|t| t.name == "orders" || t.name == "payments");
+    h.spec.derived.retain(|d| d.table.name == "quick_payments");
+}
+
+fn order(partition: i32, offset: i64, at_ms: i64) -> SourceRecord {
+    SourceRecord {
+        topic: "orders".into(),
+        partition,
+        offset,
+        timestamp_ms: BASE_MS + at_ms,
+        key: Some(format!("o-{partition}-{offset}").into_bytes()),
+        value: Some(format!(
+            r#"{{"order_id":"o-{partition}-{offset}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
+            streamtable::generate::rfc3339_ms(BASE_MS + at_ms)
+        ).into_bytes()),
+        raw_value_field: None,
+    }
+}
+
+fn payment(partition: i32, offset: i64, order: &str, at_ms: i64) -> SourceRecord {
+    SourceRecord {
+        topic: "payments".into(),
+        partition,
+        offset,
+        timestamp_ms: BASE_MS + at_ms,
+        key: Some(format!("pay-{partition}-{offset}").into_bytes()),
+        value: Some(format!(
+            r#"{{"payment_id":"pay-{partition}-{offset}","order_id":"{order}","amount":"1.00","method":"card","status":"ok","attempted_at":"{}"}}"#,
+            streamtable::generate::rfc3339_ms(BASE_MS + at_ms)
+        ).into_bytes()),
+        raw_value_field: None,
+    }
+}
+
+async fn commit(h: &Harness, options: &CommitOptions) -> CommitReport {
+    commit_pending_with(
+        &h.backend,
+        &h.tables(),
+        options,
+        Some(std::time::Instant::now() + std::time::Duration::from_secs(120)),
+    )
+    .await
+    .expect("commit")
+}
+
+fn join_stats(r: &CommitReport) -> streamtable::commit::JoinStats {
+    r.tables
+        .iter()
+        .find(|t| t.table == "quick_payments")
+        .and_then(|t| t.join.clone())
+        .expect("the join ran")
+}
+
+async fn count(h: &Harness, sql: &str) -> i64 {
+    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
+        .await
+        .expect("query engine");
+    let batches = engine.query(sql).await.expect(sql);
+    let c: &arrow_array::Int64Array = batches[0].column(0).as_any().downcast_ref().expect("count");
+    c.value(0)
+}
+
+/// Rounds of 50 orders and their payments on partition 0, a minute of event (and wall) time
+/// each; with `stray`, one payment on partition 1 before them, and nothing there after.
+/// Returns the rows the join keeps after each round.
+async fn kept_rows_per_round(mut h: Harness, stray: bool) -> Vec<u64> {
+    setup(&mut h);
+    let clock = ManualClock::new(BASE_MS);
+    h.backend.clock = clock.clone();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let options = CommitOptions::default();
+    if stray {
+        h.ingestor()
+            .handle(&event(&[payment(1, 0, "nobody", 0)]))
+            .await
+            .expect("stray payment");
+    }
+    let mut kept = Vec::new();
+    for round in 0..12i64 {
+        let mut records = Vec::new();
+        for i in 0..50 {
+            let offset = round * 50 + i;
+            let at = round * 60_000 + i * 1_000;
+            records.push(order(0, offset, at));
+            records.push(payment(0, offset, &format!("o-0-{offset}"), at + 500));
+        }
+        h.ingestor().handle(&event(&records)).await.expect("ingest");
+        clock.advance(60_000);
+        kept.push(join_stats(&commit(&h, &options).await).kept_rows);
+    }
+    assert_eq!(
+        count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        600,
+        "every order joined its payment once"
+    );
+    kept
+}
+
+pub async fn an_idle_partition_stops_holding_the_joins_watermark(
+    with_stray: Harness,
+    control: Harness,
+) {
+    let control = kept_rows_per_round(control, false).await;
+    let held = kept_rows_per_round(with_stray, true).await;
+    // Before partition 1 of payments goes idle (5 minutes), it holds the payments' watermark
+    // at its one row: the orders pile up.
+    assert!(held[4] > control[4] + 150, "{held:?} vs {control:?}");
+    // Once it is idle, the join keeps what it keeps without it (the stray payment itself is
+    // forgotten by the orders' watermark).
+    let last = held.len() - 1;
+    assert!(
+        held[last] <= control[last] + 1,
+        "the idle partition still holds the watermark: {held:?} vs {control:?}"
+    );
+    assert!(
+        held[last] < held[4],
+        "kept rows shrink once the partition is idle: {held:?}"
+    );
+}
+
+pub async fn a_join_keeps_at_most_its_bound(mut h: Harness) {
+    setup(&mut h);
+    let clock = ManualClock::new(BASE_MS);
+    h.backend.clock = clock.clone();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let records: Vec<SourceRecord> = (0..100).map(|o| order(0, o, o * 100)).collect();
+    h.ingestor().handle(&event(&records)).await.expect("ingest");
+    let options = CommitOptions {
+        join_max_kept_rows: 30,
+        ..Default::default()
+    };
+    let stats = join_stats(&commit(&h, &options).await);
+    assert_eq!(stats.kept_rows, 30, "{stats:?}");
+    assert_eq!(stats.evicted_rows, 70, "{stats:?}");
+    // The newest are kept: a payment for the last order still joins; one for the first, whose
+    // order was forgotten, does not.
+    h.ingestor()
+        .handle(&event(&[
+            payment(0, 0, "o-0-99", 9_950),
+            payment(0, 1, "o-0-0", 9_960),
+        ]))
+        .await
+        .expect("payments");
+    commit(&h, &options).await;
+    assert_eq!(
+        count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        1,
+        "only the kept order joined"
+    );
+}
+
+/// A pointer store whose swaps of one table that add rows fail (a crash of that step), as
+/// many times as `left` says.
+#[derive(Debug)]
+struct FailingSwaps {
+    inner: Arc<dyn streamtable::catalog::PointerStore>,
+    table: String,
+    left: AtomicUsize,
+}
+
+#[async_trait]
+impl streamtable::catalog::PointerStore for FailingSwaps {
+    async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
+        self.inner.ensure_namespace(namespace).await
+    }
+    async fn list_namespaces(&self) -> Result<Vec<String>> {
+        self.inner.list_namespaces().await
+    }
+    async fn list_tables(&self, namespace: &str) -> Result<Vec<String>> {
+        self.inner.list_tables(namespace).await
+    }
+    async fn get(
+        &self,
+        namespace: &str,
+        table: &str,
+    ) -> Result<Option<streamtable::catalog::Pointer>> {
+        self.inner.get(namespace, table).await
+    }
+    async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        metadata: &iceberg::spec::TableMetadata,
+    ) -> Result<bool> {
+        self.inner
+            .create(namespace, table, location, metadata)
+            .await
+    }
+    async fn swap(
+        &self,
+        namespace: &str,
+        table: &str,
+        expected: &streamtable::catalog::Pointer,
+        new_location: &str,
+        metadata: &iceberg::spec::TableMetadata,
+    ) -> Result<bool> {
+        let has_rows = metadata.current_snapshot().is_some_and(|s| {
+            s.summary()
+                .additional_properties
+                .get("added-records")
+                .is_some()
+        });
+        if table == self.table
+            && has_rows
+            && self
+                .left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(Error::Config(format!(
+                "injected: the round of {table} dies"
+            )));
+        }
+        self.inner
+            .swap(namespace, table, expected, new_location, metadata)
+            .await
+    }
+    async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
+        self.inner.drop_table(namespace, table).await
+    }
+}
+
+pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mut h: Harness) {
+    setup(&mut h);
+    let clock = ManualClock::new(BASE_MS);
+    h.backend.clock = clock.clone();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let options = CommitOptions::default();
+    let mut records = Vec::new();
+    for o in 0..20 {
+        records.push(order(0, o, o * 1_000));
+        records.push(payment(0, o, &format!("o-0-{o}"), o * 1_000 + 10));
+    }
+    h.ingestor().handle(&event(&records)).await.expect("ingest");
+
+    // The join's round dies twice (as an out-of-memory or a timeout would take the process).
+    let failing = Arc::new(FailingSwaps {
+        inner: h.backend.catalog.pointers().clone(),
+        table: "quick_payments".into(),
+        left: AtomicUsize::new(usize::MAX),
+    });
+    let mut broken = h.backend.clone();
+    broken.catalog = streamtable::catalog::TableCatalog::new(
+        failing.clone(),
+        h.backend.warehouse.file_io().clone(),
+        h.backend.warehouse.root(),
+    );
+    let tables = h.tables();
+    let deadline = || Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    for attempt in 0..2 {
+        let e = commit_pending_with(&broken, &tables, &options, deadline())
+            .await
+            .expect_err("the join's round fails");
+        assert!(e.to_string().contains("dies"), "attempt {attempt}: {e}");
+    }
+    assert!(
+        h.backend
+            .state
+            .commit_intent()
+            .await
+            .expect("intent")
+            .is_some()
+    );
+    // The third run defers it: the intent finishes and the topics' tables are committed.
+    let report = commit_pending_with(&broken, &tables, &options, deadline())
+        .await
+        .expect("the round is deferred, the intent finishes");
+    assert!(join_stats(&report).deferred, "{report:?}");
+    assert!(
+        h.backend
+            .state
+            .commit_intent()
+            .await
+            .expect("intent")
+            .is_none()
+    );
+    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, 20);
+    assert_eq!(count(&h, "SELECT COUNT(*) FROM quick_payments").await, 0);
+
+    // Later batches commit while the backlog waits (a deferral is retried after 10 minutes).
+    let mut more = Vec::new();
+    for o in 20..30 {
+        more.push(order(0, o, o * 1_000));
+        more.push(payment(0, o, &format!("o-0-{o}"), o * 1_000 + 10));
+    }
+    h.ingestor().handle(&event(&more)).await.expect("ingest");
+    let report = commit(&h, &options).await;
+    assert!(join_stats(&report).deferred, "still waiting: {report:?}");
+    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, 30);
+
+    // Ten minutes on, the next round joins the backlog and its own rows, once each.
+    clock.advance(11 * 60_000);
+    h.ingestor()
+        .handle(&event(&[
+            order(0, 30, 30_000),
+            payment(0, 30, "o-0-30", 30_010),
+        ]))
+        .await
+        .expect("ingest");
+    let report = commit(&h, &options).await;
+    let stats = join_stats(&report);
+    assert!(!stats.deferred, "{stats:?}");
+    assert_eq!(count(&h, "SELECT COUNT(*) FROM quick_payments").await, 31);
+    assert_eq!(
+        count(&h, "SELECT COUNT(DISTINCT payment_id) FROM quick_payments").await,
+        31
+    );
+}
