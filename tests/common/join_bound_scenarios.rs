@@ -239,8 +239,7 @@ impl streamtable::catalog::PointerStore for FailingSwaps {
         let has_rows = metadata.current_snapshot().is_some_and(|s| {
             s.summary()
                 .additional_properties
-                .get("added-records")
-                .is_some()
+                .contains_key("added-records")
         });
         if table == self.table
             && has_rows
