@@ -272,3 +272,56 @@ pub fn pipeline_spec(text: &str) {
         Err(e) => assert!(e.to_string().starts_with("fuzz.toml"), "{e}"),
     }
 }
+
+/// Arbitrary bytes as a schema a registry hands over: the first byte picks Avro (even) or
+/// Protobuf (odd), the next two the length of the schema text, then the text, then a record
+/// body. The schema's columns (`columns = "from-registry"`) are read off it or refused with a
+/// message, and a decoder given it decodes the body into cells or a rejection: nothing panics,
+/// and the work is bounded by the limits the decoders set.
+pub fn registry_schema(bytes: &[u8]) {
+    let Some((&selector, rest)) = bytes.split_first() else {
+        return;
+    };
+    let Some((len, rest)) = rest.split_first_chunk::<2>() else {
+        return;
+    };
+    let len = usize::from(u16::from_le_bytes(*len)).min(rest.len());
+    let (text, body) = rest.split_at(len);
+    let Ok(text) = std::str::from_utf8(text) else {
+        return;
+    };
+    let (format, kind, table) = if selector % 2 == 0 {
+        (streamtable::spec::Format::Avro, "AVRO", "orders-avro")
+    } else {
+        (
+            streamtable::spec::Format::Protobuf,
+            "PROTOBUF",
+            "orders-proto",
+        )
+    };
+    let _ = streamtable::registry::columns::of_schema(format, text, None);
+    static SPEC: OnceLock<PipelineSpec> = OnceLock::new();
+    let spec = SPEC.get_or_init(|| {
+        PipelineSpec::parse(
+            &format!("{}{REGISTRY_TABLES}", pipeline()),
+            Path::new("pipeline.toml"),
+        )
+        .expect("spec")
+    });
+    let Some(t) = spec.tables.iter().find(|t| t.topic == table) else {
+        return;
+    };
+    let decoder = streamtable::decode::Decoder::new(t);
+    let Some(registry) = decoder.registry() else {
+        return;
+    };
+    let id = streamtable::decode::framing::SchemaId::Confluent(77);
+    registry.add_schema(id, kind, text);
+    let mut value = vec![0u8, 0, 0, 0, 77];
+    if selector % 2 == 1 {
+        value.push(0);
+    }
+    value.extend_from_slice(body);
+    let mut scratch = Vec::new();
+    let _ = decoder.decode(&value, &mut scratch, 1 << 20);
+}

@@ -9,7 +9,8 @@
 //! Per topic-partition, under a lock that keeps two replays apart:
 //! 1. records at or past the checkpoint go through the ingest handler as usual;
 //! 2. for records below it, the offsets that did land are looked up — in pending batches first,
-//!    then in the tables (the topic's table and `dead_letters`; in that order, so a commit
+//!    then in the tables (the topic's table and `dead_letters`, or for a topic with no table of
+//!    its own the derived tables that keep its records' coordinates; in that order, so a commit
 //!    moving a batch from pending to the table in between is seen on one side or the other);
 //! 3. the rest are landed as a pending batch, written only while the lock is still held.
 //!
@@ -211,7 +212,19 @@ pub async fn landed_offsets(
     }
     let mut names = vec![DEAD_LETTER_TABLE.to_string()];
     if let Some(t) = spec.table_for_topic(&source.topic) {
-        names.push(t.name.clone());
+        if t.land {
+            names.push(t.name.clone());
+        } else {
+            // A topic with no table of its own (`land = false`): its records are in the derived
+            // tables that take rows one by one, under their own Kafka coordinates. A record
+            // none of them kept (a filter) yields nothing when it is landed again. Windowed
+            // tables' partial rows carry a batch's last offset, not each record's.
+            names.extend(
+                spec.derived_from(&t.name)
+                    .filter(|d| d.view.is_none())
+                    .map(|d| d.table.name.clone()),
+            );
+        }
     }
     for name in names {
         let Some((table, _)) = backend.catalog.load(&tables.ident(&name)).await? else {

@@ -263,6 +263,24 @@ pub struct RunStatus {
 pub const STATUS_KEY: &str = "scheduled";
 /// Most failures and blocked batches a [`RunStatus`] keeps.
 pub const STATUS_LIMIT: usize = 20;
+/// Longest message of a failure or blocked batch a [`RunStatus`] keeps, bytes.
+pub const STATUS_MESSAGE_BYTES: usize = 4_096;
+
+/// `text` cut to [`STATUS_MESSAGE_BYTES`] (at a character boundary), marked when cut.
+fn cut(text: &str) -> String {
+    if text.len() <= STATUS_MESSAGE_BYTES {
+        return text.to_string();
+    }
+    let mut end = STATUS_MESSAGE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} bytes; the run's log has it whole)",
+        &text[..end],
+        text.len()
+    )
+}
 
 /// The last run's [`RunStatus`], if any run finished.
 pub async fn last_run(backend: &Backend) -> Result<Option<RunStatus>> {
@@ -366,15 +384,29 @@ pub async fn run_until(
     report.maintenance = maintenance;
     report.failures.extend(failures);
     report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    // The status is one item (DynamoDB: at most 400 KB): every message is cut to its first
+    // STATUS_MESSAGE_BYTES, so 20 failures and 20 blocked batches always fit.
     let status = RunStatus {
         finished_at_ms: backend.clock.now_ms(),
-        failures: report.failures.iter().take(STATUS_LIMIT).cloned().collect(),
+        failures: report
+            .failures
+            .iter()
+            .take(STATUS_LIMIT)
+            .map(|f| Failure {
+                error: cut(&f.error),
+                ..f.clone()
+            })
+            .collect(),
         blocked: report
             .commit
             .blocked
             .iter()
             .take(STATUS_LIMIT)
-            .cloned()
+            .map(|b| crate::commit::BlockedBatch {
+                reason: cut(&b.reason),
+                batch: cut(&b.batch),
+                ..b.clone()
+            })
             .collect(),
         blocked_total: report.commit.blocked.len() as u64,
         backlog: report.commit.backlog.clone(),
@@ -393,6 +425,18 @@ pub async fn run_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_messages_are_cut_so_the_status_item_stays_small() {
+        let long = "é".repeat(10_000);
+        let c = cut(&long);
+        assert!(c.len() < STATUS_MESSAGE_BYTES + 100, "{}", c.len());
+        assert!(
+            c.ends_with("(20000 bytes; the run's log has it whole)"),
+            "{c}"
+        );
+        assert_eq!(cut("short"), "short");
+    }
 
     #[test]
     fn options_from_the_environment_refuse_a_retention_of_zero_hours() {

@@ -1,5 +1,7 @@
 //! Seeded fault schedules: deliveries, re-deliveries, zombie batches and scheduled runs
-//! (commit, compaction with eager settings, expiry and orphan clean-up with no grace period) on
+//! (commit, compaction with eager settings, expiry and orphan clean-up with no grace period; at
+//! times two runs side by side), with a windowed table whose SQL changes between invocations
+//! (a rolling deploy: one ingestor per version, picked at random), on
 //! a backend whose state store, catalog pointers, object store and Iceberg file storage fail at
 //! random — before a call, or after it was applied with the answer lost. After each schedule
 //! the faults stop, the event source mapping delivers what it has not yet had acknowledged, the
@@ -58,7 +60,33 @@ fn eager() -> ScheduledOptions {
     }
 }
 
-/// (partition, offset) of every row of a table (or, for dead letters, of `orders`' rows).
+/// A windowed table over orders in three versions that keep its columns: v2 drops the `WHERE`
+/// (carried over), v3 windows by two minutes (restarted).
+const WINDOWED: [&str; 3] = [
+    "SELECT window_start, window_end, country, COUNT(*) AS orders FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE)) WHERE status <> 'cancelled' GROUP BY window_start, window_end, country",
+    "SELECT window_start, window_end, country, COUNT(*) AS orders FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end, country",
+    "SELECT window_start, window_end, country, COUNT(*) AS orders FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '2' MINUTE)) GROUP BY window_start, window_end, country",
+];
+
+/// The spine's spec (orders) with the windowed table in version `v`.
+fn spec(h: &common::Harness, v: usize) -> streamtable::spec::PipelineSpec {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
+    let text = std::fs::read_to_string(&path).expect("shipped spec");
+    let tables = text
+        .split("\n# ----- Reference tables -----")
+        .next()
+        .expect("tables");
+    let text = format!(
+        "{tables}\n[[derived_tables]]\nname = \"orders_per_minute\"\nsql = \"\"\"\n{}\n\"\"\"\n",
+        WINDOWED[v]
+    );
+    let mut spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec");
+    spec.retain_tables(|t| h.spec.tables.iter().any(|s| s.name == t.name));
+    spec
+}
+
+/// (partition, offset) of every row of a table (for dead letters: those of `orders`' own
+/// rejections, not a derived table's).
 async fn rows(h: &common::Harness, table: &str) -> Vec<(i32, i64)> {
     let ident = h.tables().ident(table);
     let Some((t, _)) = h.backend.catalog.load(&ident).await.expect("load") else {
@@ -87,7 +115,18 @@ async fn rows(h: &common::Harness, table: &str) -> Vec<(i32, i64)> {
             .column_by_name("kafka_offset")
             .expect("o")
             .as_primitive::<Int64Type>();
-        out.extend((0..b.num_rows()).map(|i| (p.value(i), o.value(i))));
+        let kind = b
+            .column_by_name("error_kind")
+            .map(|k| k.as_string::<i32>().clone());
+        let derived = |i: usize| {
+            kind.as_ref()
+                .is_some_and(|k| matches!(k.value(i), "late" | "future" | "transform"))
+        };
+        out.extend(
+            (0..b.num_rows())
+                .filter(|i| !derived(*i))
+                .map(|i| (p.value(i), o.value(i))),
+        );
     }
     out.sort();
     out
@@ -96,10 +135,17 @@ async fn rows(h: &common::Harness, table: &str) -> Vec<(i32, i64)> {
 async fn schedule(seed: u64) -> u64 {
     let mut h = common::embedded().await;
     h.spec.retain_tables(|t| t.name == "orders");
+    let specs: Vec<_> = (0..WINDOWED.len()).map(|v| spec(&h, v)).collect();
+    h.spec = specs[1].clone();
     let tables = h.tables();
     let chaos = Chaos::new(seed, 60);
     let faulty = chaos::backend(&h.backend, &chaos);
-    let ingestor = Ingestor::new(&h.spec, &faulty).expect("ingestor");
+    // One ingestor per version of the windowed table: a delivery lands on any of them.
+    let ingestors: Vec<Ingestor> = specs
+        .iter()
+        .map(|s| Ingestor::new(s, &faulty).expect("ingestor"))
+        .collect();
+    let ingestor = &ingestors[1];
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut committed: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
     for _ in 0..14 {
@@ -121,7 +167,8 @@ async fn schedule(seed: u64) -> u64 {
                 if recs.is_empty() {
                     continue;
                 }
-                let ok = ingestor.handle(&common::event(&recs)).await.is_ok();
+                let pick = &ingestors[rng.below(ingestors.len() as u64) as usize];
+                let ok = pick.handle(&common::event(&recs)).await.is_ok();
                 // A success whose answer was lost is delivered again.
                 if ok && rng.below(5) != 0 {
                     committed.extend(ends);
@@ -137,6 +184,15 @@ async fn schedule(seed: u64) -> u64 {
                     recs.extend(source(p, start..end));
                 }
                 let _ = ingestor.handle(&common::event(&recs)).await;
+            }
+            7 => {
+                // Two scheduled runs side by side (an overlapping schedule, a trigger).
+                let options = eager();
+                let (a, b) = futures::join!(
+                    scheduled::run(&faulty, &tables, &options),
+                    scheduled::run(&faulty, &tables, &options)
+                );
+                let _ = (a, b);
             }
             _ => {
                 let _ = scheduled::run(&faulty, &tables, &eager()).await;

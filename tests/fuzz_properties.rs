@@ -171,6 +171,71 @@ fn spec_text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// An Avro schema built to be expensive: named records reused as the fields of the next
+/// (each level doubling or more the values of a record), unions, arrays and maps of them,
+/// recursion through a union; sometimes deep.
+fn avro_schema() -> impl Strategy<Value = String> {
+    (1usize..45, 1usize..5, any::<u8>()).prop_map(|(levels, fan, shape)| {
+        let mut ty = r#"{"type":"record","name":"R0","fields":[{"name":"n","type":"null"},{"name":"order_id","type":["null","string"]}]}"#.to_string();
+        for k in 1..levels {
+            let reuse = |i: usize| match (shape >> (i % 8)) & 3 {
+                0 => format!(r#""R{}""#, k - 1),
+                1 => format!(r#"["null","R{}"]"#, k - 1),
+                2 => format!(r#"{{"type":"array","items":"R{}"}}"#, k - 1),
+                _ => format!(r#"{{"type":"map","values":"R{}"}}"#, k - 1),
+            };
+            let mut fields = vec![format!(r#"{{"name":"a","type":{ty}}}"#)];
+            for i in 0..fan {
+                fields.push(format!(r#"{{"name":"b{i}","type":{}}}"#, reuse(i)));
+            }
+            fields.push(format!(r#"{{"name":"self","type":["null","R{k}"]}}"#));
+            ty = format!(r#"{{"type":"record","name":"R{k}","fields":[{}]}}"#, fields.join(","));
+        }
+        ty
+    })
+}
+
+/// A `.proto` nested deep, or wide, with self-references.
+fn proto_schema() -> impl Strategy<Value = String> {
+    (1usize..200, 1usize..30).prop_map(|(depth, width)| {
+        let mut text = String::from("syntax = \"proto3\";\n");
+        for i in 0..depth {
+            text.push_str(&format!("message M{i} {{\n"));
+            for j in 0..width {
+                text.push_str(&format!("  M{i} f{j} = {};\n", j + 1));
+            }
+        }
+        text.push_str("string order_id = 100;\n");
+        for _ in 0..depth {
+            text.push('}');
+        }
+        text
+    })
+}
+
+fn schema_input(avro: bool, text: &str, body: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![if avro { 0 } else { 1 }];
+    let len = u16::try_from(text.len()).unwrap_or(u16::MAX);
+    bytes.extend(len.to_le_bytes());
+    bytes.extend(&text.as_bytes()[..usize::from(len)]);
+    bytes.extend(body);
+    bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_registry_schema_is_read_or_refused_within_its_limits(
+        avro in avro_schema(),
+        proto in proto_schema(),
+        body in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        targets::registry_schema(&schema_input(true, &avro, &body));
+        targets::registry_schema(&schema_input(false, &proto, &body));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
@@ -208,6 +273,7 @@ fn fuzz_findings_stay_fixed() {
                 targets::pipeline_spec(t)
             }
         }),
+        ("registry_schema", targets::registry_schema),
     ] {
         let Ok(dir) = std::fs::read_dir(root.join(target)) else {
             continue;

@@ -38,3 +38,89 @@ async fn an_older_release_keeps_the_state_of_a_table_it_does_not_know() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_record_from_year_9999_does_not_move_the_watermark() {
+    common::event_time_scenarios::a_record_from_year_9999_does_not_move_the_watermark(
+        common::embedded().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_idle_partition_moves_to_the_lowest_active_watermark() {
+    common::event_time_scenarios::an_idle_partition_moves_to_the_lowest_active_watermark(
+        common::embedded().await,
+    )
+    .await;
+}
+
+/// Spilled partition states that no state item names (a losing duplicate's, a crashed
+/// invocation's) and join state objects no snapshot names are deleted by maintenance; the
+/// named ones stay.
+#[tokio::test]
+async fn orphaned_state_objects_are_deleted_and_named_ones_kept() {
+    let mut h = common::embedded().await;
+    h.spec = common::shipped_spec();
+    h.spec
+        .retain_tables(|t| t.name == "orders" || t.name == "payments");
+    let tables = h.tables();
+    tables.ensure_all(&h.backend).await.expect("tables");
+    let options = streamtable::ingest::IngestOptions {
+        max_inline_state_bytes: 1,
+        ..streamtable::ingest::IngestOptions::for_spec(&h.spec)
+    };
+    let ingestor = h.ingestor().with_options(options);
+    ingestor
+        .handle(&common::event(&common::records("orders", 0, 0..5)))
+        .await
+        .expect("ingest");
+    let source = streamtable::checkpoint::SourcePartition::new("orders", 0);
+    let named = h
+        .backend
+        .state
+        .partition_states(&[source])
+        .await
+        .expect("state")[0]
+        .clone()
+        .and_then(|s| s.location)
+        .expect("the state was spilled");
+    let root = h.backend.warehouse.root();
+    let orphans = [
+        format!("{root}/_state/partitions/orders/0/00000000000000000001-0000000009-dead.state"),
+        format!("{root}/_state/orders/0/00000000000000000001-0000000009.state"),
+        format!("{root}/_state/join/order_payments/lost-left-0.parquet"),
+    ];
+    for o in &orphans {
+        h.backend
+            .warehouse
+            .write(o, bytes::Bytes::from_static(b"orphan"))
+            .await
+            .expect("write");
+    }
+    streamtable::commit::commit_pending(&h.backend, &tables)
+        .await
+        .expect("commit");
+    let options = streamtable::maintenance::MaintenanceOptions {
+        orphan_grace_ms: -1,
+        ..Default::default()
+    };
+    streamtable::maintenance::maintain_all(&h.backend, &tables, &options)
+        .await
+        .expect("maintenance");
+    for o in &orphans {
+        assert!(
+            h.backend.warehouse.stat(o).await.expect("stat").is_none(),
+            "{o} is an orphan"
+        );
+    }
+    assert!(
+        h.backend
+            .warehouse
+            .stat(&named)
+            .await
+            .expect("stat")
+            .is_some(),
+        "{named} is the partition's state"
+    );
+}

@@ -39,3 +39,19 @@ async fn an_older_release_keeps_the_state_of_a_table_it_does_not_know() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_record_from_year_9999_does_not_move_the_watermark() {
+    common::event_time_scenarios::a_record_from_year_9999_does_not_move_the_watermark(
+        common::moto().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_idle_partition_moves_to_the_lowest_active_watermark() {
+    common::event_time_scenarios::an_idle_partition_moves_to_the_lowest_active_watermark(
+        common::moto().await,
+    )
+    .await;
+}

@@ -89,19 +89,11 @@ pub async fn state_plan(
         if !processor.is_stateful(&t.name) {
             continue;
         }
-        let sources: Vec<crate::checkpoint::SourcePartition> = backend
-            .state
-            .partitions(&t.topic)
-            .await?
-            .into_iter()
-            .map(|p| crate::checkpoint::SourcePartition::new(&t.topic, p))
-            .collect();
-        let stored = backend.state.partition_states(&sources).await?;
         let mut changes = crate::process::state::StateChanges::default();
-        for (source, stored) in sources.iter().zip(stored) {
+        for (source, stored) in backend.state.topic_states(&t.topic).await? {
             let Some(stored) = stored else { continue };
             let state =
-                crate::ingest::read_stored_state(&backend.warehouse, source, &stored).await?;
+                crate::ingest::read_stored_state(&backend.warehouse, &source, &stored).await?;
             processor.state_changes(&t.name, &state, &mut changes);
         }
         if changes.is_empty() {

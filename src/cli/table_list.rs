@@ -243,15 +243,7 @@ pub async fn state_overview(
         if !stateful {
             continue;
         }
-        let sources: Vec<crate::checkpoint::SourcePartition> = backend
-            .state
-            .partitions(&t.topic)
-            .await?
-            .into_iter()
-            .map(|p| crate::checkpoint::SourcePartition::new(&t.topic, p))
-            .collect();
-        let states = backend.state.partition_states(&sources).await?;
-        for (s, st) in sources.iter().zip(states) {
+        for (s, st) in backend.state.topic_states(&t.topic).await? {
             if let Some(st) = st {
                 out.push(PartitionStateInfo {
                     topic: s.topic.clone(),

@@ -207,10 +207,8 @@ pub async fn commit_pending_with(
         });
     };
     let result = commit_rounds(backend, tables, options, deadline, &lease).await;
-    let released = lease.release(backend).await;
-    let report = result?;
-    released?;
-    Ok(report)
+    lease.release(backend).await;
+    result
 }
 
 /// [`commit_pending_with`]'s rounds, with the lease already held (renewed before each round).

@@ -91,8 +91,7 @@ pub async fn commit_when_due(
         Ok(Some(report))
     }
     .await;
-    let unlocked = lease.release(backend).await;
+    lease.release(backend).await;
     let report = result?;
-    unlocked?;
     Ok(Triggered { report, waited })
 }

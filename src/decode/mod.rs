@@ -55,6 +55,10 @@ pub enum RejectKind {
     /// The record came later than a window's allowed lateness: the window's result was final
     /// (the message names the table, the window and the watermark).
     Late,
+    /// The record's event time is further ahead of its Kafka timestamp than the table's
+    /// `max_event_time_ahead`: a stateful table does not believe it (it would move the
+    /// watermark there); the topic's own table keeps it.
+    Future,
     /// An Avro topic's value has no schema registry header (Confluent or Glue).
     NoSchemaId,
     /// The value's schema id is not in the registry (or its schema cannot be read).
@@ -65,7 +69,7 @@ pub enum RejectKind {
 
 impl RejectKind {
     /// Every kind, for documentation and tests.
-    pub const ALL: [RejectKind; 17] = [
+    pub const ALL: [RejectKind; 18] = [
         RejectKind::InvalidBase64,
         RejectKind::Tombstone,
         RejectKind::EmptyValue,
@@ -80,6 +84,7 @@ impl RejectKind {
         RejectKind::UnknownTopic,
         RejectKind::Transform,
         RejectKind::Late,
+        RejectKind::Future,
         RejectKind::NoSchemaId,
         RejectKind::UnknownSchema,
         RejectKind::SchemaMismatch,
@@ -102,6 +107,7 @@ impl RejectKind {
             RejectKind::UnknownTopic => "unknown_topic",
             RejectKind::Transform => "transform",
             RejectKind::Late => "late",
+            RejectKind::Future => "future",
             RejectKind::NoSchemaId => "no_schema_id",
             RejectKind::UnknownSchema => "unknown_schema",
             RejectKind::SchemaMismatch => "schema_mismatch",

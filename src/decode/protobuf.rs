@@ -378,8 +378,67 @@ impl Compiled {
     }
 }
 
+/// Largest `.proto` source a registry may hand over, bytes.
+pub(crate) const MAX_PROTO_BYTES: usize = 1024 * 1024;
+/// Deepest nesting of `{`, `(` and `[` a `.proto` may have (messages in messages, option
+/// values): the compiler recurses on it, and a source nested thousands deep would overflow the
+/// stack and abort the process.
+pub(crate) const MAX_PROTO_NESTING: usize = 64;
+
+/// Refuses `.proto` source over [`MAX_PROTO_BYTES`] or nested deeper than
+/// [`MAX_PROTO_NESTING`], before the compiler sees it. Strings and comments are skipped.
+pub(crate) fn check_limits(text: &str) -> Result<(), String> {
+    if text.len() > MAX_PROTO_BYTES {
+        return Err(format!(
+            "the .proto is {} bytes, over the limit of {MAX_PROTO_BYTES}",
+            text.len()
+        ));
+    }
+    let b = text.as_bytes();
+    let (mut i, mut depth, mut deepest) = (0, 0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    if b[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            b'{' | b'(' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > MAX_PROTO_NESTING {
+                    return Err(format!(
+                        "the .proto nests more than {MAX_PROTO_NESTING} levels deep (the limit)"
+                    ));
+                }
+            }
+            b'}' | b')' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 /// Compiles `.proto` source (imports of Google's well-known types only).
 pub(crate) fn compile(text: &str) -> Result<Compiled, String> {
+    check_limits(text)?;
     let file = protox::file::File::from_source(SCHEMA_FILE, text).map_err(|e| e.to_string())?;
     let mut resolver = protox::file::ChainFileResolver::new();
     resolver.add(Single(file));

@@ -51,7 +51,7 @@ pub(super) async fn derived_files(
                 .ok_or_else(|| Error::Internal(format!("no location for table {}", d.table)))?;
             files.extend(encode(&d.layout, batch, location, out.stem, out.props).await?);
         }
-        if d.failures.is_empty() && d.late.is_empty() {
+        if d.failures.is_empty() && d.late.is_empty() && d.future.is_empty() {
             continue;
         }
         let partitions = rows
@@ -78,7 +78,11 @@ pub(super) async fn derived_files(
             )
         });
         let late = d.late.iter().map(|(r, m)| (r, RejectKind::Late, m.clone()));
-        for (row, kind, reason) in failures.chain(late) {
+        let future = d
+            .future
+            .iter()
+            .map(|(r, m)| (r, RejectKind::Future, m.clone()));
+        for (row, kind, reason) in failures.chain(late).chain(future) {
             if *row >= rows.num_rows() || partitions.is_null(*row) {
                 return Err(Error::Internal(format!(
                     "derived table {} reported row {row} of {}",

@@ -1,8 +1,9 @@
 //! Idle partitions: a Kafka partition that receives nothing keeps its watermark, so its share of
 //! every window stays open and the windows' totals stay incomplete. After the table's
 //! `idle_timeout` without a landed batch, the scheduled stage moves such a partition's watermark
-//! up to the highest watermark among the topic's partitions and closes the windows it passes —
-//! Flink's source idleness, partition by partition.
+//! up to the lowest watermark among the topic's partitions that still receive (the highest when
+//! every partition is idle) and closes the windows it passes — Flink's source idleness, where
+//! idle inputs leave the minimum, partition by partition.
 //!
 //! The flush is an advance like ingest's: the partial rows are written as files, and the
 //! pending batch and the new state are recorded in one conditional write that keeps the
@@ -69,12 +70,21 @@ impl Ingestor {
                 states.push((source.clone(), stored, state));
             }
             let ooo = et.out_of_orderness_ms.saturating_mul(1000);
-            let Some(topic_watermark) = states
+            // Where idle partitions move to: the lowest watermark among the partitions still
+            // receiving (Flink: idle inputs leave the minimum), so that a partition far ahead
+            // cannot drag the others past what the rest of the topic has seen; when every
+            // partition is idle (the stream paused), the highest, so the topic's windows close.
+            let is_idle = |s: &crate::checkpoint::StoredState| {
+                s.updated_at_ms.saturating_add(et.idle_timeout_ms) <= now
+            };
+            let active = states
                 .iter()
+                .filter(|(_, stored, _)| !is_idle(stored))
                 .filter_map(|(_, _, s)| s.max_event_time)
-                .max()
-                .map(|m| m.saturating_sub(ooo))
-            else {
+                .min();
+            let target =
+                active.or_else(|| states.iter().filter_map(|(_, _, s)| s.max_event_time).max());
+            let Some(topic_watermark) = target.map(|m| m.saturating_sub(ooo)) else {
                 continue;
             };
             for (source, stored, mut state) in states {
@@ -85,7 +95,7 @@ impl Ingestor {
                 else {
                     continue;
                 };
-                let idle = stored.updated_at_ms.saturating_add(et.idle_timeout_ms) <= now;
+                let idle = is_idle(&stored);
                 if !idle || stored.next_offset != checkpoint.next_offset {
                     continue;
                 }

@@ -135,6 +135,11 @@ impl Ingestor {
         (kept, error)
     }
 
+    /// Whether some topic is refused (its table could not be resolved against the catalog).
+    pub fn has_refused(&self) -> bool {
+        !self.refused.is_empty()
+    }
+
     pub(super) fn check_refused_topic(&self, topic: &str) -> Result<()> {
         match self.refused.get(topic) {
             Some((table, why)) => Err(Error::SchemaRefused {

@@ -97,7 +97,19 @@ impl LiveIngestor {
                         *current = None;
                     }
                 }
-                other => return other,
+                other => {
+                    // A refused table (a schema change the catalog cannot take, or a catalog
+                    // call it was not allowed to make) is resolved again by the next
+                    // invocation: a fixed spec, table or permission lands the topic without
+                    // waiting for the container to be recycled.
+                    if other.is_err() && ingestor.has_refused() {
+                        let mut current = self.current.lock().await;
+                        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &ingestor)) {
+                            *current = None;
+                        }
+                    }
+                    return other;
+                }
             }
         }
     }

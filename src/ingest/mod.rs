@@ -73,7 +73,8 @@ pub struct EncodedEvent {
     pub records: u64,
     /// The encoded files of every table.
     pub files: Vec<EncodedFile>,
-    /// Dead letters written because a derived table's SQL failed on a record.
+    /// Dead letters written for a derived table (its SQL failed on a record, a window's
+    /// lateness, an event time too far ahead), on top of the record's own row.
     pub transform_failures: u64,
     /// Rows dropped by derived tables' dedup.
     pub deduplicated: u64,
@@ -200,7 +201,10 @@ impl Ingestor {
             out.transform_failures += counts
                 .rejected_by_kind
                 .iter()
-                .filter(|(k, _)| *k == crate::decode::RejectKind::Transform)
+                .filter(|(k, _)| {
+                    use crate::decode::RejectKind as K;
+                    matches!(k, K::Transform | K::Late | K::Future)
+                })
                 .map(|(_, n)| n)
                 .sum::<u64>();
         }

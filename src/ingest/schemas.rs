@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use futures::StreamExt;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
@@ -15,6 +17,13 @@ use crate::registry::columns::of_schema;
 
 /// Base64 characters that hold the longest registry header (Glue: 18 bytes).
 const HEADER_CHARS: usize = 24;
+
+/// Most schema ids one group fetches from the registry: a batch of values naming thousands of
+/// distinct ids (garbage, or an attack on a shared registry) fetches this many, remembers the
+/// answers, and fails retryably, so every retry makes progress and none outlasts the function.
+pub const MAX_FETCHES_PER_GROUP: usize = 256;
+/// Registry requests in flight at once.
+const FETCH_CONCURRENCY: usize = 8;
 
 impl Ingestor {
     /// Fetches every schema the Avro records of `planned` name and their decoders do not have.
@@ -45,9 +54,26 @@ impl Ingestor {
                     wanted.insert(id);
                 }
             }
-            for id in wanted {
-                let started = std::time::Instant::now();
-                match self.registries.fetch(&id).await? {
+            let unknown = wanted.len();
+            let fetches = futures::stream::iter(wanted.into_iter().take(MAX_FETCHES_PER_GROUP))
+                .map(|id| async move {
+                    let started = std::time::Instant::now();
+                    let found = self.registries.fetch(&id).await;
+                    (id, started, found)
+                })
+                .buffer_unordered(FETCH_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await;
+            let mut failed = None;
+            for (id, started, found) in fetches {
+                let found = match found {
+                    Ok(found) => found,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        continue;
+                    }
+                };
+                match found {
                     Lookup::Found { schema, kind } => {
                         self.check_new_fields(table, &id, &schema)?;
                         decoder.add_schema(id, &kind, &schema);
@@ -60,6 +86,20 @@ impl Ingestor {
                         decoder.add_missing(id, reason);
                     }
                 }
+            }
+            // What was learned is kept (above); the group fails only now.
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if unknown > MAX_FETCHES_PER_GROUP {
+                return Err(Error::Registry {
+                    registry: "schema ids".into(),
+                    message: format!(
+                        "topic {}: the batch names {unknown} schema ids this process does not know, more than {MAX_FETCHES_PER_GROUP} (the limit per batch); fetched {MAX_FETCHES_PER_GROUP}, the retry fetches the next",
+                        p.source.topic
+                    ),
+                    retryable: true,
+                });
             }
         }
         Ok(())

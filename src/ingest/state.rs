@@ -1,8 +1,8 @@
 //! The state of stateful derived tables (windows, dedup) per partition: read with the
 //! checkpoints, run through the batch, written back in the same conditional write. A state
 //! larger than the state item holds is written to the warehouse under a name of its own
-//! (`_state/{topic}/{partition}/{next offset}-{seq}-{content hash}.state`) and the item refers
-//! to it.
+//! (`_state/partitions/{topic}/{partition}/{next offset}-{seq}-{content hash}.state`) and the
+//! item refers to it.
 
 use std::collections::HashMap;
 
@@ -137,7 +137,7 @@ impl Ingestor {
             // (next, seq) with other bytes (another clock), and must never replace the object
             // the winner's committed item names.
             let location = format!(
-                "{}/_state/{}/{}/{:020}-{seq:010}-{:016x}.state",
+                "{}/_state/partitions/{}/{}/{:020}-{seq:010}-{:016x}.state",
                 self.warehouse.root(),
                 crate::partition::topic_in_name(&source.topic),
                 source.partition,

@@ -71,7 +71,7 @@ pub struct TableMaintenance {
 mod orphans;
 mod properties;
 
-use orphans::{remove_orphans, remove_spilled_lists};
+use orphans::{remove_join_states, remove_orphans, remove_partition_states, remove_spilled_lists};
 pub use properties::{retention_properties, sync_retention};
 
 /// Runs maintenance on every table; the first failure is returned (see
@@ -143,6 +143,16 @@ pub async fn maintain_all_until(
     }
     if let Err(e) = remove_spilled_lists(backend, options).await {
         failures.push(Failure::new("maintenance", None, None, &e));
+    }
+    for removed in [
+        remove_partition_states(backend, tables, options).await,
+        remove_join_states(backend, tables, options).await,
+    ] {
+        match removed {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(objects = n, "orphaned state objects deleted"),
+            Err(e) => failures.push(Failure::new("maintenance", None, None, &e)),
+        }
     }
     (out, failures)
 }

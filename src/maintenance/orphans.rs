@@ -33,6 +33,112 @@ pub(super) async fn remove_spilled_lists(
     Ok(())
 }
 
+/// Spilled partition states (`_state/partitions/…`, and `_state/{topic}/…` of releases before
+/// 0.4) that no partition's state item names any more: the states of losing duplicates and of
+/// crashed invocations (written before their transaction), and replaced ones whose delete
+/// failed. Only the spec's topics are looked at; the interval joins' state is
+/// [`remove_join_states`]'.
+pub(super) async fn remove_partition_states(
+    backend: &Backend,
+    tables: &crate::tables::TableSet,
+    options: &MaintenanceOptions,
+) -> Result<u64> {
+    let root = format!("{}/_state/", backend.warehouse.root());
+    let mut deleted = 0;
+    let topics: HashSet<String> = tables
+        .tables
+        .values()
+        .filter_map(|d| d.spec.as_ref())
+        .filter(|t| t.event_time.is_some())
+        .map(|t| t.topic.clone())
+        .collect();
+    for topic in topics {
+        let name = crate::partition::topic_in_name(&topic);
+        for prefix in [
+            format!("{root}partitions/{name}/"),
+            format!("{root}{name}/"),
+        ] {
+            if prefix == format!("{root}join/") || prefix == format!("{root}partitions/") {
+                continue;
+            }
+            let candidates = old_objects(backend, &prefix, options).await?;
+            if candidates.is_empty() {
+                continue;
+            }
+            // The items are read after the listing: a state written and named in between is
+            // seen.
+            let named: HashSet<String> = backend
+                .state
+                .topic_states(&topic)
+                .await?
+                .into_iter()
+                .filter_map(|(_, s)| s.and_then(|s| s.location))
+                .collect();
+            for o in candidates {
+                if !o.location.ends_with(".state") || named.contains(&o.location) {
+                    continue;
+                }
+                if delete_if_still_old(backend, &o.location, options).await? {
+                    deleted += 1;
+                }
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Interval joins' state objects (`_state/join/{table}/…`) that no retained snapshot of the
+/// join table names (rounds that lost, crashed, or whose delete of the replaced state failed).
+pub(super) async fn remove_join_states(
+    backend: &Backend,
+    tables: &crate::tables::TableSet,
+    options: &MaintenanceOptions,
+) -> Result<u64> {
+    let mut deleted = 0;
+    for (name, _) in &tables.joins {
+        let prefix = format!("{}/_state/join/{name}/", backend.warehouse.root());
+        let candidates = old_objects(backend, &prefix, options).await?;
+        if candidates.is_empty() {
+            continue;
+        }
+        let Some((table, _)) = backend.catalog.load(&tables.ident(name)).await? else {
+            continue;
+        };
+        let mut named = HashSet::new();
+        for s in table.metadata().snapshots() {
+            let Some(json) = s
+                .summary()
+                .additional_properties
+                .get(crate::commit::JOIN_STATE_PROPERTY)
+            else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+                // A state this release cannot read: keep everything.
+                named.insert(String::new());
+                continue;
+            };
+            for side in ["left", "right"] {
+                if let Some(l) = v.get(side).and_then(|l| l.as_str()) {
+                    named.insert(l.to_string());
+                }
+            }
+        }
+        if named.contains("") {
+            continue;
+        }
+        for o in candidates {
+            if named.contains(&o.location) {
+                continue;
+            }
+            if delete_if_still_old(backend, &o.location, options).await? {
+                deleted += 1;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 /// Objects under `prefix` older than the grace period.
 async fn old_objects(
     backend: &Backend,

@@ -27,6 +27,9 @@ pub struct Derived {
     /// Source rows later than a window's allowed lateness, with the reason (dead letters of
     /// kind `late`).
     pub late: Vec<(usize, String)>,
+    /// Source rows whose event time is too far ahead of their Kafka timestamp for a stateful
+    /// table to believe it (dead letters of kind `future`).
+    pub future: Vec<(usize, String)>,
     /// Source rows dropped as duplicates by the table's dedup.
     pub deduplicated: u64,
 }
@@ -71,11 +74,13 @@ impl DerivedTable {
     }
 }
 
-/// A source's event time: its column in the source's rows and the out-of-orderness, µs.
+/// A source's event time: its column in the source's rows, the out-of-orderness, and how far
+/// ahead of its Kafka timestamp an event time is believed, µs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SourceTime {
     pub column: usize,
     pub out_of_orderness_us: i64,
+    pub max_ahead_us: i64,
 }
 
 /// Every derived table of a pipeline, planned once (at cold start).
@@ -177,6 +182,7 @@ impl Processor {
                         SourceTime {
                             column,
                             out_of_orderness_us: et.out_of_orderness_ms.saturating_mul(1000),
+                            max_ahead_us: et.max_ahead_ms.saturating_mul(1000),
                         },
                     );
                 }
@@ -355,6 +361,7 @@ impl Processor {
                 rows: e.rows,
                 failures: e.failures,
                 late: Vec::new(),
+                future: Vec::new(),
                 deduplicated: 0,
             });
         }

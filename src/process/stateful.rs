@@ -75,6 +75,7 @@ impl Processor {
                 rows: None,
                 failures: Vec::new(),
                 late: Vec::new(),
+                future: Vec::new(),
                 deduplicated: 0,
             })
             .collect();
@@ -93,6 +94,42 @@ impl Processor {
                 (0..ts.len())
                     .map(|i| ts.is_valid(i).then(|| ts.value(i)))
                     .collect()
+            };
+            // An event time further ahead of its record's Kafka timestamp than the table allows
+            // (a producer's clock, a typo: year 9999) is not believed: it must not move the
+            // watermark (every later record would be late, every dedup key expired).
+            let ahead: Vec<Option<String>> = {
+                let kafka = slice
+                    .column_by_name("kafka_timestamp")
+                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
+                times
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let k = kafka.filter(|k| k.is_valid(i)).map(|k| k.value(i))?;
+                        let t = (*t)?;
+                        (t > k.saturating_add(time.max_ahead_us)).then(|| {
+                            format!(
+                                "event time {} is more than {} ahead of the record's Kafka timestamp {}: the stateful tables of {source} do not believe it (it would move the watermark there); the topic's own table has the record",
+                                super::window::iso(t),
+                                super::window::tvf::human(time.max_ahead_us / 1000),
+                                super::window::iso(k)
+                            )
+                        })
+                    })
+                    .collect()
+            };
+            let any_ahead = ahead.iter().any(Option::is_some);
+            // Times as the stateful tables see them: an unbelieved one is NULL (never a dedup
+            // key, never the watermark) and its row is left out below.
+            let times: Vec<Option<i64>> = if any_ahead {
+                times
+                    .iter()
+                    .zip(&ahead)
+                    .map(|(t, a)| if a.is_some() { None } else { *t })
+                    .collect()
+            } else {
+                times
             };
             let state = states.entry(partition).or_default();
             let wm = |max: Option<i64>| max.map(|m| m.saturating_sub(time.out_of_orderness_us));
@@ -125,6 +162,27 @@ impl Processor {
                 if let Some(keep) = &keep {
                     out[k].deduplicated += keep.iter().filter(|k| !**k).count() as u64;
                 }
+                let keep = if any_ahead {
+                    let label = t
+                        .name
+                        .strip_suffix(crate::spec::PARTIALS_SUFFIX)
+                        .unwrap_or(&t.name);
+                    for (i, a) in ahead.iter().enumerate() {
+                        if let Some(reason) = a {
+                            out[k].future.push((
+                                range.start + i,
+                                format!("derived table {label}: {reason}"),
+                            ));
+                        }
+                    }
+                    let mut keep = keep.unwrap_or_else(|| vec![true; slice.num_rows()]);
+                    for (kept, a) in keep.iter_mut().zip(&ahead) {
+                        *kept &= a.is_none();
+                    }
+                    Some(keep)
+                } else {
+                    keep
+                };
                 if let Plan::Rows(_) = &t.plan {
                     // Row-by-row SQL needs no partition order: it runs once on the whole batch
                     // after the loop, on the rows every partition's dedup kept.
@@ -298,6 +356,7 @@ impl Processor {
                 rows: w.rows,
                 failures: Vec::new(),
                 late: Vec::new(),
+                future: Vec::new(),
                 deduplicated: 0,
             });
         }

@@ -21,6 +21,8 @@ pub struct Derived {
     pub failures: Vec<(usize, String)>,
     /// Source rows later than a window's allowed lateness.
     pub late: Vec<(usize, String)>,
+    /// Source rows whose event time is too far ahead of their Kafka timestamp.
+    pub future: Vec<(usize, String)>,
     /// Source rows dropped as duplicates.
     pub deduplicated: u64,
 }

@@ -15,6 +15,11 @@ use crate::spec::{ColumnSpec, ColumnType, Format, JsonPath, is_identifier};
 
 /// How deep nested records are flattened into columns.
 const MAX_DEPTH: usize = 8;
+/// Most columns a registry schema may give a table.
+pub const MAX_COLUMNS: usize = 1_000;
+/// Most fields looked at while flattening one schema (nested records reused as fields multiply
+/// them): a schema beyond it is refused naming the limit, never walked without end.
+pub const MAX_FIELDS: usize = 10_000;
 
 /// The columns of a registry schema, and the fields left out with why.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,15 +69,36 @@ pub fn of_schema(
             return Err("a JSON topic has no registry schema; list its columns".into());
         }
     }
+    if out.visited > MAX_FIELDS {
+        return Err(format!(
+            "flattening the schema's nested records looks at more than {MAX_FIELDS} fields (the limit); give the table a message or record with fewer nested fields, or list its columns"
+        ));
+    }
+    if out.done.columns.len() > MAX_COLUMNS {
+        return Err(format!(
+            "the schema gives {} columns, more than {MAX_COLUMNS} (the limit); list the table's columns instead",
+            out.done.columns.len()
+        ));
+    }
     Ok(out.done)
 }
 
 #[derive(Default)]
 struct Collector {
     done: SchemaColumns,
+    /// The columns' names (the duplicate check is one look-up, not a scan).
+    names: std::collections::HashSet<String>,
+    /// Fields looked at; past [`MAX_FIELDS`] the walk stops.
+    visited: usize,
 }
 
 impl Collector {
+    /// Counts one field; `false` once past [`MAX_FIELDS`] (the walk stops).
+    fn visit(&mut self) -> bool {
+        self.visited += 1;
+        self.visited <= MAX_FIELDS && self.done.columns.len() <= MAX_COLUMNS
+    }
+
     fn push(&mut self, path: &[String], ty: Option<ColumnType>, why_not: impl FnOnce() -> String) {
         let shown = path.join(".");
         let Some(column_type) = ty else {
@@ -92,7 +118,7 @@ impl Collector {
             ));
             return;
         }
-        if self.done.columns.iter().any(|c| c.name == name) {
+        if !self.names.insert(name.clone()) {
             self.done.skipped.push(format!(
                 "{shown}: another field already gives the column {name:?}"
             ));
@@ -115,6 +141,9 @@ impl Collector {
             return;
         };
         for field in &r.fields {
+            if !self.visit() {
+                return;
+            }
             let path: Vec<String> = prefix.iter().cloned().chain([field.name.clone()]).collect();
             // An optional field is a union of null and one type.
             let ty = match &field.ty {
@@ -176,6 +205,9 @@ impl Collector {
 
     fn message(&mut self, message: &MessageDescriptor, prefix: &[String], open: &mut Vec<String>) {
         for field in message.fields() {
+            if !self.visit() {
+                return;
+            }
             let path: Vec<String> = prefix
                 .iter()
                 .cloned()
@@ -340,5 +372,53 @@ mod tests {
         .expect("columns");
         assert_eq!(e.columns.len(), 1);
         assert!(e.skipped[0].contains("already gives"), "{:?}", e.skipped);
+    }
+
+    /// Fan-out 40 over 4 levels of nested records (40^4 fields) made `check` hang; it is
+    /// refused naming the limit after at most MAX_FIELDS fields.
+    #[test]
+    fn a_schema_that_flattens_into_too_many_fields_is_refused_naming_the_limit() {
+        let mut ty = r#""string""#.to_string();
+        for level in 0..4 {
+            let fields: Vec<String> = (0..40)
+                .map(|i| {
+                    if i == 0 {
+                        format!(r#"{{"name":"f{i}","type":{ty}}}"#)
+                    } else {
+                        format!(r#"{{"name":"f{i}","type":"R{level}"}}"#)
+                    }
+                })
+                .collect();
+            ty = if level == 0 {
+                format!(
+                    r#"{{"type":"record","name":"R{level}","fields":[{}]}}"#,
+                    fields
+                        .join(",")
+                        .replace(r#""type":"R0""#, r#""type":"string""#)
+                )
+            } else {
+                format!(
+                    r#"{{"type":"record","name":"R{level}","fields":[{}]}}"#,
+                    fields.join(",").replace(
+                        &format!(r#""type":"R{level}""#),
+                        &format!(r#""type":"R{}""#, level - 1)
+                    )
+                )
+            };
+        }
+        let schema =
+            format!(r#"{{"type":"record","name":"Top","fields":[{{"name":"x","type":{ty}}}]}}"#);
+        let e = of_schema(Format::Avro, &schema, None).expect_err("refused");
+        assert!(e.contains("(the limit)"), "{e}");
+        // Many columns, each its own field: refused by the column limit.
+        let fields: Vec<String> = (0..1_200)
+            .map(|i| format!(r#"{{"name":"c{i}","type":"long"}}"#))
+            .collect();
+        let wide = format!(
+            r#"{{"type":"record","name":"W","fields":[{}]}}"#,
+            fields.join(",")
+        );
+        let e = of_schema(Format::Avro, &wide, None).expect_err("refused");
+        assert!(e.contains("more than 1000 (the limit)"), "{e}");
     }
 }

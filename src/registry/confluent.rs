@@ -12,6 +12,19 @@ use crate::error::{Error, Result};
 /// How long one request may take before the batch is retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Largest registry answer read, bytes: a schema beyond it is an unknown schema naming the
+/// limit, never a read without end.
+pub const MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
+
+/// What a `GET` found.
+enum Got<T> {
+    Found(T),
+    /// 404.
+    NotFound,
+    /// The answer is larger than [`MAX_RESPONSE_BYTES`].
+    TooLarge,
+}
+
 /// A Confluent-compatible registry (Confluent Platform or Cloud, Redpanda, Apicurio's
 /// compatibility API, Karapace).
 #[derive(Debug, Clone)]
@@ -61,6 +74,11 @@ impl ConfluentRegistry {
         }
         let auth = match auth.filter(|a| !a.is_empty()) {
             None => None,
+            Some(_) if url.starts_with("http://") && !is_loopback(authority) => {
+                return Err(Error::Config(format!(
+                    "registry url {url:?} is plain http: the registry's key and secret would cross the network in the clear; use https:// (plain http is allowed with credentials only on localhost)"
+                )));
+            }
             Some(a) => {
                 let (key, secret) = a.split_once(':').ok_or_else(|| {
                     Error::Config(format!(
@@ -71,8 +89,11 @@ impl ConfluentRegistry {
                 Some((key.to_string(), secret.to_string()))
             }
         };
+        // No redirects: a registry's API does not need them, and following one could carry the
+        // credentials to another scheme or host.
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| Error::Config(format!("registry client for {url}: {e}")))?;
         Ok(ConfluentRegistry { client, url, auth })
@@ -82,7 +103,7 @@ impl ConfluentRegistry {
 impl ConfluentRegistry {
     /// `GET {url}/{path}`: the body, `None` on 404, a fault otherwise (retryable unless the
     /// registry answered with a client error other than 401, 403 or 429).
-    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<Got<T>> {
         let url = format!("{}/{path}", self.url);
         let mut request = self
             .client
@@ -91,13 +112,22 @@ impl ConfluentRegistry {
         if let Some((key, secret)) = &self.auth {
             request = request.basic_auth(key, Some(secret));
         }
-        let response = request
+        let mut response = request
             .send()
             .await
             .map_err(|e| fault(&self.url, format!("GET {url}: {e}"), true))?;
         let status = response.status();
         if status.as_u16() == 404 {
-            return Ok(None);
+            return Ok(Got::NotFound);
+        }
+        if status.is_redirection() {
+            return Err(fault(
+                &self.url,
+                format!(
+                    "GET {url}: {status}: the registry redirects; set the registry url to where it redirects to"
+                ),
+                false,
+            ));
         }
         if status.as_u16() == 401 || status.as_u16() == 403 {
             return Err(fault(
@@ -113,7 +143,18 @@ impl ConfluentRegistry {
             let retryable = status.is_server_error() || status.as_u16() == 429;
             return Err(fault(&self.url, format!("GET {url}: {status}"), retryable));
         }
-        response.json().await.map(Some).map_err(|e| {
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| fault(&self.url, format!("GET {url}: {e}"), true))?
+        {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Ok(Got::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        serde_json::from_slice(&body).map(Got::Found).map_err(|e| {
             fault(
                 &self.url,
                 format!("GET {url}: not a registry response: {e}"),
@@ -121,6 +162,18 @@ impl ConfluentRegistry {
             )
         })
     }
+}
+
+/// Whether a URL's authority (`host[:port]`) is this machine.
+fn is_loopback(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(feature = "aws")]
@@ -147,12 +200,19 @@ impl SchemaSource for ConfluentRegistry {
                 self.url
             )));
         };
-        let Some(body): Option<SchemaResponse> = self.get(&format!("schemas/ids/{n}")).await?
-        else {
-            return Ok(Lookup::Missing(format!(
-                "{id} is not in the registry at {} (404)",
-                self.url
-            )));
+        let body: SchemaResponse = match self.get(&format!("schemas/ids/{n}")).await? {
+            Got::Found(body) => body,
+            Got::NotFound => {
+                return Ok(Lookup::Missing(format!(
+                    "{id} is not in the registry at {} (404)",
+                    self.url
+                )));
+            }
+            Got::TooLarge => {
+                return Ok(Lookup::Missing(format!(
+                    "{id}: the registry's answer is over {MAX_RESPONSE_BYTES} bytes (the limit)"
+                )));
+            }
         };
         Ok(Lookup::Found {
             schema: body.schema,
@@ -172,11 +232,23 @@ impl SchemaSource for ConfluentRegistry {
             })
             .collect();
         let path = format!("subjects/{encoded}/versions/latest");
-        let Some(body): Option<LatestResponse> = self.get(&path).await? else {
-            return Ok(Latest::Missing(format!(
-                "subject {subject:?} is not in the registry at {} (404)",
-                self.url
-            )));
+        let body: LatestResponse = match self.get(&path).await? {
+            Got::Found(body) => body,
+            Got::NotFound => {
+                return Ok(Latest::Missing(format!(
+                    "subject {subject:?} is not in the registry at {} (404)",
+                    self.url
+                )));
+            }
+            Got::TooLarge => {
+                return Err(fault(
+                    &self.url,
+                    format!(
+                        "subject {subject:?}: the registry's answer is over {MAX_RESPONSE_BYTES} bytes (the limit)"
+                    ),
+                    false,
+                ));
+            }
         };
         Ok(Latest::Found {
             id: SchemaId::Confluent(body.id),

@@ -11,12 +11,19 @@ pub struct EventTime {
     /// How far out of order records may arrive: watermark = highest event time seen − this, ms.
     pub out_of_orderness_ms: i64,
     /// A partition that received nothing for this long no longer holds windows back: the
-    /// scheduled stage moves its watermark up to the topic's highest (`idle_timeout`), ms.
+    /// scheduled stage moves its watermark up to the lowest of the partitions still receiving
+    /// (`idle_timeout`), ms.
     pub idle_timeout_ms: i64,
+    /// A record whose event time is more than this ahead of its Kafka timestamp is not
+    /// believed: it does not move the partition's watermark, and the stateful tables take it as
+    /// a dead letter of kind `future` (`max_event_time_ahead`), ms.
+    pub max_ahead_ms: i64,
 }
 
 /// Default `idle_timeout`: 5 minutes.
 pub const DEFAULT_IDLE_TIMEOUT_MS: i64 = 300_000;
+/// Default `max_event_time_ahead`: a day.
+pub const DEFAULT_MAX_AHEAD_MS: i64 = 86_400_000;
 
 /// Duplicates dropped by key within a time bound: the first occurrence wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +97,7 @@ pub(super) fn parse_watermark(text: &str, columns: &[ColumnSpec]) -> Result<Even
     }
     Ok(EventTime {
         idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+        max_ahead_ms: DEFAULT_MAX_AHEAD_MS,
         column: column.to_string(),
         out_of_orderness_ms: delay,
     })

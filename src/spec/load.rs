@@ -65,6 +65,7 @@ struct RawTable {
     land: bool,
     watermark: Option<Spanned<String>>,
     idle_timeout: Option<Spanned<String>>,
+    max_event_time_ahead: Option<Spanned<String>>,
     format: Option<Spanned<String>>,
 }
 
@@ -237,29 +238,35 @@ pub(super) fn parse_spec(
             ),
             None => None,
         };
-        let event_time = match (event_time, &t.idle_timeout) {
-            (Some(mut et), Some(v)) => {
-                et.idle_timeout_ms = parse_duration_ms(v.get_ref())
-                    .and_then(|ms| {
-                        if ms > 0 {
-                            Ok(ms)
-                        } else {
-                            Err("idle_timeout must be more than 0".into())
-                        }
-                    })
-                    .map_err(|m| at(v.span(), m))?;
-                Some(et)
-            }
-            (None, Some(v)) => {
+        // Settings beside `watermark`: a positive duration each, only with a watermark.
+        let mut event_time = event_time;
+        for (key, value) in [
+            ("idle_timeout", &t.idle_timeout),
+            ("max_event_time_ahead", &t.max_event_time_ahead),
+        ] {
+            let Some(v) = value else { continue };
+            let Some(et) = event_time.as_mut() else {
                 return Err(at(
                     v.span(),
                     format!(
-                        "table {name:?}: idle_timeout applies to a table with a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" or remove it"
+                        "table {name:?}: {key} applies to a table with a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" or remove it"
                     ),
                 ));
+            };
+            let ms = parse_duration_ms(v.get_ref())
+                .and_then(|ms| {
+                    if ms > 0 {
+                        Ok(ms)
+                    } else {
+                        Err(format!("{key} must be more than 0"))
+                    }
+                })
+                .map_err(|m| at(v.span(), m))?;
+            match key {
+                "idle_timeout" => et.idle_timeout_ms = ms,
+                _ => et.max_ahead_ms = ms,
             }
-            (et, None) => et,
-        };
+        }
         tables.push(TableSpec {
             name: name.clone(),
             topic: topic.clone(),

@@ -50,6 +50,21 @@ pub trait CheckpointStore: Send + Sync {
         sources: &[SourcePartition],
     ) -> Result<Vec<Option<StoredState>>>;
 
+    /// Every partition of `topic` with a checkpoint, and its stored state (`None`: none).
+    async fn topic_states(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<(SourcePartition, Option<StoredState>)>> {
+        let sources: Vec<SourcePartition> = self
+            .partitions(topic)
+            .await?
+            .into_iter()
+            .map(|p| SourcePartition::new(topic, p))
+            .collect();
+        let states = self.partition_states(&sources).await?;
+        Ok(sources.into_iter().zip(states).collect())
+    }
+
     /// How the consecutive `sources` of one invocation are split into advances: the length of
     /// each group, in order (a store whose transactions are bounded splits; the default takes
     /// them all at once). `stateful[i]`: source `i`'s advance writes a state too.

@@ -9,9 +9,8 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use streamtable::clock::ManualClock;
 use streamtable::commit::{COMMIT_ID_PROPERTY, CommitOptions, commit_pending_with};
 use streamtable::generate::SourceRecord;
-use streamtable::query::{QueryEngine, TimeTravel};
 
-use super::faults::HoldingPointers;
+use super::faults::HookedPointers;
 use super::{Harness, event};
 
 const BASE_MS: i64 = 1_795_946_400_000;
@@ -48,15 +47,6 @@ fn orders_and_payments(n: i64) -> Vec<SourceRecord> {
         });
     }
     out
-}
-
-async fn count(h: &Harness, sql: &str) -> i64 {
-    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
-        .await
-        .expect("query engine");
-    let batches = engine.query(sql).await.expect(sql);
-    let c: &arrow_array::Int64Array = batches[0].column(0).as_any().downcast_ref().expect("count");
-    c.value(0)
 }
 
 /// How many snapshots of `table` carry each commit id.
@@ -111,7 +101,8 @@ pub async fn a_held_committer_and_an_overlapping_one_land_each_commit_once(mut h
             assert_eq!(report.rounds, 1, "{report:?}");
         })
     });
-    let held = HoldingPointers::new(h.backend.catalog.pointers().clone(), "order_payments", hook);
+    let held =
+        HookedPointers::holding(h.backend.catalog.pointers().clone(), "order_payments", hook);
     let a_backend = held.backend(&h.backend);
     let a = commit_pending_with(
         &a_backend,
@@ -130,15 +121,15 @@ pub async fn a_held_committer_and_an_overlapping_one_land_each_commit_once(mut h
             "{table}: a commit id landed twice: {ids:?}"
         );
     }
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, N);
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM payments").await, N);
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, N);
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM payments").await, N);
     assert_eq!(
-        count(&h, "SELECT COUNT(*) FROM order_payments").await,
+        super::count(&h, "SELECT COUNT(*) FROM order_payments").await,
         N,
         "each order joined its payment once"
     );
     assert_eq!(
-        count(&h, "SELECT COUNT(DISTINCT order_id) FROM order_payments").await,
+        super::count(&h, "SELECT COUNT(DISTINCT order_id) FROM order_payments").await,
         N
     );
     assert!(h.backend.state.pending().await.expect("pending").is_empty());
@@ -220,7 +211,7 @@ pub async fn an_append_under_a_commit_id_the_table_has_is_refused_at_the_swap(mu
         "{err}"
     );
     assert_eq!(commit_ids(&h, "orders").await.get(&id), Some(&1));
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, 8);
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 8);
 }
 
 /// While one committer holds the commit lease, another waits for it and, when its deadline
@@ -247,7 +238,7 @@ pub async fn a_committer_waits_for_the_lease_and_gives_up_at_its_deadline(mut h:
         .expect("commit");
     assert!(busy.lease_busy, "{busy:?}");
     assert_eq!(busy.batches, 0);
-    held.release(&h.backend).await.expect("release");
+    held.release(&h.backend).await;
     let done = commit_pending_with(&h.backend, &tables, &CommitOptions::default(), deadline())
         .await
         .expect("commit");

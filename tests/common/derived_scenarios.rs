@@ -285,16 +285,23 @@ pub async fn streamed_equals_batch(mut h: Harness, seed: u64, steps: Vec<Step>) 
                AND error_message LIKE 'derived table orders_by_rate: %' \
                AND error_message LIKE '%by zero%' ORDER BY 1, 2",
         )
-        .await
-        .expect("dead letters");
+        .await;
+    // A history without a failing order (a seed with no ZZZ order over 100) has no dead
+    // letters at all, and so no dead_letters table.
+    let dead = match dead {
+        Err(e) if rows(&failed).is_empty() && e.to_string().contains("not found") => Vec::new(),
+        other => other.expect("dead letters"),
+    };
     assert_eq!(
         rows(&dead),
         rows(&failed),
         "each row orders_by_rate fails on is one dead letter naming it"
     );
-    let others = engine
-        .query("SELECT count(*) FROM dead_letters WHERE error_kind <> 'transform'")
-        .await
-        .expect("other dead letters");
-    assert_eq!(rows(&others), ["0"], "no other record was rejected");
+    if !dead.is_empty() {
+        let others = engine
+            .query("SELECT count(*) FROM dead_letters WHERE error_kind <> 'transform'")
+            .await
+            .expect("other dead letters");
+        assert_eq!(rows(&others), ["0"], "no other record was rejected");
+    }
 }

@@ -259,30 +259,63 @@ impl streamtable::catalog::PointerStore for FaultyPointers {
     }
 }
 
-/// A pointer store that runs a hook (another committer, say) right before the first swap of a
-/// chosen table: the committer being held has checked the table's history and built its
-/// metadata, and has not swapped yet.
-pub struct HoldingPointers {
+/// What a [`HookedPointers`] runs before each swap (table, the metadata swapped to): an error
+/// fails the swap (nothing applied), `Ok` lets it through.
+pub type BeforeSwap = Box<
+    dyn Fn(&str, &iceberg::spec::TableMetadata) -> Pin<Box<dyn Future<Output = Result<()>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A pointer store that runs a hook before each swap: holds a committer between its history
+/// check and its swap while another commits, or fails a chosen table's swaps.
+pub struct HookedPointers {
     pub inner: Arc<dyn streamtable::catalog::PointerStore>,
-    pub hold: Mutex<Option<(String, Hook)>>,
+    pub before_swap: BeforeSwap,
 }
 
-impl std::fmt::Debug for HoldingPointers {
+impl std::fmt::Debug for HookedPointers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HoldingPointers")
+        f.write_str("HookedPointers")
     }
 }
 
-impl HoldingPointers {
+impl HookedPointers {
     pub fn new(
+        inner: Arc<dyn streamtable::catalog::PointerStore>,
+        before_swap: BeforeSwap,
+    ) -> Arc<Self> {
+        Arc::new(HookedPointers { inner, before_swap })
+    }
+
+    /// Runs `hook` (another committer, say) right before the first swap of `table`.
+    pub fn holding(
         inner: Arc<dyn streamtable::catalog::PointerStore>,
         table: &str,
         hook: Hook,
     ) -> Arc<Self> {
-        Arc::new(HoldingPointers {
+        let once = Arc::new(Mutex::new(Some((table.to_string(), hook))));
+        Self::new(
             inner,
-            hold: Mutex::new(Some((table.to_string(), hook))),
-        })
+            Box::new(move |t, _| {
+                let hook = {
+                    let mut slot = once.lock().expect("hold");
+                    match slot.take() {
+                        Some((name, hook)) if name == t => Some(hook),
+                        other => {
+                            *slot = other;
+                            None
+                        }
+                    }
+                };
+                Box::pin(async move {
+                    if let Some(hook) = hook {
+                        hook().await;
+                    }
+                    Ok(())
+                })
+            }),
+        )
     }
 
     /// A backend like `backend` whose catalog goes through these pointers.
@@ -302,7 +335,7 @@ impl HoldingPointers {
 }
 
 #[async_trait]
-impl streamtable::catalog::PointerStore for HoldingPointers {
+impl streamtable::catalog::PointerStore for HookedPointers {
     async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
         self.inner.ensure_namespace(namespace).await
     }
@@ -338,19 +371,7 @@ impl streamtable::catalog::PointerStore for HoldingPointers {
         new_location: &str,
         metadata: &iceberg::spec::TableMetadata,
     ) -> Result<bool> {
-        let hook = {
-            let mut hold = self.hold.lock().expect("hold");
-            match hold.take() {
-                Some((t, hook)) if t == table => Some(hook),
-                other => {
-                    *hold = other;
-                    None
-                }
-            }
-        };
-        if let Some(hook) = hook {
-            hook().await;
-        }
+        (self.before_swap)(table, metadata).await?;
         self.inner
             .swap(namespace, table, expected, new_location, metadata)
             .await

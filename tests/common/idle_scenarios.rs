@@ -4,7 +4,6 @@
 
 use streamtable::clock::ManualClock;
 use streamtable::generate::SourceRecord;
-use streamtable::query::{QueryEngine, TimeTravel};
 
 use super::faults::{Fault, FaultyState};
 use super::{Harness, event};
@@ -38,27 +37,7 @@ fn orders(
 }
 
 async fn window_counts(h: &Harness) -> Vec<(String, i64)> {
-    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
-        .await
-        .expect("query engine");
-    let batches = engine
-        .query("SELECT CAST(window_start AS VARCHAR) AS w, CAST(orders AS BIGINT) AS n FROM orders_per_minute ORDER BY 1")
-        .await
-        .expect("view");
-    let mut out = Vec::new();
-    for b in batches {
-        let w = datafusion::arrow::compute::cast(
-            b.column(0),
-            &datafusion::arrow::datatypes::DataType::Utf8,
-        )
-        .expect("text");
-        let w: &arrow_array::StringArray = w.as_any().downcast_ref().expect("strings");
-        let n: &arrow_array::Int64Array = b.column(1).as_any().downcast_ref().expect("counts");
-        for i in 0..b.num_rows() {
-            out.push((w.value(i)[11..16].to_string(), n.value(i)));
-        }
-    }
-    out
+    super::window_counts(h, "orders_per_minute", "orders").await
 }
 
 pub async fn idle_partitions_close_their_windows_at_the_topics_watermark(mut h: Harness) {

@@ -8,15 +8,10 @@
 //!   join's backlog, the intent finishes, the other tables go on, and a later round joins the
 //!   backlog once the cause is gone.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use async_trait::async_trait;
+use streamtable::Error;
 use streamtable::clock::ManualClock;
 use streamtable::commit::{CommitOptions, CommitReport, commit_pending_with};
 use streamtable::generate::SourceRecord;
-use streamtable::query::{QueryEngine, TimeTravel};
-use streamtable::{Error, Result};
 
 use super::{Harness, event};
 
@@ -92,15 +87,6 @@ fn join_stats(r: &CommitReport) -> streamtable::commit::JoinStats {
         .expect("the join ran")
 }
 
-async fn count(h: &Harness, sql: &str) -> i64 {
-    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
-        .await
-        .expect("query engine");
-    let batches = engine.query(sql).await.expect(sql);
-    let c: &arrow_array::Int64Array = batches[0].column(0).as_any().downcast_ref().expect("count");
-    c.value(0)
-}
-
 /// Rounds of 50 orders and their payments on partition 0, a minute of event (and wall) time
 /// each; with `stray`, one payment on partition 1 before them, and nothing there after.
 /// Returns the rows the join keeps after each round.
@@ -130,7 +116,7 @@ async fn kept_rows_per_round(mut h: Harness, stray: bool) -> Vec<u64> {
         kept.push(join_stats(&commit(&h, &options).await).kept_rows);
     }
     assert_eq!(
-        count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
         600,
         "every order joined its payment once"
     );
@@ -184,81 +170,10 @@ pub async fn a_join_keeps_at_most_its_bound(mut h: Harness) {
         .expect("payments");
     commit(&h, &options).await;
     assert_eq!(
-        count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
         1,
         "only the kept order joined"
     );
-}
-
-/// A pointer store whose swaps of one table that add rows fail (a crash of that step), as
-/// many times as `left` says.
-#[derive(Debug)]
-struct FailingSwaps {
-    inner: Arc<dyn streamtable::catalog::PointerStore>,
-    table: String,
-    left: AtomicUsize,
-}
-
-#[async_trait]
-impl streamtable::catalog::PointerStore for FailingSwaps {
-    async fn ensure_namespace(&self, namespace: &str) -> Result<()> {
-        self.inner.ensure_namespace(namespace).await
-    }
-    async fn list_namespaces(&self) -> Result<Vec<String>> {
-        self.inner.list_namespaces().await
-    }
-    async fn list_tables(&self, namespace: &str) -> Result<Vec<String>> {
-        self.inner.list_tables(namespace).await
-    }
-    async fn get(
-        &self,
-        namespace: &str,
-        table: &str,
-    ) -> Result<Option<streamtable::catalog::Pointer>> {
-        self.inner.get(namespace, table).await
-    }
-    async fn create(
-        &self,
-        namespace: &str,
-        table: &str,
-        location: &str,
-        metadata: &iceberg::spec::TableMetadata,
-    ) -> Result<bool> {
-        self.inner
-            .create(namespace, table, location, metadata)
-            .await
-    }
-    async fn swap(
-        &self,
-        namespace: &str,
-        table: &str,
-        expected: &streamtable::catalog::Pointer,
-        new_location: &str,
-        metadata: &iceberg::spec::TableMetadata,
-    ) -> Result<bool> {
-        let has_rows = metadata.current_snapshot().is_some_and(|s| {
-            s.summary()
-                .additional_properties
-                .contains_key("added-records")
-        });
-        if table == self.table
-            && has_rows
-            && self
-                .left
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        {
-            return Err(Error::Config(format!(
-                "injected: the round of {table} dies"
-            )));
-        }
-        self.inner
-            .swap(namespace, table, expected, new_location, metadata)
-            .await
-    }
-    async fn drop_table(&self, namespace: &str, table: &str) -> Result<()> {
-        self.inner.drop_table(namespace, table).await
-    }
 }
 
 pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mut h: Harness) {
@@ -275,17 +190,30 @@ pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mu
     h.ingestor().handle(&event(&records)).await.expect("ingest");
 
     // The join's round dies twice (as an out-of-memory or a timeout would take the process).
-    let failing = Arc::new(FailingSwaps {
-        inner: h.backend.catalog.pointers().clone(),
-        table: "quick_payments".into(),
-        left: AtomicUsize::new(usize::MAX),
-    });
-    let mut broken = h.backend.clone();
-    broken.catalog = streamtable::catalog::TableCatalog::new(
-        failing.clone(),
-        h.backend.warehouse.file_io().clone(),
-        h.backend.warehouse.root(),
+    // Every swap of the join table that adds rows fails (the round dies); the empty snapshot
+    // of a deferral goes through.
+    let failing = super::faults::HookedPointers::new(
+        h.backend.catalog.pointers().clone(),
+        Box::new(|table, metadata| {
+            let has_rows = metadata.current_snapshot().is_some_and(|s| {
+                s.summary()
+                    .additional_properties
+                    .contains_key("added-records")
+            });
+            let dies = table == "quick_payments" && has_rows;
+            let table = table.to_string();
+            Box::pin(async move {
+                if dies {
+                    Err(Error::Config(format!(
+                        "injected: the round of {table} dies"
+                    )))
+                } else {
+                    Ok(())
+                }
+            })
+        }),
     );
+    let broken = failing.backend(&h.backend);
     let tables = h.tables();
     let deadline = || Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
     for attempt in 0..2 {
@@ -315,8 +243,11 @@ pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mu
             .expect("intent")
             .is_none()
     );
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, 20);
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM quick_payments").await, 0);
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 20);
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        0
+    );
 
     // Later batches commit while the backlog waits (a deferral is retried after 10 minutes).
     let mut more = Vec::new();
@@ -327,7 +258,7 @@ pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mu
     h.ingestor().handle(&event(&more)).await.expect("ingest");
     let report = commit(&h, &options).await;
     assert!(join_stats(&report).deferred, "still waiting: {report:?}");
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, 30);
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 30);
 
     // Ten minutes on, the next round joins the backlog and its own rows, once each.
     clock.advance(11 * 60_000);
@@ -341,9 +272,12 @@ pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mu
     let report = commit(&h, &options).await;
     let stats = join_stats(&report);
     assert!(!stats.deferred, "{stats:?}");
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM quick_payments").await, 31);
     assert_eq!(
-        count(&h, "SELECT COUNT(DISTINCT payment_id) FROM quick_payments").await,
+        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        31
+    );
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(DISTINCT payment_id) FROM quick_payments").await,
         31
     );
 }

@@ -8,6 +8,7 @@ pub mod chaos;
 pub mod commit_race_scenarios;
 pub mod compaction_scenarios;
 pub mod derived_scenarios;
+pub mod event_time_scenarios;
 pub mod evolution_scenarios;
 pub mod faults;
 pub mod format_scenarios;
@@ -431,4 +432,60 @@ pub fn kinds(rows: &[DeadRow]) -> BTreeMap<String, usize> {
         *m.entry(r.kind.clone()).or_default() += 1;
     }
     m
+}
+
+/// The rows `sql` gives through `streamtable query`'s engine, each value as text (NULL: `None`).
+pub async fn query_rows(h: &Harness, sql: &str) -> Vec<Vec<Option<String>>> {
+    let engine =
+        streamtable::query::QueryEngine::new(&h.backend, streamtable::query::TimeTravel::Current)
+            .await
+            .expect("query engine");
+    let mut out = Vec::new();
+    for b in engine.query(sql).await.expect(sql) {
+        let columns: Vec<arrow_array::StringArray> = b
+            .columns()
+            .iter()
+            .map(|c| {
+                let text = datafusion::arrow::compute::cast(
+                    c,
+                    &datafusion::arrow::datatypes::DataType::Utf8,
+                )
+                .expect("as text");
+                text.as_string::<i32>().clone()
+            })
+            .collect();
+        for i in 0..b.num_rows() {
+            out.push(
+                columns
+                    .iter()
+                    .map(|c| (!c.is_null(i)).then(|| c.value(i).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+/// The one integer `sql` gives (a count).
+pub async fn count(h: &Harness, sql: &str) -> i64 {
+    query_rows(h, sql).await[0][0]
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{sql}: not one integer"))
+}
+
+/// (window start `HH:MM`, count) of a windowed table's view, `column` the count's name.
+pub async fn window_counts(h: &Harness, view: &str, column: &str) -> Vec<(String, i64)> {
+    query_rows(
+        h,
+        &format!("SELECT window_start, CAST({column} AS BIGINT) FROM {view} ORDER BY 1"),
+    )
+    .await
+    .into_iter()
+    .map(|r| {
+        let start = r[0].clone().unwrap_or_default();
+        let n = r[1].as_deref().and_then(|v| v.parse().ok()).unwrap_or(-1);
+        (start.get(11..16).unwrap_or_default().to_string(), n)
+    })
+    .collect()
 }

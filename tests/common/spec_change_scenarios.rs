@@ -7,7 +7,6 @@
 use streamtable::clock::ManualClock;
 use streamtable::generate::SourceRecord;
 use streamtable::process::Processor;
-use streamtable::query::{QueryEngine, TimeTravel};
 use streamtable::spec::PipelineSpec;
 
 use super::{Harness, event};
@@ -46,50 +45,21 @@ const REVENUE: &str = ", SUM(amount) AS revenue";
 
 /// (window start HH:MM, orders, revenue) of the merging view.
 async fn windows(h: &Harness) -> Vec<(String, i64, Option<String>)> {
-    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
-        .await
-        .expect("query engine");
-    let batches = engine
-        .query(
-            "SELECT CAST(window_start AS VARCHAR) AS w, CAST(orders AS BIGINT) AS n, \
-             CAST(revenue AS VARCHAR) AS r FROM orders_per_minute ORDER BY 1",
+    super::query_rows(
+        h,
+        "SELECT window_start, CAST(orders AS BIGINT), revenue FROM orders_per_minute ORDER BY 1",
+    )
+    .await
+    .into_iter()
+    .map(|r| {
+        let start = r[0].clone().unwrap_or_default();
+        (
+            start.get(11..16).unwrap_or_default().to_string(),
+            r[1].as_deref().and_then(|v| v.parse().ok()).unwrap_or(-1),
+            r[2].clone(),
         )
-        .await
-        .expect("view");
-    let mut out = Vec::new();
-    for b in batches {
-        let w = datafusion::arrow::compute::cast(
-            b.column(0),
-            &datafusion::arrow::datatypes::DataType::Utf8,
-        )
-        .expect("text");
-        let w: &arrow_array::StringArray = w.as_any().downcast_ref().expect("strings");
-        let n: &arrow_array::Int64Array = b.column(1).as_any().downcast_ref().expect("counts");
-        let r = datafusion::arrow::compute::cast(
-            b.column(2),
-            &datafusion::arrow::datatypes::DataType::Utf8,
-        )
-        .expect("text");
-        let r: &arrow_array::StringArray = r.as_any().downcast_ref().expect("sums");
-        for i in 0..b.num_rows() {
-            use arrow_array::Array;
-            out.push((
-                w.value(i)[11..16].to_string(),
-                n.value(i),
-                (!r.is_null(i)).then(|| r.value(i).to_string()),
-            ));
-        }
-    }
-    out
-}
-
-async fn count(h: &Harness, sql: &str) -> i64 {
-    let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
-        .await
-        .expect("query engine");
-    let batches = engine.query(sql).await.expect(sql);
-    let c: &arrow_array::Int64Array = batches[0].column(0).as_any().downcast_ref().expect("count");
-    c.value(0)
+    })
+    .collect()
 }
 
 /// `streamtable check`'s lines about the live state under `spec`, and how many it refuses.
@@ -221,7 +191,7 @@ pub async fn an_older_release_keeps_the_state_of_a_table_it_does_not_know(mut h:
         .await
         .expect("scheduled run");
     assert_eq!(
-        count(
+        super::count(
             &h,
             "SELECT COUNT(*) FROM orders_clean WHERE order_id = 'o-1'"
         )
@@ -229,5 +199,5 @@ pub async fn an_older_release_keeps_the_state_of_a_table_it_does_not_know(mut h:
         1,
         "the older release must not have dropped orders_clean's dedup keys"
     );
-    assert_eq!(count(&h, "SELECT COUNT(*) FROM orders").await, 3);
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 3);
 }

@@ -38,6 +38,8 @@ const LATENESS_US: i64 = 300_000_000;
 const WINDOW_US: i64 = 60_000_000;
 const GAP_US: i64 = 45_000_000;
 const SESSION_LATENESS_US: i64 = 60_000_000;
+/// Flink's time unit (1 ms): a window is final once the watermark reaches `end - 1 ms`.
+const UNIT_US: i64 = 1_000;
 
 /// A session window over orders, added to the shipped spec for this test.
 const SESSIONS: &str = r#"
@@ -160,7 +162,9 @@ fn oracle(seed: u64) -> Oracle {
         let mut on_time: BTreeMap<String, Vec<(i64, i128)>> = BTreeMap::new();
         for (o, t, country, cents, id) in &events {
             let wm = max.map(|m| m - OUT_OF_ORDER_US);
-            if wm.is_some_and(|wm| *t < wm - SESSION_LATENESS_US) {
+            // Flink's rules: a window is final at its last millisecond (`end - 1 ms`); sessions
+            // are emitted final, so a record that could touch an emitted one is late.
+            if wm.is_some_and(|wm| *t <= wm - SESSION_LATENESS_US + UNIT_US) {
                 late_sessions.push(format!("{p} | {o}"));
             } else {
                 on_time
@@ -169,7 +173,7 @@ fn oracle(seed: u64) -> Oracle {
                     .push((*t, *cents));
             }
             let start = t - t.rem_euclid(WINDOW_US);
-            if wm.is_some_and(|wm| start + WINDOW_US + LATENESS_US <= wm) {
+            if wm.is_some_and(|wm| start + WINDOW_US - UNIT_US + LATENESS_US <= wm) {
                 late.push(format!("{p} | {o}"));
             } else {
                 counted.push((start, country.clone(), *cents, id.clone()));
@@ -183,7 +187,7 @@ fn oracle(seed: u64) -> Oracle {
             let mut all = Vec::new();
             for (t, cents) in times {
                 current = match current {
-                    Some((s, e, n, c)) if t < e => Some((s, e.max(t + GAP_US), n + 1, c + cents)),
+                    Some((s, e, n, c)) if t <= e => Some((s, e.max(t + GAP_US), n + 1, c + cents)),
                     other => {
                         all.extend(other);
                         Some((t, t + GAP_US, 1, cents))
@@ -192,7 +196,7 @@ fn oracle(seed: u64) -> Oracle {
             }
             all.extend(current);
             for (s, e, n, c) in all {
-                if e + SESSION_LATENESS_US <= final_wm {
+                if e - UNIT_US + SESSION_LATENESS_US <= final_wm {
                     let entry = sessions.entry((s, e, country.clone())).or_default();
                     entry.0 += n;
                     entry.1 += c;
@@ -200,7 +204,7 @@ fn oracle(seed: u64) -> Oracle {
             }
         }
         for (start, country, cents, id) in counted {
-            if start + WINDOW_US <= final_wm {
+            if start + WINDOW_US - UNIT_US <= final_wm {
                 ids.entry((start, country.clone())).or_default().insert(id);
                 let e = windows.entry((start, country)).or_default();
                 e.0 += 1;

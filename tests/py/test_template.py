@@ -7,8 +7,9 @@
   AWS-managed SNS key).
 - Failed batches are kept whole: an event source mapping's on-failure destination, if any, is an
   S3 bucket (SQS and SNS destinations receive metadata only).
-- Ingest writes only where it must: S3 data and pending-list prefixes, and DynamoDB items whose
-  keys begin with source# or pending#.
+- Ingest writes only where it must: S3 data, pending-list, partition-state and table-metadata
+  prefixes (denied the interval joins' state and the dead letters' data), and DynamoDB items
+  whose keys begin with checkpoints#, source#, pending# or state#.
 - Observability: JSON logs at the LogLevel parameter, X-Ray tracing, EMF metrics and their
   alarms in one namespace scoped to the stack.
 - The template and infra/pipeline.toml agree on the tables' topics (STREAMTABLE_TOPICS, the
@@ -177,13 +178,38 @@ def ingest_scope_findings(template):
                             f"IngestFunction {st.get('Sid')}: DynamoDB access not limited to checkpoint, state and "
                             "pending keys (and reading the layout item)"
                         )
-                if "s3:PutObject" in actions:
+                if "s3:PutObject" in actions and st.get("Effect") == "Allow":
                     for r in as_list(st.get("Resource", [])):
                         text = r.get("Fn::Sub", "") if isinstance(r, dict) else str(r)
                         text = text[0] if isinstance(text, list) else text
-                        if text.endswith("/warehouse/*"):
-                            out.append(f"IngestFunction {st.get('Sid')}: may write anywhere in the warehouse")
+                        if not text.endswith(INGEST_WRITES):
+                            out.append(
+                                f"IngestFunction {st.get('Sid')}: writes {text}, beyond data files, "
+                                "pending lists, partition states and table metadata"
+                            )
+    denied = set()
+    for pol in as_list(fn["Properties"].get("Policies", [])):
+        for st in pol.get("Statement", []):
+            if st.get("Effect") == "Deny":
+                for r in as_list(st.get("Resource", [])):
+                    text = r.get("Fn::Sub", "") if isinstance(r, dict) else str(r)
+                    denied.add(text[0] if isinstance(text, list) else text)
+    for suffix in INGEST_DENIED:
+        if not any(d.endswith(suffix) for d in denied):
+            out.append(f"IngestFunction: no Deny on ...{suffix}")
     return out
+
+
+# Where ingest may write, and what it is denied although a wider grant covers it.
+INGEST_WRITES = (
+    ".db/*/data/*",
+    "/warehouse/_pending/*",
+    "/warehouse/_state/partitions/*",
+    ".db/*/metadata/*",
+    # The event source mapping writes failed batches with the function's role.
+    "${FailedBatchBucket.Arn}/*",
+)
+INGEST_DENIED = ("/warehouse/_state/join/*", ".db/dead_letters/data/*")
 
 
 def sql_body(text):

@@ -9,6 +9,14 @@ use crate::decode::value::ValueError;
 /// Deepest nesting of records, arrays, maps and unions a payload may have.
 pub(super) const MAX_DEPTH: usize = 64;
 
+/// Values one body may make the reader visit: [`VISITS_PER_BYTE`] per byte of the body plus
+/// [`VISITS_BASE`]. A value that takes no bytes (a `null`, a record of them) still costs a
+/// visit, so a writer schema whose named records are reused as fields (each level doubling
+/// the values of a record) cannot make a 7-byte body cost 2^k steps.
+pub(super) const VISITS_PER_BYTE: usize = 16;
+/// See [`VISITS_PER_BYTE`].
+pub(super) const VISITS_BASE: usize = 4_096;
+
 /// Why one value could not be read: the body is malformed, or the value does not fit.
 pub(super) enum Fault {
     Malformed(String),
@@ -25,9 +33,42 @@ pub(super) struct Cursor<'a> {
     pub pos: usize,
     /// Items (array, map entries) still allowed: bounds work on payloads of zero-sized items.
     pub budget: usize,
+    /// Values still allowed to be visited (see [`VISITS_PER_BYTE`]).
+    pub visits: usize,
 }
 
 impl<'a> Cursor<'a> {
+    /// A cursor over `buf` with the budgets a body of its length gets.
+    pub(super) fn new(buf: &'a [u8]) -> Cursor<'a> {
+        Cursor {
+            buf,
+            pos: 0,
+            budget: buf.len() + 1,
+            visits: buf
+                .len()
+                .saturating_mul(VISITS_PER_BYTE)
+                .saturating_add(VISITS_BASE),
+        }
+    }
+
+    /// Counts one value visited; fails once the body's budget is spent.
+    pub(super) fn visit(&mut self) -> Result<(), Fault> {
+        match self.visits.checked_sub(1) {
+            Some(left) => {
+                self.visits = left;
+                Ok(())
+            }
+            None => Err(Fault::Malformed(format!(
+                "reading the record visits more than {} values for its {} bytes ({VISITS_PER_BYTE} per byte plus {VISITS_BASE}, the limit): the writer's schema nests records that hold no bytes",
+                self.buf
+                    .len()
+                    .saturating_mul(VISITS_PER_BYTE)
+                    .saturating_add(VISITS_BASE),
+                self.buf.len()
+            ))),
+        }
+    }
+
     fn eof(&self, what: &str) -> Fault {
         Fault::Malformed(format!(
             "payload ends inside {what} (byte {} of {})",
@@ -95,6 +136,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips one value of `ty`.
     pub(super) fn skip(&mut self, schema: &Schema, ty: &Type, depth: usize) -> Result<(), Fault> {
+        self.visit()?;
         if depth > MAX_DEPTH {
             return Err(Fault::Malformed(format!(
                 "nested more than {MAX_DEPTH} levels deep"

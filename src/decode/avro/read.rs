@@ -93,11 +93,7 @@ impl Plan {
 
     /// Reads one body into `cells` (one per column, NULL where the writer has no value).
     pub fn read<'a>(&self, body: &'a [u8], cells: &mut [Cell<'a>]) -> Result<(), ReadError> {
-        let mut cursor = Cursor {
-            buf: body,
-            pos: 0,
-            budget: body.len() + 1,
-        };
+        let mut cursor = Cursor::new(body);
         read_step(&self.schema, &self.root, &mut cursor, cells, 0)?;
         if cursor.pos != body.len() {
             return Err(ReadError::Malformed(format!(
@@ -214,6 +210,7 @@ fn read_step<'a>(
             "nested more than {MAX_DEPTH} levels deep"
         )));
     }
+    c.visit()?;
     match &step.action {
         Action::Skip => Ok(c.skip(schema, &step.ty, depth)?),
         Action::Null => Ok(()),

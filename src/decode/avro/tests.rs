@@ -272,3 +272,37 @@ proptest! {
         prop_assert!(decode(&confluent(7, &good[..cut])).is_err());
     }
 }
+
+/// Named records reused as fields: `R_k` has two fields of type `R_{k-1}`, so one record of
+/// `R_40` holds 2^40 nulls in zero bytes. Reading it is refused within the body's visit budget
+/// (it ran for minutes when only array items were counted).
+#[test]
+fn a_schema_of_reused_records_cannot_make_a_tiny_body_cost_exponential_work() {
+    let mut schema =
+        String::from(r#"{"type":"record","name":"R0","fields":[{"name":"n","type":"null"}]}"#);
+    for k in 1..=40 {
+        schema = if k == 1 {
+            format!(
+                r#"{{"type":"record","name":"R1","fields":[{{"name":"a","type":{schema}}},{{"name":"b","type":"R0"}}]}}"#
+            )
+        } else {
+            format!(
+                r#"{{"type":"record","name":"R{k}","fields":[{{"name":"a","type":{schema}}},{{"name":"b","type":"R{}"}}]}}"#,
+                k - 1
+            )
+        };
+    }
+    let wrapper = format!(
+        r#"{{"type":"record","name":"Order","fields":[{{"name":"order_id","type":"string"}},{{"name":"deep","type":{schema}}}]}}"#
+    );
+    let d = decoder();
+    d.add_schema(SchemaId::Confluent(8), "AVRO", &wrapper);
+    let mut b = Vec::new();
+    string(&mut b, b"o-1");
+    let mut scratch = Vec::new();
+    let r = d
+        .decode(&confluent(8, &b), &mut scratch, 1 << 20)
+        .expect_err("over the visit budget");
+    assert_eq!(r.kind, RejectKind::SchemaMismatch, "{}", r.message);
+    assert!(r.message.contains("the limit"), "{}", r.message);
+}

@@ -246,3 +246,31 @@ fn values_convert_to_columns_exactly_or_are_refused() {
         Ok(Cell::Timestamp(1_795_946_400_000_000))
     ));
 }
+
+/// A `.proto` nested 3,000 messages deep overflowed the compiler's stack and aborted the
+/// process; it is refused by its nesting before the compiler sees it, as an unknown schema.
+#[test]
+fn a_proto_nested_thousands_deep_is_an_unknown_schema_not_a_crash() {
+    let mut text = String::from("syntax = \"proto3\";\n");
+    for i in 0..3_000 {
+        text.push_str(&format!("message M{i} {{\n"));
+    }
+    text.push_str("string order_id = 1;\n");
+    for _ in 0..3_000 {
+        text.push('}');
+    }
+    let Err(e) = compile(&text) else {
+        panic!("a .proto nested 3,000 deep compiled")
+    };
+    assert!(e.contains("more than 64 levels deep (the limit)"), "{e}");
+    let d = decoder();
+    d.add_schema(SchemaId::Confluent(11), "PROTOBUF", &text);
+    let mut scratch = Vec::new();
+    let r = d
+        .decode(&[0, 0, 0, 0, 11, 0, 10, 1, b'x'], &mut scratch, 1 << 20)
+        .expect_err("unusable schema");
+    assert_eq!(r.kind, RejectKind::UnknownSchema, "{}", r.message);
+    // Braces inside strings and comments do not count; the shipped test schema compiles.
+    assert!(check_limits("// {{{{\n/* {{{{ */ option x = \"{{{{\";").is_ok());
+    assert!(compile(PROTO).is_ok());
+}

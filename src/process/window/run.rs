@@ -15,6 +15,16 @@ use crate::process::cell::{Cell, CellRef, build};
 use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
 
+/// Flink's time unit, µs: a window `[start, end)` is final once the watermark reaches its last
+/// millisecond, `end - 1 ms` (Flink's `maxTimestamp`), and past its lateness once the
+/// watermark reaches `end - 1 ms + lateness`.
+pub(crate) const FLINK_UNIT_US: i64 = 1_000;
+
+/// The last instant of a window ending at `end` (µs), as Flink's rules see it.
+pub(crate) fn last_instant(end: i64) -> i64 {
+    end.saturating_sub(FLINK_UNIT_US)
+}
+
 /// Most windows (window and key) one table keeps open in one partition: the partition's state
 /// is read and written by every batch. A record that would open one more is a dead letter.
 pub(crate) const MAX_OPEN_WINDOWS: usize = 100_000;
@@ -134,11 +144,11 @@ pub(crate) fn run(
         let mut failed = None;
         for start in plan.window.starts(t) {
             let end = start.saturating_add(size);
-            if wm.is_some_and(|wm| end.saturating_add(lateness) <= wm) {
+            if wm.is_some_and(|wm| last_instant(end).saturating_add(lateness) <= wm) {
                 missed.push(start);
                 continue;
             }
-            let target = if end > closed {
+            let target = if last_instant(end) > closed {
                 let slot = index
                     .get(&v.key[..])
                     .and_then(|starts| starts.iter().find(|(s, _)| *s == start))
@@ -230,7 +240,7 @@ pub(crate) fn run(
     let wm = input.watermark.unwrap_or(i64::MIN);
     let (mut done, open): (Vec<OpenWindow>, Vec<OpenWindow>) = std::mem::take(open_windows)
         .into_iter()
-        .partition(|w| w.start.saturating_add(size) <= wm);
+        .partition(|w| last_instant(w.start.saturating_add(size)) <= wm);
     *open_windows = open;
     done.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
     done.extend(

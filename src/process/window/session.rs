@@ -1,11 +1,14 @@
 //! Session windows on one partition's rows: per key, events less than the gap apart share a
 //! window `[first event, last event + gap)`.
 //!
-//! A session can grow or merge with its neighbour until the watermark passes its end, and with
-//! an allowed lateness, until the watermark passes its end plus the lateness. It is emitted only
-//! then, once and final: a partial row that a later merge would have to retract never exists.
-//! A record is late when its event time is behind the watermark minus the allowed lateness (it
-//! could belong to a session already emitted); it is a dead letter of kind `late`.
+//! Sessions merge as Flink's do: a new event's window `[t, t + gap)` merges with every open
+//! session it touches, ends included (events exactly a gap apart share a session). A session
+//! can grow or merge until the watermark reaches its last millisecond (`end - 1 ms`, Flink's
+//! `maxTimestamp`), and with an allowed lateness until it reaches that plus the lateness. It is
+//! emitted only then, once and final: a partial row that a later merge would have to retract
+//! never exists. Unlike Flink (which retracts and re-emits), a record is therefore late when it
+//! could touch a session already emitted — its event time at or before the watermark minus the
+//! allowed lateness plus 1 ms; it is a dead letter of kind `late`.
 //!
 //! Sessions are kept per Kafka partition: they are exact when a key's events share a partition,
 //! which is what producers keying the topic by the session key (a sensor id) give.
@@ -13,7 +16,8 @@
 use std::sync::Arc;
 
 use super::run::{
-    MAX_OPEN_WINDOWS, PartitionInput, WindowOutput, iso, partial_rows, row_values, too_many_open,
+    FLINK_UNIT_US, MAX_OPEN_WINDOWS, PartitionInput, WindowOutput, iso, last_instant, partial_rows,
+    row_values, too_many_open,
 };
 use super::{WindowPlan, tvf::human};
 use crate::process::cell::Cell;
@@ -61,16 +65,20 @@ pub(crate) fn run(
                 .push((i, "its event time is NULL; a session needs it".into()));
             continue;
         };
+        // Sessions ending at or before `bound` may have been emitted (a session is emitted once
+        // the watermark reaches its last millisecond plus the lateness), and a record merges
+        // with a session it touches: one at or before `bound` could reach an emitted session.
         if let Some(wm) = input.watermarks[i]
-            && t < wm.saturating_sub(lateness)
+            && t <= wm.saturating_sub(lateness).saturating_add(FLINK_UNIT_US)
         {
+            let bound = wm.saturating_sub(lateness).saturating_add(FLINK_UNIT_US);
             out.late.push((
                 i,
                 format!(
-                    "derived table {table}: event time {} is late for its session: the partition's watermark was {}, and sessions that ended before {} (the watermark minus the allowed lateness, {}) were emitted",
+                    "derived table {table}: event time {} is late for its session: the partition's watermark was {}, and sessions that ended at or before {} (the watermark minus the allowed lateness, {}, plus 1 ms) may have been emitted",
                     iso(t),
                     iso(wm),
-                    iso(wm.saturating_sub(lateness)),
+                    iso(bound),
                     human(lateness_ms)
                 ),
             ));
@@ -91,10 +99,11 @@ pub(crate) fn run(
             }
         }
         let open = by_key.entry(v.key).or_default();
-        // Merge every open session the new window overlaps.
+        // Merge every open session the new window touches: Flink's `TimeWindow.intersects` is
+        // inclusive, so events exactly a gap apart share a session.
         let (touching, rest): (Vec<OpenWindow>, Vec<OpenWindow>) = std::mem::take(open)
             .into_iter()
-            .partition(|s| s.start < end_of(&window) && window.start < end_of(s));
+            .partition(|s| s.start <= end_of(&window) && window.start <= end_of(s));
         *open = rest;
         for s in &touching {
             if failed.is_some() {
@@ -138,7 +147,7 @@ pub(crate) fn run(
     let mut done = Vec::new();
     for (_, open) in by_key {
         for s in open {
-            if end_of(&s).saturating_add(lateness) <= wm {
+            if last_instant(end_of(&s)).saturating_add(lateness) <= wm {
                 done.push(s);
             } else {
                 sessions.push(s);

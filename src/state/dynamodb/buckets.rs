@@ -21,24 +21,34 @@ pub(super) fn legacy_key(source: &SourcePartition) -> String {
     format!("source#{}#{}", source.topic, source.partition)
 }
 
+/// Stateful partitions one transaction takes: a state item holds up to 300 KB inline (larger
+/// ones spill to S3), the pending batch up to 300 KB, and a DynamoDB transaction at most 4 MB,
+/// so ten states and the pending batch always fit, whatever their sizes.
+pub const MAX_STATES_PER_TRANSACTION: usize = 10;
+
 /// Splits consecutive `sources` into groups of at most 100 transaction items each: the buckets
 /// a group touches, `per_partition` more items per partition (mirror mode), one state item per
-/// stateful partition, and the pending batch.
+/// stateful partition (at most [`MAX_STATES_PER_TRANSACTION`]: bytes, not items, bound those),
+/// and the pending batch.
 pub(super) fn split(
     sources: &[SourcePartition],
     per_partition: usize,
     stateful: &[bool],
 ) -> Vec<usize> {
     let mut sizes = Vec::new();
-    let (mut len, mut items) = (0usize, 1usize);
+    let (mut len, mut items, mut states) = (0usize, 1usize, 0usize);
     let mut seen: Vec<String> = Vec::new();
     for (i, s) in sources.iter().enumerate() {
         let key = bucket_key(s);
         let new_bucket = usize::from(!seen.contains(&key));
-        let per_partition = per_partition + usize::from(stateful.get(i).copied().unwrap_or(false));
-        if len > 0 && items + new_bucket + per_partition > super::MAX_TRANSACTION_ITEMS {
+        let state = usize::from(stateful.get(i).copied().unwrap_or(false));
+        let per_partition = per_partition + state;
+        if len > 0
+            && (items + new_bucket + per_partition > super::MAX_TRANSACTION_ITEMS
+                || states + state > MAX_STATES_PER_TRANSACTION)
+        {
             sizes.push(len);
-            (len, items) = (0, 1);
+            (len, items, states) = (0, 1, 0);
             seen.clear();
         }
         if !seen.contains(&key) {
@@ -46,6 +56,7 @@ pub(super) fn split(
             items += 1;
         }
         items += per_partition;
+        states += state;
         len += 1;
     }
     if len > 0 {
@@ -81,8 +92,13 @@ mod tests {
         // Mirror mode: an item per partition too.
         assert_eq!(split(&topic(100, 1), 1, &[]), vec![97, 3]);
         assert!(split(&[], 0, &[]).is_empty());
-        // A state item per stateful partition: 97 partitions take 2 buckets, 97 states and
-        // the pending batch; the rest go in a second transaction.
-        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![97, 3]);
+        // A state item per stateful partition, ten at most per transaction: 14 partitions
+        // with states near the 300 KB spill threshold were one transaction over DynamoDB's
+        // 4 MB, refused on every retry.
+        assert_eq!(split(&topic(14, 1), 0, &[true; 14]), vec![10, 4]);
+        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![10; 10]);
+        // Stateless partitions between them fill the rest of the 100 items.
+        let mixed: Vec<bool> = (0..120).map(|p| p % 20 == 0).collect();
+        assert_eq!(split(&topic(120, 1), 0, &mixed), vec![120]);
     }
 }
