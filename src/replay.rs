@@ -149,6 +149,22 @@ async fn replay_partition(
     if behind.is_empty() {
         return Ok(report);
     }
+    // A topic without a table of its own whose records feed windows or dedup: whether a record
+    // below the checkpoint landed cannot be told (a window's partial row carries a batch's last
+    // offset, a dedup may have dropped it), and landing it again would count it twice.
+    if let Some(t) = spec.table_for_topic(&source.topic)
+        && !t.land
+        && spec
+            .derived_from(&t.name)
+            .any(|d| d.view.is_some() || d.dedup.is_some())
+    {
+        return Err(Error::Config(format!(
+            "replay of {source}: {} records are below the checkpoint, and topic {} has no table of its own (land = false) while it feeds windowed or dedup tables, so which of them landed cannot be told; set land = true on table {} to make such topics replayable, or land them by hand",
+            behind.len(),
+            source.topic,
+            t.name
+        )));
+    }
     let lo = behind.iter().map(|r| r.offset).min().unwrap_or(0);
     let hi = behind.iter().map(|r| r.offset).max().unwrap_or(0);
     let landed = landed_offsets(backend, spec, tables, source, lo, hi).await?;

@@ -185,6 +185,15 @@ async fn a_topic_with_land_false_feeds_its_derived_tables_only() {
     streamtable::commit::commit_pending(&h.backend, &tables)
         .await
         .expect("commit");
+    // With a windowed table fed by the topic (sensor_sessions), which records landed cannot
+    // be told: refused, naming the fix.
+    let e = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event(&recs))
+        .await
+        .expect_err("windows fed by a land = false topic");
+    assert!(e.to_string().contains("set land = true"), "{e}");
+    h.spec
+        .derived
+        .retain(|d| d.source != "readings" || d.table.name == "readings_alerts");
     let replayed = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &event(&recs))
         .await
         .expect("replay");

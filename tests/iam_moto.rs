@@ -166,6 +166,13 @@ fn bad_record() -> String {
     v.to_string()
 }
 
+/// The HTTP status of a refused S3 call.
+fn status<E>(
+    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> Option<u16> {
+    e.raw_response().map(|r| r.status().as_u16())
+}
+
 #[test]
 fn every_function_works_with_only_its_own_policy_and_no_more() {
     let stack = Stack::new();
@@ -300,22 +307,54 @@ subject = "{}/orders-value"
             .and_then(|o| o.key())
             .expect("the samples carry bad records: a dead-letter file")
             .to_string();
-        let denied = ingest
+        let refused = |status: Option<u16>, what: &str| {
+            assert_eq!(status, Some(403), "ingest was not refused to {what}");
+        };
+        let e = ingest
             .get_object()
             .bucket(&stack.name)
             .key(&dead_letter)
             .send()
-            .await;
-        assert!(denied.is_err(), "ingest read a dead letter's data");
-        let denied = ingest
+            .await
+            .expect_err("ingest read a dead letter's data");
+        refused(status(&e), "read a dead letter's data");
+        // The joins' state: written by the administrator here (the scheduled stage's), and
+        // neither readable, writable nor deletable by ingest.
+        let join_state = "warehouse/_state/join/order_payments/x.parquet";
+        admin
             .put_object()
             .bucket(&stack.name)
-            .key("warehouse/_state/join/order_payments/x.parquet")
+            .key(join_state)
             .body(bytes::Bytes::from_static(b"x").into())
             .send()
-            .await;
-        assert!(denied.is_err(), "ingest wrote the join's state");
-        let denied = ingest
+            .await
+            .expect("admin writes");
+        let e = ingest
+            .get_object()
+            .bucket(&stack.name)
+            .key(join_state)
+            .send()
+            .await
+            .expect_err("ingest read the join's state");
+        refused(status(&e), "read the join's state");
+        let e = ingest
+            .put_object()
+            .bucket(&stack.name)
+            .key(join_state)
+            .body(bytes::Bytes::from_static(b"x").into())
+            .send()
+            .await
+            .expect_err("ingest wrote the join's state");
+        refused(status(&e), "write the join's state");
+        let e = ingest
+            .delete_object()
+            .bucket(&stack.name)
+            .key(join_state)
+            .send()
+            .await
+            .expect_err("ingest deleted the join's state");
+        refused(status(&e), "delete the join's state");
+        let e = ingest
             .put_object()
             .bucket(&stack.name)
             .key(format!(
@@ -324,7 +363,8 @@ subject = "{}/orders-value"
             ))
             .body(bytes::Bytes::from_static(b"x").into())
             .send()
-            .await;
-        assert!(denied.is_err(), "ingest wrote outside data/ and metadata/");
+            .await
+            .expect_err("ingest wrote outside data/ and metadata/");
+        refused(status(&e), "write outside data/ and metadata/");
     });
 }

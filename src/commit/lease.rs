@@ -57,27 +57,28 @@ impl Lease {
     /// `None` when another committer held it all that time. A store that does not answer is
     /// asked again with the same holder (a take whose answer was lost is this committer's).
     pub async fn acquire(backend: &Backend, who: &str, deadline: Instant) -> Result<Option<Lease>> {
-        let holder = ABANDONED
-            .lock()
-            .ok()
-            .and_then(|mut a| a.pop())
-            .unwrap_or_else(|| {
-                format!(
-                    "{who}-{}-{:x}",
-                    std::process::id(),
-                    crate::clock::jitter(u64::MAX / 2).as_nanos()
-                )
-            });
-        let mut holder = holder;
+        let abandoned = ABANDONED.lock().ok().and_then(|mut a| a.pop());
+        // A holder taken over is kept, never dropped for another (it may hold the lease).
+        let mut reused = abandoned.is_some();
+        let mut holder = abandoned.unwrap_or_else(|| {
+            format!(
+                "{who}-{}-{:x}",
+                std::process::id(),
+                crate::clock::jitter(u64::MAX / 2).as_nanos()
+            )
+        });
         // Whether a take by `holder` may have been applied with its answer lost (it then holds
         // the lease, and must keep asking as itself).
         let mut maybe_holds = false;
         loop {
             // A holder of this process abandoned meanwhile (its release failed) may be the one
             // in the way: take it over instead of waiting for it to expire.
-            if !maybe_holds && let Some(abandoned) = ABANDONED.lock().ok().and_then(|mut a| a.pop())
+            if !maybe_holds
+                && !reused
+                && let Some(abandoned) = ABANDONED.lock().ok().and_then(|mut a| a.pop())
             {
                 holder = abandoned;
+                reused = true;
             }
             match take(backend, &holder).await {
                 Ok(true) => {

@@ -106,6 +106,9 @@ pub struct JoinStats {
     pub evicted_rows: u64,
     /// Partitions that stopped holding their side's watermark (idle past `idle_timeout`).
     pub idle_partitions: u64,
+    /// Files of the join's backlog that were gone when the round read them (their rows are
+    /// not joined).
+    pub backlog_files_lost: u64,
     /// The round could not run (it failed, or crashed before): its rows wait in the join's
     /// backlog for a later round, and the other tables went on.
     pub deferred: bool,
@@ -385,26 +388,66 @@ async fn commit_joins(
         // its retry, its files go to the join's backlog in an empty snapshot under its commit
         // id, and the intent finishes.
         let attempts = join_attempts(backend, name, &intent.id).await?;
-        let defer = |why: String| {
+        let defer = |why: String, tried: bool| {
             let (t, left_files, right_files, id) = (t.clone(), &left_files, &right_files, &id);
             async move {
                 tracing::error!(table = %name, reason = %why,
                     "interval join round deferred: its rows wait in the join's backlog; the other tables go on");
-                let files = join::deferred_state(&t, name, left_files, right_files, now_ms)?;
+                // A failed attempt may have committed the round's late rows already.
+                let late_written = match backend
+                    .catalog
+                    .load(&tables.ident(crate::spec::DEAD_LETTER_TABLE))
+                    .await?
+                {
+                    Some((dl, _)) => find_commit(&dl, &format!("{id}/late")).is_some(),
+                    None => false,
+                };
+                let (files, replaced) = join::deferred_state(
+                    backend,
+                    &t,
+                    name,
+                    &intent.id,
+                    left_files,
+                    right_files,
+                    now_ms,
+                    join::Deferral {
+                        tried,
+                        late_written,
+                    },
+                )
+                .await?;
                 let mut report = commit_table(backend, tables, t, name, id, &files).await?;
                 report.join = Some(JoinStats {
                     deferred: true,
                     ..Default::default()
                 });
+                if let Some(old) = replaced
+                    && ours(backend, tables, name, id, &files).await?
+                    && let Err(e) = backend.warehouse.delete(&old).await
+                {
+                    tracing::warn!(object = %old, error = %e, "a replaced join backlog was not deleted");
+                }
                 Ok::<_, Error>(report)
             }
         };
         if attempts >= MAX_JOIN_ATTEMPTS {
-            out.push(defer(format!("{attempts} attempts of this round did not finish")).await?);
+            out.push(
+                defer(
+                    format!("{attempts} attempts of this round did not finish"),
+                    true,
+                )
+                .await?,
+            );
             continue;
         }
         if join::backlog_waits(&t, name, now_ms)? {
-            out.push(defer("an earlier round was deferred less than 10 minutes ago".into()).await?);
+            out.push(
+                defer(
+                    "an earlier round failed less than 10 minutes ago".into(),
+                    false,
+                )
+                .await?,
+            );
             continue;
         }
         record_join_attempt(backend, name, &intent.id, attempts + 1).await?;
@@ -425,7 +468,7 @@ async fn commit_joins(
             Ok(round) => round,
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) => {
-                out.push(defer(e.to_string()).await?);
+                out.push(defer(e.to_string(), true).await?);
                 continue;
             }
         };
@@ -449,19 +492,49 @@ async fn commit_joins(
             state_bytes: round.state_bytes,
             evicted_rows: round.evicted_rows,
             idle_partitions: round.idle_partitions,
+            backlog_files_lost: round.backlog_files_lost,
             deferred: false,
         });
+        // Another committer (one that took the lease over) may have landed this round with
+        // other state objects: what this round replaced is deleted only if the snapshot
+        // holding the commit id carries this round's state.
+        let mine = ours(backend, tables, name, &id, &round.output).await?;
         out.push(report);
         tracing::info!(table = %name, kept_rows = round.kept_rows, state_bytes = round.state_bytes,
             evicted = round.evicted_rows, idle_partitions = round.idle_partitions,
             late = round.late.files.iter().map(|f| f.rows).sum::<u64>(), "interval join round");
-        for old in round.replaced {
-            if let Err(e) = backend.warehouse.delete(&old).await {
+        for old in round.replaced.iter().filter(|_| mine) {
+            if let Err(e) = backend.warehouse.delete(old).await {
                 tracing::warn!(object = %old, error = %e, "a replaced join state object was not deleted");
             }
         }
     }
     Ok(out)
+}
+
+/// Whether the snapshot of join table `name` that carries `commit_id` carries the state
+/// `files` would have committed (this committer's round, not another's).
+#[cfg(feature = "sql")]
+async fn ours(
+    backend: &Backend,
+    tables: &TableSet,
+    name: &str,
+    commit_id: &str,
+    files: &TableFiles,
+) -> Result<bool> {
+    let Some((t, _)) = backend.catalog.load(&tables.ident(name)).await? else {
+        return Ok(false);
+    };
+    let Some(id) = find_commit(&t, commit_id) else {
+        return Ok(false);
+    };
+    let committed = t.metadata().snapshot_by_id(id).and_then(|s| {
+        s.summary()
+            .additional_properties
+            .get(JOIN_STATE_PROPERTY)
+            .cloned()
+    });
+    Ok(committed.as_ref() == files.properties.get(JOIN_STATE_PROPERTY))
 }
 
 /// Attempts of one join round (one intent) before it is deferred.

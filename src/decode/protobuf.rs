@@ -380,13 +380,19 @@ impl Compiled {
 
 /// Largest `.proto` source a registry may hand over, bytes.
 pub(crate) const MAX_PROTO_BYTES: usize = 1024 * 1024;
-/// Deepest nesting of `{`, `(` and `[` a `.proto` may have (messages in messages, option
-/// values): the compiler recurses on it, and a source nested thousands deep would overflow the
-/// stack and abort the process.
+/// Deepest nesting of `{`, `(`, `[` and `<` a `.proto` may have (messages in messages, option
+/// values in text format, which nest with `{}` or `<>`): the compiler recurses on it, and a
+/// source nested thousands deep would overflow the stack and abort the process.
 pub(crate) const MAX_PROTO_NESTING: usize = 64;
 
+/// Stack of the thread a `.proto` is compiled on: ample for [`MAX_PROTO_NESTING`] levels
+/// whatever construct nests, so no schema reaches the process's own stack's end.
+const COMPILE_STACK_BYTES: usize = 64 * 1024 * 1024;
+
 /// Refuses `.proto` source over [`MAX_PROTO_BYTES`] or nested deeper than
-/// [`MAX_PROTO_NESTING`], before the compiler sees it. Strings and comments are skipped.
+/// [`MAX_PROTO_NESTING`], before the compiler sees it. Comments are skipped; a string ends at
+/// its closing quote or at the end of its line, as the compiler reads it (an unterminated
+/// string must not hide what follows it).
 pub(crate) fn check_limits(text: &str) -> Result<(), String> {
     if text.len() > MAX_PROTO_BYTES {
         return Err(format!(
@@ -412,14 +418,17 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
             }
             q @ (b'"' | b'\'') => {
                 i += 1;
-                while i < b.len() && b[i] != q {
-                    if b[i] == b'\\' {
+                while i < b.len() && b[i] != q && b[i] != b'\n' {
+                    if b[i] == b'\\' && b.get(i + 1).is_some_and(|c| *c != b'\n') {
                         i += 1;
                     }
                     i += 1;
                 }
+                if b.get(i) == Some(&b'\n') {
+                    continue; // the newline is looked at as code
+                }
             }
-            b'{' | b'(' | b'[' => {
+            b'{' | b'(' | b'[' | b'<' => {
                 depth += 1;
                 deepest = deepest.max(depth);
                 if deepest > MAX_PROTO_NESTING {
@@ -428,7 +437,7 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
                     ));
                 }
             }
-            b'}' | b')' | b']' => depth = depth.saturating_sub(1),
+            b'}' | b')' | b']' | b'>' => depth = depth.saturating_sub(1),
             _ => {}
         }
         i += 1;
@@ -436,9 +445,21 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Compiles `.proto` source (imports of Google's well-known types only).
+/// Compiles `.proto` source (imports of Google's well-known types only), within the limits
+/// ([`check_limits`]) and on a thread with a stack of its own.
 pub(crate) fn compile(text: &str) -> Result<Compiled, String> {
     check_limits(text)?;
+    let text = text.to_string();
+    std::thread::Builder::new()
+        .name("proto-compile".into())
+        .stack_size(COMPILE_STACK_BYTES)
+        .spawn(move || compile_checked(&text))
+        .map_err(|e| format!("no thread to compile the .proto on: {e}"))?
+        .join()
+        .map_err(|_| "the .proto compiler failed".to_string())?
+}
+
+fn compile_checked(text: &str) -> Result<Compiled, String> {
     let file = protox::file::File::from_source(SCHEMA_FILE, text).map_err(|e| e.to_string())?;
     let mut resolver = protox::file::ChainFileResolver::new();
     resolver.add(Single(file));

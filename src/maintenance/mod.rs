@@ -106,6 +106,26 @@ pub async fn maintain_all_until(
 ) -> (Vec<TableMaintenance>, Vec<Failure>) {
     let mut out = Vec::new();
     let mut failures = Vec::new();
+    // Files an interval join's backlog still has to read: compaction may have replaced them,
+    // but neither expiry nor orphan clean-up deletes them while the backlog names them.
+    let mut waiting = HashSet::new();
+    #[cfg(feature = "sql")]
+    for (name, _) in &tables.joins {
+        let files = async {
+            match backend.catalog.load(&tables.ident(name)).await? {
+                Some((t, _)) => crate::commit::join::backlog_files(backend, &t, name).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        match files.await {
+            Ok(files) => waiting.extend(files),
+            Err(e) => {
+                // Without knowing what the backlog names, nothing may be deleted this run.
+                failures.push(Failure::new("maintenance", Some(name), None, &e));
+                return (out, failures);
+            }
+        }
+    }
     for name in tables.tables.keys() {
         if Instant::now() >= deadline {
             tracing::info!("maintenance time of this run used up; the rest waits for the next run");
@@ -128,11 +148,12 @@ pub async fn maintain_all_until(
                     &ident,
                     options,
                     backend.clock.now_ms(),
+                    &waiting,
                     &mut report,
                 )
                 .await?;
             }
-            remove_orphans(backend, &ident, options, &mut report).await?;
+            remove_orphans(backend, &ident, options, &waiting, &mut report).await?;
             Ok::<_, Error>(true)
         };
         match done.await {
@@ -227,6 +248,7 @@ async fn expire_snapshots(
     ident: &iceberg::TableIdent,
     options: &MaintenanceOptions,
     now: i64,
+    waiting: &HashSet<String>,
     report: &mut TableMaintenance,
 ) -> Result<()> {
     let Some((table, _)) = backend.catalog.load(ident).await? else {
@@ -259,7 +281,10 @@ async fn expire_snapshots(
     let retained: Vec<SnapshotRef> = table.metadata().snapshots().cloned().collect();
     report.snapshots_expired = (snapshots.len() - retained.len()) as u64;
     let after = referenced(&table, &retained).await?;
-    let doomed: Vec<&String> = before.difference(&after).collect();
+    let doomed: Vec<&String> = before
+        .difference(&after)
+        .filter(|p| !waiting.contains(*p))
+        .collect();
     for path in &doomed {
         backend.warehouse.delete(path).await?;
     }

@@ -113,14 +113,11 @@ pub(super) async fn remove_join_states(
             else {
                 continue;
             };
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            match crate::commit::join::state_objects(json) {
+                Some(objects) => named.extend(objects),
                 // A state this release cannot read: keep everything.
-                named.insert(String::new());
-                continue;
-            };
-            for side in ["left", "right"] {
-                if let Some(l) = v.get(side).and_then(|l| l.as_str()) {
-                    named.insert(l.to_string());
+                None => {
+                    named.insert(String::new());
                 }
             }
         }
@@ -297,6 +294,7 @@ pub(super) async fn remove_orphans(
     backend: &Backend,
     ident: &iceberg::TableIdent,
     options: &MaintenanceOptions,
+    waiting: &HashSet<String>,
     report: &mut TableMaintenance,
 ) -> Result<()> {
     let Some((table, _)) = backend.catalog.load(ident).await? else {
@@ -329,7 +327,10 @@ pub(super) async fn remove_orphans(
             .map(|m| m.metadata_file.clone()),
     );
     for o in old {
-        if keep.contains(&o.location) || guard.may_be_needed(&o.location) {
+        if keep.contains(&o.location)
+            || waiting.contains(&o.location)
+            || guard.may_be_needed(&o.location)
+        {
             continue;
         }
         if delete_if_still_old(backend, &o.location, options).await? {

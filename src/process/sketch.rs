@@ -36,19 +36,39 @@ const BUCKETS: usize = 1 << INDEX_BITS;
 const DENSE_V2: u8 = 3;
 const MAX_DELTA: u8 = 15;
 
+/// Non-zero registers a sketch keeps as (bucket, value) pairs before it turns dense: 3 bytes a
+/// pair against 2048 bytes dense, so an open window with few distinct values (most of them)
+/// costs a few hundred bytes, not 2 KB.
+pub const SPARSE_LIMIT: usize = 256;
+
+/// The registers: sparse (the non-zero ones, sorted by bucket) until they are many, then dense.
+#[derive(Clone)]
+enum Registers {
+    Sparse(Vec<(u16, u8)>),
+    Dense(Box<[u8]>),
+}
+
 /// A HyperLogLog sketch of 2048 registers.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Sketch {
-    registers: Box<[u8]>,
+    registers: Registers,
 }
 
 impl Default for Sketch {
     fn default() -> Self {
         Sketch {
-            registers: vec![0; BUCKETS].into_boxed_slice(),
+            registers: Registers::Sparse(Vec::new()),
         }
     }
 }
+
+impl PartialEq for Sketch {
+    fn eq(&self, other: &Sketch) -> bool {
+        self.dense() == other.dense()
+    }
+}
+
+impl Eq for Sketch {}
 
 impl fmt::Debug for Sketch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -92,11 +112,80 @@ impl Sketch {
         hash(value).is_some_and(|h| self.insert_hash(h))
     }
 
+    /// The register of `bucket`.
+    fn get(&self, bucket: usize) -> u8 {
+        match &self.registers {
+            Registers::Dense(r) => r.get(bucket).copied().unwrap_or(0),
+            Registers::Sparse(pairs) => pairs
+                .binary_search_by_key(&(bucket as u16), |(b, _)| *b)
+                .map_or(0, |i| pairs[i].1),
+        }
+    }
+
+    /// Raises the register of `bucket` to `value` (which is higher than it).
+    fn set(&mut self, bucket: usize, value: u8) {
+        match &mut self.registers {
+            Registers::Dense(r) => {
+                if let Some(slot) = r.get_mut(bucket) {
+                    *slot = value;
+                }
+            }
+            Registers::Sparse(pairs) => {
+                match pairs.binary_search_by_key(&(bucket as u16), |(b, _)| *b) {
+                    Ok(i) => pairs[i].1 = value,
+                    Err(i) => pairs.insert(i, (bucket as u16, value)),
+                }
+                if pairs.len() > SPARSE_LIMIT {
+                    self.registers = Registers::Dense(self.dense().into_boxed_slice());
+                }
+            }
+        }
+    }
+
+    /// All 2048 registers.
+    fn dense(&self) -> Vec<u8> {
+        match &self.registers {
+            Registers::Dense(r) => r.to_vec(),
+            Registers::Sparse(pairs) => {
+                let mut r = vec![0; BUCKETS];
+                for &(b, v) in pairs {
+                    if let Some(slot) = r.get_mut(usize::from(b)) {
+                        *slot = v;
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    /// A sketch of `registers` (2048), sparse when few are set.
+    fn of_registers(registers: Vec<u8>) -> Sketch {
+        let set = registers.iter().filter(|r| **r > 0).count();
+        let registers = if set <= SPARSE_LIMIT {
+            Registers::Sparse(
+                registers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| **r > 0)
+                    .map(|(b, r)| (b as u16, *r))
+                    .collect(),
+            )
+        } else {
+            Registers::Dense(registers.into_boxed_slice())
+        };
+        Sketch { registers }
+    }
+
+    /// Whether the sketch keeps its registers sparse (memory: a few bytes a set register).
+    pub fn is_sparse(&self) -> bool {
+        matches!(self.registers, Registers::Sparse(_))
+    }
+
     /// Adds a hash; whether the sketch changed.
     pub fn insert_hash(&mut self, hash: u64) -> bool {
         let (bucket, value) = slot(hash);
-        if value > self.registers[bucket] {
-            self.registers[bucket] = value;
+        if value > self.get(bucket) {
+            self.set(bucket, value);
             true
         } else {
             false
@@ -106,17 +195,30 @@ impl Sketch {
     /// The sketch with `value` added, if that changes it (one hash, no copy otherwise).
     pub fn inserted(&self, value: &Cell) -> Option<Sketch> {
         let (bucket, v) = slot(hash(value)?);
-        (v > self.registers[bucket]).then(|| {
+        (v > self.get(bucket)).then(|| {
             let mut s = self.clone();
-            s.registers[bucket] = v;
+            s.set(bucket, v);
             s
         })
     }
 
     /// Merges `other` into this sketch (the sketch of the union).
     pub fn merge(&mut self, other: &Sketch) {
-        for (a, b) in self.registers.iter_mut().zip(other.registers.iter()) {
-            *a = (*a).max(*b);
+        match &other.registers {
+            Registers::Sparse(pairs) => {
+                for &(b, v) in pairs {
+                    if v > self.get(usize::from(b)) {
+                        self.set(usize::from(b), v);
+                    }
+                }
+            }
+            Registers::Dense(theirs) => {
+                let mut mine = self.dense();
+                for (a, b) in mine.iter_mut().zip(theirs.iter()) {
+                    *a = (*a).max(*b);
+                }
+                self.registers = Registers::Dense(mine.into_boxed_slice());
+            }
         }
     }
 
@@ -125,7 +227,7 @@ impl Sketch {
         let m = BUCKETS as f64;
         let q = 64 - usize::from(INDEX_BITS);
         let mut histogram = vec![0u32; q + 2];
-        for &r in self.registers.iter() {
+        for &r in self.dense().iter() {
             histogram[usize::from(r).min(q + 1)] += 1;
         }
         if histogram[0] as usize == BUCKETS {
@@ -142,11 +244,12 @@ impl Sketch {
 
     /// Airlift's dense v2 serialization (what Athena casts to `HyperLogLog`).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let baseline = self.registers.iter().copied().min().unwrap_or(0);
+        let registers = self.dense();
+        let baseline = registers.iter().copied().min().unwrap_or(0);
         let mut out = Vec::with_capacity(5 + BUCKETS / 2);
         out.extend([DENSE_V2, INDEX_BITS, baseline]);
         let mut overflows = Vec::new();
-        for (i, pair) in self.registers.chunks(2).enumerate() {
+        for (i, pair) in registers.chunks(2).enumerate() {
             let mut byte = 0u8;
             for (j, &r) in pair.iter().enumerate() {
                 let delta = r - baseline;
@@ -207,9 +310,7 @@ impl Sketch {
                 .ok_or_else(|| format!("overflow bucket {bucket} is out of range"))?;
             *r = r.saturating_add(v);
         }
-        Ok(Sketch {
-            registers: registers.into_boxed_slice(),
-        })
+        Ok(Sketch::of_registers(registers))
     }
 
     /// [`Sketch::to_bytes`] in base64: the value of a partial row's `…__hll` column.
@@ -226,8 +327,8 @@ impl Sketch {
     }
 
     /// The raw registers (one byte per bucket), for merging in a query engine's state.
-    pub fn registers(&self) -> &[u8] {
-        &self.registers
+    pub fn registers(&self) -> Vec<u8> {
+        self.dense()
     }
 
     /// A sketch from raw registers (what [`Sketch::registers`] gave).
@@ -238,9 +339,7 @@ impl Sketch {
                 registers.len()
             ));
         }
-        Ok(Sketch {
-            registers: registers.into(),
-        })
+        Ok(Sketch::of_registers(registers.to_vec()))
     }
 }
 
@@ -392,5 +491,48 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Sketch>(&json).unwrap(), s);
         assert!(serde_json::from_str::<Sketch>("\"AAAA\"").is_err());
+    }
+
+    /// A sketch of few values keeps its registers sparse (a few bytes each, not 2 KB per open
+    /// window and key), turns dense past SPARSE_LIMIT set registers, and both forms estimate,
+    /// merge and serialize alike.
+    #[test]
+    fn sketches_stay_sparse_until_it_pays_to_go_dense() {
+        let few: Vec<Cell> = (0..50).map(Cell::Int).collect();
+        let small = Sketch::of(&few);
+        assert!(small.is_sparse());
+        let many: Vec<Cell> = (0..5_000).map(Cell::Int).collect();
+        let big = Sketch::of(&many);
+        assert!(!big.is_sparse());
+        // A sparse and a dense sketch of the same registers are equal; bytes round-trip to
+        // the same form.
+        let dense_small = Sketch::from_registers(&small.registers()).expect("registers");
+        assert_eq!(dense_small, small);
+        assert!(
+            Sketch::from_bytes(&small.to_bytes())
+                .expect("bytes")
+                .is_sparse()
+        );
+        assert!(
+            !Sketch::from_bytes(&big.to_bytes())
+                .expect("bytes")
+                .is_sparse()
+        );
+        // Merging gives the sketch of the union whatever the forms.
+        let mut merged = small.clone();
+        merged.merge(&big);
+        assert_eq!(
+            merged,
+            Sketch::of(&[few.as_slice(), many.as_slice()].concat())
+        );
+        let mut other = big.clone();
+        other.merge(&small);
+        assert_eq!(other, merged);
+        assert_eq!(
+            small.estimate(),
+            Sketch::from_registers(&small.registers())
+                .unwrap()
+                .estimate()
+        );
     }
 }

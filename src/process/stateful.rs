@@ -102,15 +102,20 @@ impl Processor {
                 let kafka = slice
                     .column_by_name("kafka_timestamp")
                     .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
+                // The Kafka timestamp may be the producer's (CreateTime) and as wrong as the
+                // event time: the bound is the earlier of it and this invocation's clock.
+                let now_us = now_ms.saturating_mul(1000);
                 times
                     .iter()
                     .enumerate()
                     .map(|(i, t)| {
-                        let k = kafka.filter(|k| k.is_valid(i)).map(|k| k.value(i))?;
+                        let k = kafka
+                            .filter(|k| k.is_valid(i))
+                            .map_or(now_us, |k| k.value(i).min(now_us));
                         let t = (*t)?;
                         (t > k.saturating_add(time.max_ahead_us)).then(|| {
                             format!(
-                                "event time {} is more than {} ahead of the record's Kafka timestamp {}: the stateful tables of {source} do not believe it (it would move the watermark there); the topic's own table has the record",
+                                "event time {} is more than {} ahead of the record's Kafka timestamp (or of the time it was ingested, if earlier) {}: the stateful tables of {source} do not believe it (it would move the watermark there); the topic's own table has the record",
                                 super::window::iso(t),
                                 super::window::tvf::human(time.max_ahead_us / 1000),
                                 super::window::iso(k)

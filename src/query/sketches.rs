@@ -49,11 +49,11 @@ impl Accumulator for Union {
     }
 
     fn size(&self) -> usize {
-        std::mem::size_of::<Self>() + self.0.registers().len()
+        std::mem::size_of::<Self>() + 2048
     }
 
     fn state(&mut self) -> datafusion::common::Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Binary(Some(self.0.registers().to_vec()))])
+        Ok(vec![ScalarValue::Binary(Some(self.0.registers()))])
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::common::Result<()> {

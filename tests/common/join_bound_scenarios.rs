@@ -178,20 +178,28 @@ pub async fn a_join_keeps_at_most_its_bound(mut h: Harness) {
 
 pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mut h: Harness) {
     setup(&mut h);
-    let clock = ManualClock::new(BASE_MS);
+    // Two days ahead of the wall clock that stamps snapshots: expiry (retention 0) and orphan
+    // clean-up find every snapshot and file old.
+    let clock = ManualClock::new(streamtable::clock::now_ms() + 2 * 86_400_000);
     h.backend.clock = clock.clone();
     h.tables().ensure_all(&h.backend).await.expect("tables");
     let options = CommitOptions::default();
-    let mut records = Vec::new();
-    for o in 0..20 {
-        records.push(order(0, o, o * 1_000));
-        records.push(payment(0, o, &format!("o-0-{o}"), o * 1_000 + 10));
-    }
+    let pair = |o: i64, at: i64| [order(0, o, at), payment(0, o, &format!("o-0-{o}"), at + 10)];
+    // A first round lands and moves the watermarks (to 20 s - 30 s of out-of-orderness).
+    let first: Vec<SourceRecord> = (0..10).flat_map(|o| pair(o, 10_000 + o * 1_000)).collect();
+    h.ingestor().handle(&event(&first)).await.expect("ingest");
+    commit(&h, &options).await;
+    clock.advance(60_000);
+    // The next batch: ten pairs on time, and one payment far behind the orders' watermark
+    // (late: a dead letter of the join).
+    let mut records: Vec<SourceRecord> =
+        (10..20).flat_map(|o| pair(o, 60_000 + o * 1_000)).collect();
+    records.push(payment(0, 20, "o-0-0", -600_000));
     h.ingestor().handle(&event(&records)).await.expect("ingest");
 
-    // The join's round dies twice (as an out-of-memory or a timeout would take the process).
-    // Every swap of the join table that adds rows fails (the round dies); the empty snapshot
-    // of a deferral goes through.
+    // The join's round dies twice (as an out-of-memory or a timeout would take the process),
+    // after it committed its late rows: every swap of the join table that adds rows fails; the
+    // empty snapshot of a deferral goes through.
     let failing = super::faults::HookedPointers::new(
         h.backend.catalog.pointers().clone(),
         Box::new(|table, metadata| {
@@ -222,62 +230,80 @@ pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mu
             .expect_err("the join's round fails");
         assert!(e.to_string().contains("dies"), "attempt {attempt}: {e}");
     }
-    assert!(
-        h.backend
-            .state
-            .commit_intent()
-            .await
-            .expect("intent")
-            .is_some()
-    );
+    let intent = || async { h.backend.state.commit_intent().await.expect("intent") };
+    assert!(intent().await.is_some());
     // The third run defers it: the intent finishes and the topics' tables are committed.
     let report = commit_pending_with(&broken, &tables, &options, deadline())
         .await
         .expect("the round is deferred, the intent finishes");
     assert!(join_stats(&report).deferred, "{report:?}");
-    assert!(
-        h.backend
-            .state
-            .commit_intent()
-            .await
-            .expect("intent")
-            .is_none()
-    );
+    assert!(intent().await.is_none());
     assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 20);
-    assert_eq!(
-        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
-        0
-    );
+    let joined = || async { super::count(&h, "SELECT COUNT(*) FROM quick_payments").await };
+    assert_eq!(joined().await, 10, "the first round's pairs only");
 
-    // Later batches commit while the backlog waits (a deferral is retried after 10 minutes).
-    let mut more = Vec::new();
-    for o in 20..30 {
-        more.push(order(0, o, o * 1_000));
-        more.push(payment(0, o, &format!("o-0-{o}"), o * 1_000 + 10));
+    // Later batches commit while the backlog waits (a failed round is retried 10 minutes after
+    // the failure, however many rounds wait meanwhile), and the scheduled stage compacts the
+    // topics' tables and expires their snapshots: the backlog's files stay.
+    let eager = streamtable::scheduled::ScheduledOptions {
+        compaction: streamtable::compact::CompactOptions {
+            min_input_files: 2,
+            ..Default::default()
+        },
+        maintenance: streamtable::maintenance::MaintenanceOptions {
+            keep_last_snapshots: 1,
+            snapshot_retention_ms: 0,
+            orphan_grace_ms: -1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    for (step, at) in [(0, 5), (1, 9)] {
+        clock.advance(if step == 0 { 5 * 60_000 } else { 4 * 60_000 });
+        let more: Vec<SourceRecord> = (0..5)
+            .flat_map(|i| {
+                let o = 21 + step * 5 + i;
+                pair(o, at * 60_000 + i * 1_000)
+            })
+            .collect();
+        h.ingestor().handle(&event(&more)).await.expect("ingest");
+        let report = streamtable::scheduled::run(&h.backend, &h.tables(), &eager)
+            .await
+            .expect("scheduled run");
+        assert!(
+            report
+                .commit
+                .tables
+                .iter()
+                .any(|t| t.join.as_ref().is_some_and(|j| j.deferred)),
+            "still waiting at {at} min: {report:?}"
+        );
     }
-    h.ingestor().handle(&event(&more)).await.expect("ingest");
-    let report = commit(&h, &options).await;
-    assert!(join_stats(&report).deferred, "still waiting: {report:?}");
     assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 30);
 
-    // Ten minutes on, the next round joins the backlog and its own rows, once each.
-    clock.advance(11 * 60_000);
+    // Eleven minutes after the failure, the next round joins the backlog and its own rows,
+    // once each, and writes the late payment's dead letter only once.
+    clock.advance(2 * 60_000);
     h.ingestor()
-        .handle(&event(&[
-            order(0, 30, 30_000),
-            payment(0, 30, "o-0-30", 30_010),
-        ]))
+        .handle(&event(&pair(31, 11 * 60_000)))
         .await
         .expect("ingest");
     let report = commit(&h, &options).await;
     let stats = join_stats(&report);
     assert!(!stats.deferred, "{stats:?}");
-    assert_eq!(
-        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
-        31
-    );
+    assert_eq!(stats.backlog_files_lost, 0, "{stats:?}");
+    assert_eq!(joined().await, 31);
     assert_eq!(
         super::count(&h, "SELECT COUNT(DISTINCT payment_id) FROM quick_payments").await,
         31
+    );
+    assert_eq!(
+        super::count(
+            &h,
+            "SELECT COUNT(*) FROM dead_letters WHERE error_kind = 'late' AND kafka_offset = 20"
+        )
+        .await,
+        1,
+        "the late payment is one dead letter"
     );
 }

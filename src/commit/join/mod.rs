@@ -22,6 +22,7 @@
 //! snapshot names, so a crashed round recomputes the same rows; the join table's commit id
 //! says whether the round landed, and the state moves with that same snapshot.
 
+mod backlog;
 mod rows;
 
 use std::collections::BTreeMap;
@@ -41,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::schema::TableLayout;
 use crate::spec::{DEAD_LETTER_TABLE, IntervalJoin, JoinSide};
 use crate::tables::TableSet;
+use backlog::Backlog;
 use rows::{
     add_files, arrow, column, conform, dead_letters, keep, late_mask, not, parquet_bytes, register,
     side, with_kafka_columns,
@@ -72,12 +74,11 @@ struct JoinState {
     /// When each `{table}/{partition}` last landed a row, epoch ms (the round's intent time).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     seen_at: BTreeMap<String, i64>,
-    /// Data files of each side from rounds that could not run: a later round joins them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    backlog_left: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    backlog_right: Vec<String>,
-    /// When the last round was deferred, epoch ms.
+    /// The backlog object ([`backlog::Backlog`]): the files of rounds that could not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    backlog: Option<String>,
+    /// When a round last failed (and was deferred), epoch ms: a later round tries again once
+    /// [`RETRY_DEFERRED_MS`] passed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deferred_at_ms: Option<i64>,
 }
@@ -176,29 +177,98 @@ pub(super) struct JoinRound {
     /// Rows forgotten past the kept-rows bound, and partitions idle past their timeout.
     pub evicted_rows: u64,
     pub idle_partitions: u64,
+    /// Backlog files that were gone when the round read them.
+    pub backlog_files_lost: u64,
 }
 
-/// A round that could not run: the same snapshot property, with the round's files added to the
-/// backlog (the join table gets an empty snapshot under the round's commit id).
-pub(super) fn deferred_state(
+/// `paths` (the first `waiting` of them the backlog's) without the backlog files that no
+/// longer exist, and how many those were.
+async fn present(
+    backend: &Backend,
+    paths: Vec<(String, bool)>,
+    waiting: usize,
+) -> Result<(Vec<(String, bool)>, u64)> {
+    let mut out = Vec::with_capacity(paths.len());
+    let mut lost = 0;
+    for (i, (p, judged)) in paths.into_iter().enumerate() {
+        if i < waiting && backend.warehouse.stat(&p).await?.is_none() {
+            lost += 1;
+            continue;
+        }
+        out.push((p, judged));
+    }
+    Ok((out, lost))
+}
+
+/// How a deferred round came to be deferred.
+pub(super) struct Deferral {
+    /// The round was tried and failed (else it waited for an earlier deferral's retry): the
+    /// retry clock starts again.
+    pub tried: bool,
+    /// The failed attempt committed the round's late rows as dead letters already.
+    pub late_written: bool,
+}
+
+/// A round that could not run: the same state, with the round's files added to the backlog
+/// (the join table gets an empty snapshot under the round's commit id); also the backlog
+/// object it replaces.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn deferred_state(
+    backend: &Backend,
     current: &Table,
     name: &str,
+    intent_id: &str,
     left_files: &[DataFile],
     right_files: &[DataFile],
     now_ms: i64,
-) -> Result<TableFiles> {
+    how: Deferral,
+) -> Result<(TableFiles, Option<String>)> {
     let mut state = read_state(current, name)?;
-    state
-        .backlog_left
-        .extend(left_files.iter().map(|f| f.file_path().to_string()));
-    state
-        .backlog_right
-        .extend(right_files.iter().map(|f| f.file_path().to_string()));
-    state.deferred_at_ms = Some(now_ms);
+    let mut backlog = Backlog::read(backend, state.backlog.as_deref()).await?;
+    let (left, right): (Vec<String>, Vec<String>) = (
+        left_files
+            .iter()
+            .map(|f| f.file_path().to_string())
+            .collect(),
+        right_files
+            .iter()
+            .map(|f| f.file_path().to_string())
+            .collect(),
+    );
+    if how.late_written {
+        backlog
+            .judged
+            .extend(left.iter().chain(right.iter()).cloned());
+    }
+    backlog.left.extend(left);
+    backlog.right.extend(right);
+    let replaced = state.backlog.take();
+    state.backlog = Some(backlog.write(backend, name, intent_id).await?);
+    if how.tried {
+        state.deferred_at_ms = Some(now_ms);
+    }
     let json = serde_json::to_string(&state).map_err(|e| Error::Internal(e.to_string()))?;
     let mut out = TableFiles::default();
     out.properties.insert(JOIN_STATE_PROPERTY.to_string(), json);
-    Ok(out)
+    Ok((out, replaced))
+}
+
+/// The data files the current backlog of join `name` names (maintenance keeps them).
+pub async fn backlog_files(backend: &Backend, current: &Table, name: &str) -> Result<Vec<String>> {
+    let state = read_state(current, name)?;
+    let backlog = Backlog::read(backend, state.backlog.as_deref()).await?;
+    Ok(backlog.files().cloned().collect())
+}
+
+/// The state objects (kept rows, backlog) a snapshot summary's join state names.
+pub fn state_objects(summary_json: &str) -> Option<Vec<String>> {
+    let state: JoinState = serde_json::from_str(summary_json).ok()?;
+    Some(
+        [state.left, state.right, state.backlog]
+            .into_iter()
+            .flatten()
+            .collect(),
+    )
 }
 
 /// Whether join `name` has a backlog whose last deferral is younger than
@@ -227,10 +297,15 @@ pub(super) async fn run_join(
     let now_ms = failed_at_us / 1000;
     let mut state = read_state(current, name)?;
     // State objects the round replaces, whatever the plan keeps of them.
-    let originals: Vec<String> = [state.left.clone(), state.right.clone()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let originals: Vec<String> = [
+        state.left.clone(),
+        state.right.clone(),
+        state.backlog.clone(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut backlog = Backlog::read(backend, state.backlog.as_deref()).await?;
     let sig = JoinSig::of(join);
     match &state.plan {
         Some(old) if !old.same_sides(&sig) => {
@@ -238,8 +313,7 @@ pub(super) async fn run_join(
                 "the join's sides changed: its kept rows and backlog are dropped");
             state.left = None;
             state.right = None;
-            state.backlog_left.clear();
-            state.backlog_right.clear();
+            backlog = Backlog::default();
             state.left_watermark = None;
             state.right_watermark = None;
         }
@@ -251,19 +325,40 @@ pub(super) async fn run_join(
     }
     let left_layout = catalog_layout(backend, tables, &join.left.table).await?;
     let right_layout = catalog_layout(backend, tables, &join.right.table).await?;
-    let paths = |files: &[DataFile], backlog: &[String]| -> Vec<String> {
-        backlog
+    // The backlog's files first (a file compaction replaced and expiry deleted although
+    // maintenance keeps them — a day of deferrals under an old release — is skipped and
+    // counted), then the round's own.
+    let paths = |files: &[DataFile], waiting: &[String]| -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = waiting
             .iter()
-            .cloned()
-            .chain(files.iter().map(|f| f.file_path().to_string()))
-            .collect()
+            .map(|p| (p.clone(), backlog.judged.contains(p)))
+            .collect();
+        out.extend(files.iter().map(|f| (f.file_path().to_string(), false)));
+        out
     };
+    let (left_paths, left_lost) = present(
+        backend,
+        paths(left_files, &backlog.left),
+        backlog.left.len(),
+    )
+    .await?;
+    let (right_paths, right_lost) = present(
+        backend,
+        paths(right_files, &backlog.right),
+        backlog.right.len(),
+    )
+    .await?;
+    let lost = left_lost + right_lost;
+    if lost > 0 {
+        tracing::error!(table = %name, files = lost,
+            "interval join: files of the backlog are gone (deleted by expiry); their rows are not joined");
+    }
     let left = side(
         backend,
         &left_layout,
         &join.left,
         state.left.as_deref(),
-        &paths(left_files, &state.backlog_left),
+        &left_paths,
     )
     .await?;
     let right = side(
@@ -271,7 +366,7 @@ pub(super) async fn run_join(
         &right_layout,
         &join.right,
         state.right.as_deref(),
-        &paths(right_files, &state.backlog_right),
+        &right_paths,
     )
     .await?;
 
@@ -280,8 +375,7 @@ pub(super) async fn run_join(
     let late_right = late_mask(&right.new_times, state.right_watermark);
     let mut next = state.clone();
     next.plan = Some(sig);
-    next.backlog_left.clear();
-    next.backlog_right.clear();
+    next.backlog = None;
     next.deferred_at_ms = None;
     for (s, spec) in [(&left, &join.left), (&right, &join.right)] {
         let partitions = column::<Int32Array>(&s.new, "kafka_partition")?;
@@ -453,6 +547,7 @@ pub(super) async fn run_join(
         state_bytes,
         evicted_rows: (evicted_left + evicted_right) as u64,
         idle_partitions: (left_idle + right_idle) as u64,
+        backlog_files_lost: lost,
     })
 }
 

@@ -34,23 +34,35 @@ pub(super) struct Side {
     pub kept: RecordBatch,
     pub new: RecordBatch,
     pub new_times: Vec<Option<i64>>,
+    /// Per new row: its late rows were dead-lettered already (a backlog file of a failed
+    /// attempt that committed them).
+    pub judged: Vec<bool>,
 }
 
-/// Reads a side's kept rows (state object) and new rows (the round's files), in its layout.
+/// Reads a side's kept rows (state object) and new rows (the files, each with whether its
+/// late rows were dead-lettered already), in its layout.
 pub(super) async fn side(
     backend: &Backend,
     layout: &TableLayout,
     spec: &JoinSide,
     state: Option<&str>,
-    files: &[String],
+    files: &[(String, bool)],
 ) -> Result<Side> {
     let kept = read(backend, layout, state.into_iter().map(str::to_string)).await?;
-    let new = read(backend, layout, files.iter().cloned()).await?;
+    let mut parts = Vec::with_capacity(files.len());
+    let mut judged = Vec::new();
+    for (path, was_judged) in files {
+        let rows = read(backend, layout, std::iter::once(path.clone())).await?;
+        judged.extend(std::iter::repeat_n(*was_judged, rows.num_rows()));
+        parts.push(rows);
+    }
+    let new = concat_batches(&layout.arrow_schema, &parts).map_err(arrow)?;
     let new_times = times(&new, &spec.time_column)?;
     Ok(Side {
         kept,
         new,
         new_times,
+        judged,
     })
 }
 
@@ -257,7 +269,8 @@ pub(super) fn dead_letters(
         .new
         .column_by_name("kafka_key_bytes")
         .and_then(|c| c.as_any().downcast_ref::<LargeBinaryArray>());
-    for i in (0..mask.len()).filter(|i| mask.value(*i)) {
+    let judged = |i: usize| side.judged.get(i).copied().unwrap_or(false);
+    for i in (0..mask.len()).filter(|i| mask.value(*i) && !judged(*i)) {
         let at = side.new_times[i];
         let message = match (at, watermark) {
             (Some(t), Some(wm)) => format!(

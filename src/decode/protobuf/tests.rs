@@ -273,4 +273,25 @@ fn a_proto_nested_thousands_deep_is_an_unknown_schema_not_a_crash() {
     // Braces inside strings and comments do not count; the shipped test schema compiles.
     assert!(check_limits("// {{{{\n/* {{{{ */ option x = \"{{{{\";").is_ok());
     assert!(compile(PROTO).is_ok());
+    // A custom option's value in text format nests with < >.
+    let mut angle = String::from(
+        "syntax = \"proto2\";\nimport \"google/protobuf/descriptor.proto\";\nmessage R { optional R a = 1; }\nextend google.protobuf.FileOptions { optional R opt = 50000; }\noption (opt) = { ",
+    );
+    angle.push_str(&"a <".repeat(1_000));
+    angle.push_str(&">".repeat(1_000));
+    angle.push_str(" };\n");
+    let Err(e) = compile(&angle) else {
+        panic!("an option nested 1,000 deep with <> compiled")
+    };
+    assert!(e.contains("(the limit)"), "{e}");
+    // A string left open at the end of its line ends there, as the compiler reads it: what
+    // follows on the next lines is counted.
+    let mut open = String::from("syntax = \"proto3\";\noption java_package = \"x\n");
+    open.push_str(&"message A {\n".repeat(5_000));
+    open.push_str(&"}".repeat(5_000));
+    open.push_str("\n\"");
+    let Err(e) = compile(&open) else {
+        panic!("a .proto nested 5,000 deep behind an open string compiled")
+    };
+    assert!(e.contains("(the limit)"), "{e}");
 }

@@ -110,6 +110,28 @@ pub(crate) fn plan_window(
     planner.window(&logical, &call, widened).map(Some)
 }
 
+/// What an aggregate's argument type means to its accumulator: a widened column (int to
+/// long, a decimal's precision) keeps it, another scale or kind does not.
+fn type_class(t: &DataType) -> String {
+    match t {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => "integer".into(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => "float".into(),
+        DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => format!("decimal scale {s}"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "string".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Timestamp(unit, _) => format!("timestamp {unit:?}"),
+        DataType::Boolean => "boolean".into(),
+        other => other.to_string(),
+    }
+}
+
 impl Planner<'_> {
     fn window(
         &self,
@@ -365,7 +387,11 @@ impl Planner<'_> {
             ));
         }
         Ok(AggPlan {
-            text: format!("{}({arg_text}) of {arg_type}", func.sig_name()),
+            text: format!(
+                "{}({arg_text}) of {}",
+                func.sig_name(),
+                type_class(&arg_type)
+            ),
             func,
             arg,
             arg_type,

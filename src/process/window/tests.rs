@@ -136,3 +136,30 @@ fn distinct_accumulators_merge_as_the_union_and_skip_nulls() {
     );
     assert!(a.merged(&Acc::Count(1), &plan).is_err());
 }
+
+/// A widened source column (a decimal's precision) keeps what the aggregates over it compute,
+/// so their open windows are carried over; another scale does not.
+#[test]
+fn widening_a_column_keeps_the_aggregates_over_it() {
+    let sig = |amount: &str| {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/infra/pipeline.toml"))
+                .expect("spec")
+                .replace(
+                    r#"{ name = "amount",      type = "decimal(18,2)", required = true },"#,
+                    &format!(r#"{{ name = "amount",      type = "{amount}", required = true }},"#),
+                );
+        let spec = PipelineSpec::parse(&text, Path::new("pipeline.toml")).expect("spec");
+        let processor = crate::process::Processor::new(&spec).expect("processor");
+        processor
+            .tables
+            .iter()
+            .find(|t| t.name == "orders_per_minute_partials")
+            .expect("windowed table")
+            .sig
+            .clone()
+    };
+    let before = sig("decimal(18,2)");
+    assert_eq!(before, sig("decimal(20,2)"));
+    assert_ne!(before.aggs, sig("decimal(20,3)").aggs);
+}
