@@ -76,6 +76,7 @@ pub(super) struct Selector<'a> {
 
 impl<'a> Selector<'a> {
     /// The commit stage's options.
+    #[cfg(feature = "sql")]
     pub fn options(&self) -> &'a CommitOptions {
         self.options
     }

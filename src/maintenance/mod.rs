@@ -71,7 +71,9 @@ pub struct TableMaintenance {
 mod orphans;
 mod properties;
 
-use orphans::{remove_join_states, remove_orphans, remove_partition_states, remove_spilled_lists};
+#[cfg(feature = "sql")]
+use orphans::remove_join_states;
+use orphans::{remove_orphans, remove_partition_states, remove_spilled_lists};
 pub use properties::{retention_properties, sync_retention};
 
 /// Runs maintenance on every table; the first failure is returned (see
@@ -108,24 +110,14 @@ pub async fn maintain_all_until(
     let mut failures = Vec::new();
     // Files an interval join's backlog still has to read: compaction may have replaced them,
     // but neither expiry nor orphan clean-up deletes them while the backlog names them.
-    let mut waiting = HashSet::new();
-    #[cfg(feature = "sql")]
-    for (name, _) in &tables.joins {
-        let files = async {
-            match backend.catalog.load(&tables.ident(name)).await? {
-                Some((t, _)) => crate::commit::join::backlog_files(backend, &t, name).await,
-                None => Ok(Vec::new()),
-            }
-        };
-        match files.await {
-            Ok(files) => waiting.extend(files),
-            Err(e) => {
-                // Without knowing what the backlog names, nothing may be deleted this run.
-                failures.push(Failure::new("maintenance", Some(name), None, &e));
-                return (out, failures);
-            }
+    let waiting = match join_backlogs(backend, tables).await {
+        Ok(w) => w,
+        Err((name, e)) => {
+            // Without knowing what the backlog names, nothing may be deleted this run.
+            failures.push(Failure::new("maintenance", Some(&name), None, &e));
+            return (out, failures);
         }
-    }
+    };
     for name in tables.tables.keys() {
         if Instant::now() >= deadline {
             tracing::info!("maintenance time of this run used up; the rest waits for the next run");
@@ -167,6 +159,7 @@ pub async fn maintain_all_until(
     }
     for removed in [
         remove_partition_states(backend, tables, options).await,
+        #[cfg(feature = "sql")]
         remove_join_states(backend, tables, options).await,
     ] {
         match removed {
@@ -176,6 +169,29 @@ pub async fn maintain_all_until(
         }
     }
     (out, failures)
+}
+
+/// The data files every interval join's backlog names, or the join whose backlog could not be
+/// read.
+async fn join_backlogs(
+    backend: &Backend,
+    tables: &TableSet,
+) -> std::result::Result<HashSet<String>, (String, Error)> {
+    #[cfg_attr(not(feature = "sql"), allow(unused_mut))]
+    let mut waiting = HashSet::new();
+    #[cfg(feature = "sql")]
+    for (name, _) in &tables.joins {
+        let files = async {
+            match backend.catalog.load(&tables.ident(name)).await? {
+                Some((t, _)) => crate::commit::join::backlog_files(backend, &t, name).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        waiting.extend(files.await.map_err(|e| (name.clone(), e))?);
+    }
+    #[cfg(not(feature = "sql"))]
+    let _ = (backend, tables);
+    Ok(waiting)
 }
 
 async fn merge_manifests(

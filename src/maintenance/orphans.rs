@@ -89,6 +89,7 @@ pub(super) async fn remove_partition_states(
 
 /// Interval joins' state objects (`_state/join/{table}/…`) that no retained snapshot of the
 /// join table names (rounds that lost, crashed, or whose delete of the replaced state failed).
+#[cfg(feature = "sql")]
 pub(super) async fn remove_join_states(
     backend: &Backend,
     tables: &crate::tables::TableSet,
