@@ -428,6 +428,23 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
                     continue; // the newline is looked at as code
                 }
             }
+            // An octal literal with an 8 or 9 (`089`) is no number protobuf knows, and the
+            // compiler's lexer does not expect it (a debug build asserts): refused here.
+            b'0' if i == 0
+                || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b'.') =>
+            {
+                let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                let after = b.get(i + 1 + digits).copied();
+                let octal = &b[i + 1..i + 1 + digits];
+                if octal.iter().any(|c| *c == b'8' || *c == b'9')
+                    && !matches!(after, Some(b'.' | b'e' | b'E'))
+                {
+                    return Err(format!(
+                        "the .proto has an octal number with a digit 8 or 9 (at byte {i}), which is no number"
+                    ));
+                }
+                i += digits;
+            }
             b'{' | b'(' | b'[' | b'<' => {
                 depth += 1;
                 deepest = deepest.max(depth);

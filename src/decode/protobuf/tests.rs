@@ -273,6 +273,13 @@ fn a_proto_nested_thousands_deep_is_an_unknown_schema_not_a_crash() {
     // Braces inside strings and comments do not count; the shipped test schema compiles.
     assert!(check_limits("// {{{{\n/* {{{{ */ option x = \"{{{{\";").is_ok());
     assert!(compile(PROTO).is_ok());
+    // An octal literal with an 8 in it is refused (the compiler's lexer asserts otherwise in
+    // debug builds; a fuzzer found it), decimals and floats with zeros are not.
+    let Err(e) = compile("syntax = \"proto3\";\nmessage M { string a = 0128; }") else {
+        panic!("an octal 0128 compiled")
+    };
+    assert!(e.contains("octal"), "{e}");
+    assert!(check_limits("option x = 0.89; option y = 10089; option z = 017; f09 = 1;").is_ok());
     // A custom option's value in text format nests with < >.
     let mut angle = String::from(
         "syntax = \"proto2\";\nimport \"google/protobuf/descriptor.proto\";\nmessage R { optional R a = 1; }\nextend google.protobuf.FileOptions { optional R opt = 50000; }\noption (opt) = { ",
