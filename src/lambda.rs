@@ -227,6 +227,11 @@ pub mod scheduled {
                                 joins.iter().filter(|j| j.deferred).count() as f64,
                                 "Count"
                             ),
+                            (
+                                "JoinBacklogFilesLost",
+                                joins.iter().map(|j| j.backlog_files_lost).sum::<u64>() as f64,
+                                "Count"
+                            ),
                         ],
                     )
                 );

@@ -36,3 +36,19 @@ async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn late_rows_of_deferred_rounds_are_dead_lettered_once() {
+    common::join_bound_scenarios::late_rows_of_deferred_rounds_are_dead_lettered_once(
+        common::moto().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_outage_during_a_join_round_does_not_defer_it() {
+    common::join_bound_scenarios::an_outage_during_a_join_round_does_not_defer_it(
+        common::moto().await,
+    )
+    .await;
+}

@@ -171,6 +171,7 @@ impl CommitReport {
                     match (&mut r.join, t.join) {
                         (Some(a), Some(b)) => {
                             a.evicted_rows += b.evicted_rows;
+                            a.backlog_files_lost += b.backlog_files_lost;
                             a.deferred |= b.deferred;
                             if !b.deferred {
                                 a.kept_rows = b.kept_rows;
@@ -393,15 +394,6 @@ async fn commit_joins(
             async move {
                 tracing::error!(table = %name, reason = %why,
                     "interval join round deferred: its rows wait in the join's backlog; the other tables go on");
-                // A failed attempt may have committed the round's late rows already.
-                let late_written = match backend
-                    .catalog
-                    .load(&tables.ident(crate::spec::DEAD_LETTER_TABLE))
-                    .await?
-                {
-                    Some((dl, _)) => find_commit(&dl, &format!("{id}/late")).is_some(),
-                    None => false,
-                };
                 let (files, replaced) = join::deferred_state(
                     backend,
                     &t,
@@ -410,10 +402,7 @@ async fn commit_joins(
                     left_files,
                     right_files,
                     now_ms,
-                    join::Deferral {
-                        tried,
-                        late_written,
-                    },
+                    join::Deferral { tried },
                 )
                 .await?;
                 let mut report = commit_table(backend, tables, t, name, id, &files).await?;
@@ -466,7 +455,12 @@ async fn commit_joins(
         .await
         {
             Ok(round) => round,
-            Err(e) if e.is_retryable() => return Err(e),
+            // An outage (throttling, a timeout) is no attempt of the round's own: the intent is
+            // resumed, and only failures of the round itself (and deaths) count.
+            Err(e) if e.is_retryable() => {
+                let _ = record_join_attempt(backend, name, &intent.id, attempts).await;
+                return Err(e);
+            }
             Err(e) => {
                 out.push(defer(e.to_string(), true).await?);
                 continue;

@@ -390,9 +390,13 @@ pub(crate) const MAX_PROTO_NESTING: usize = 64;
 const COMPILE_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 /// Refuses `.proto` source over [`MAX_PROTO_BYTES`] or nested deeper than
-/// [`MAX_PROTO_NESTING`], before the compiler sees it. Comments are skipped; a string ends at
-/// its closing quote or at the end of its line, as the compiler reads it (an unterminated
-/// string must not hide what follows it).
+/// [`MAX_PROTO_NESTING`], before the compiler sees it.
+///
+/// The count does not trust its own reading of comments and strings: an opening bracket counts
+/// wherever it is, and a closing one inside a comment or string cancels only an opening one of
+/// that same comment or string (so `message a { // }` nests, and a comment's balanced example
+/// does not). Whatever the scan takes for a comment or a string, the compiler cannot nest
+/// deeper than counted.
 pub(crate) fn check_limits(text: &str) -> Result<(), String> {
     if text.len() > MAX_PROTO_BYTES {
         return Err(format!(
@@ -401,21 +405,65 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
         ));
     }
     let b = text.as_bytes();
-    let (mut i, mut depth, mut deepest) = (0, 0usize, 0usize);
+    let too_deep = || {
+        Err(format!(
+            "the .proto nests more than {MAX_PROTO_NESTING} levels deep (the limit)"
+        ))
+    };
+    // `depth`: brackets open in code; `carried`: opened in comments and strings, never closed.
+    let (mut i, mut depth, mut carried) = (0usize, 0usize, 0usize);
+    // A comment or string from `i` to `end` (exclusive): its brackets, as described above.
+    let segment = |from: usize, end: usize, depth: usize, carried: &mut usize| {
+        let mut local = 0usize;
+        for c in &b[from..end.min(b.len())] {
+            match c {
+                b'{' | b'(' | b'[' | b'<' => {
+                    local += 1;
+                    if depth + *carried + local > MAX_PROTO_NESTING {
+                        return Err(());
+                    }
+                }
+                b'}' | b')' | b']' | b'>' => local = local.saturating_sub(1),
+                _ => {}
+            }
+        }
+        *carried += local;
+        Ok(())
+    };
     while i < b.len() {
+        let start = i;
         match b[i] {
+            // Line comments: `//`, and `#` (which the compiler's lexer takes as one too).
             b'/' if b.get(i + 1) == Some(&b'/') => {
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
                 }
+                if segment(start, i, depth, &mut carried).is_err() {
+                    return too_deep();
+                }
+                continue;
+            }
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                if segment(start, i, depth, &mut carried).is_err() {
+                    return too_deep();
+                }
+                continue;
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
                 i += 2;
                 while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
                     i += 1;
                 }
-                i += 1;
+                i = (i + 2).min(b.len());
+                if segment(start, i, depth, &mut carried).is_err() {
+                    return too_deep();
+                }
+                continue;
             }
+            // A string ends at its quote or at the end of its line, as the compiler reads it.
             q @ (b'"' | b'\'') => {
                 i += 1;
                 while i < b.len() && b[i] != q && b[i] != b'\n' {
@@ -424,20 +472,28 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
                     }
                     i += 1;
                 }
-                if b.get(i) == Some(&b'\n') {
-                    continue; // the newline is looked at as code
+                if b.get(i) == Some(&q) {
+                    i += 1;
                 }
+                if segment(start, i, depth, &mut carried).is_err() {
+                    return too_deep();
+                }
+                continue;
             }
             // An octal literal with an 8 or 9 (`089`) is no number protobuf knows, and the
             // compiler's lexer does not expect it (a debug build asserts): refused here.
-            b'0' if i == 0
-                || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b'.') =>
-            {
+            b'0' if starts_number(b, i) => {
                 let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
-                let after = b.get(i + 1 + digits).copied();
-                let octal = &b[i + 1..i + 1 + digits];
-                if octal.iter().any(|c| *c == b'8' || *c == b'9')
-                    && !matches!(after, Some(b'.' | b'e' | b'E'))
+                let rest = &b[i + 1 + digits..];
+                let float = match rest {
+                    [b'.', ..] => true,
+                    [b'e' | b'E', b'+' | b'-', d, ..] | [b'e' | b'E', d, ..] => d.is_ascii_digit(),
+                    _ => false,
+                };
+                if !float
+                    && b[i + 1..i + 1 + digits]
+                        .iter()
+                        .any(|c| *c == b'8' || *c == b'9')
                 {
                     return Err(format!(
                         "the .proto has an octal number with a digit 8 or 9 (at byte {i}), which is no number"
@@ -447,11 +503,8 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
             }
             b'{' | b'(' | b'[' | b'<' => {
                 depth += 1;
-                deepest = deepest.max(depth);
-                if deepest > MAX_PROTO_NESTING {
-                    return Err(format!(
-                        "the .proto nests more than {MAX_PROTO_NESTING} levels deep (the limit)"
-                    ));
+                if depth + carried > MAX_PROTO_NESTING {
+                    return too_deep();
                 }
             }
             b'}' | b')' | b']' | b'>' => depth = depth.saturating_sub(1),
@@ -460,6 +513,21 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
         i += 1;
     }
     Ok(())
+}
+
+/// Whether the `0` at `i` begins a number: after nothing, space or punctuation, or after a sign
+/// that is not an exponent's.
+fn starts_number(b: &[u8], i: usize) -> bool {
+    let Some(&prev) = i.checked_sub(1).and_then(|p| b.get(p)) else {
+        return true;
+    };
+    match prev {
+        b'-' | b'+' => !i
+            .checked_sub(2)
+            .and_then(|p| b.get(p))
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'.' || *c == b'_'),
+        c => !(c.is_ascii_alphanumeric() || c == b'_' || c == b'.'),
+    }
 }
 
 /// Compiles `.proto` source (imports of Google's well-known types only), within the limits

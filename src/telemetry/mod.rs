@@ -235,6 +235,7 @@ pub fn scheduled_table_metrics(
                         f64::from(u8::from(j.deferred)),
                         "Count",
                     ),
+                    ("JoinBacklogFilesLost", j.backlog_files_lost as f64, "Count"),
                 ]);
             }
             emf_dimension_line(function, ("table", table), now_ms, &metrics)
@@ -315,6 +316,11 @@ pub fn scheduled_metrics(
             (
                 "JoinRoundsDeferred",
                 joins.clone().filter(|j| j.deferred).count() as f64,
+                "Count",
+            ),
+            (
+                "JoinBacklogFilesLost",
+                joins.clone().map(|j| j.backlog_files_lost).sum::<u64>() as f64,
                 "Count",
             ),
             (

@@ -272,6 +272,8 @@ pub type BeforeSwap = Box<
 pub struct HookedPointers {
     pub inner: Arc<dyn streamtable::catalog::PointerStore>,
     pub before_swap: BeforeSwap,
+    /// A table whose next reads fail as an outage would (retryably), and how many.
+    pub failing_reads: Mutex<Option<(String, u32)>>,
 }
 
 impl std::fmt::Debug for HookedPointers {
@@ -285,7 +287,16 @@ impl HookedPointers {
         inner: Arc<dyn streamtable::catalog::PointerStore>,
         before_swap: BeforeSwap,
     ) -> Arc<Self> {
-        Arc::new(HookedPointers { inner, before_swap })
+        Arc::new(HookedPointers {
+            inner,
+            before_swap,
+            failing_reads: Mutex::new(None),
+        })
+    }
+
+    /// The next `times` reads of `table`'s pointer fail retryably (an outage).
+    pub fn fail_reads(&self, table: &str, times: u32) {
+        *self.failing_reads.lock().expect("reads") = Some((table.to_string(), times));
     }
 
     /// Runs `hook` (another committer, say) right before the first swap of `table`.
@@ -350,6 +361,24 @@ impl streamtable::catalog::PointerStore for HookedPointers {
         namespace: &str,
         table: &str,
     ) -> Result<Option<streamtable::catalog::Pointer>> {
+        let outage = {
+            let mut slot = self.failing_reads.lock().expect("reads");
+            match slot.as_mut() {
+                Some((t, n)) if t == table && *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if outage {
+            return Err(streamtable::Error::ObjectStore {
+                op: "get",
+                location: format!("{namespace}.{table}"),
+                message: "injected: service unavailable".into(),
+                retryable: true,
+            });
+        }
         self.inner.get(namespace, table).await
     }
     async fn create(

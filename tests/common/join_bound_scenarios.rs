@@ -307,3 +307,151 @@ pub async fn a_join_round_that_cannot_finish_is_deferred_and_the_others_go_on(mu
         "the late payment is one dead letter"
     );
 }
+
+/// A round deferred before it wrote its late rows, then a later attempt that wrote them (its own
+/// and the backlog's) before failing: the round that finally joins the backlog writes none of
+/// those dead letters again.
+pub async fn late_rows_of_deferred_rounds_are_dead_lettered_once(mut h: Harness) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    setup(&mut h);
+    let clock = ManualClock::new(streamtable::clock::now_ms() + 2 * 86_400_000);
+    h.backend.clock = clock.clone();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let options = CommitOptions::default();
+    let pair = |o: i64, at: i64| [order(0, o, at), payment(0, o, &format!("o-0-{o}"), at + 10)];
+    let first: Vec<SourceRecord> = (0..10).flat_map(|o| pair(o, 10_000 + o * 1_000)).collect();
+    h.ingestor().handle(&event(&first)).await.expect("ingest");
+    commit(&h, &options).await;
+
+    // Which swaps fail: 1 = the dead letters' (the round dies before its late rows land),
+    // 2 = the join table's (it dies after), 0 = none.
+    let mode = Arc::new(AtomicU8::new(1));
+    let failing = {
+        let mode = mode.clone();
+        super::faults::HookedPointers::new(
+            h.backend.catalog.pointers().clone(),
+            Box::new(move |table, metadata| {
+                let has_rows = metadata.current_snapshot().is_some_and(|s| {
+                    s.summary()
+                        .additional_properties
+                        .contains_key("added-records")
+                });
+                let dies = has_rows
+                    && match mode.load(Ordering::SeqCst) {
+                        1 => table == "dead_letters",
+                        2 => table == "quick_payments",
+                        _ => false,
+                    };
+                let table = table.to_string();
+                Box::pin(async move {
+                    if dies {
+                        Err(Error::Config(format!("injected: the swap of {table} dies")))
+                    } else {
+                        Ok(())
+                    }
+                })
+            }),
+        )
+    };
+    let broken = failing.backend(&h.backend);
+    let tables = h.tables();
+    let deadline = || Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    let (broken, tables, options) = (&broken, &tables, &options);
+    let defer = |expect: &str| {
+        let expect = expect.to_string();
+        async move {
+            for _ in 0..2 {
+                let e = commit_pending_with(broken, tables, options, deadline())
+                    .await
+                    .expect_err("the round dies");
+                assert!(e.to_string().contains(&expect), "{e}");
+            }
+            let report = commit_pending_with(broken, tables, options, deadline())
+                .await
+                .expect("deferred");
+            assert!(join_stats(&report).deferred, "{report:?}");
+        }
+    };
+    // Round 1 (a late payment in it) dies before its late rows land, twice: deferred.
+    clock.advance(60_000);
+    let mut r1: Vec<SourceRecord> = (10..15).flat_map(|o| pair(o, 60_000 + o * 1_000)).collect();
+    r1.push(payment(0, 15, "o-0-0", -600_000));
+    h.ingestor().handle(&event(&r1)).await.expect("ingest");
+    defer("dead_letters").await;
+    // Eleven minutes on, round 2 (another late payment) is tried with the backlog: its late rows
+    // — round 1's and its own — land, then the join table's swap dies, twice: deferred again.
+    clock.advance(11 * 60_000);
+    mode.store(2, Ordering::SeqCst);
+    let mut r2: Vec<SourceRecord> = (16..20).flat_map(|o| pair(o, 70_000 + o * 1_000)).collect();
+    r2.push(payment(0, 20, "o-0-1", -600_000));
+    h.ingestor().handle(&event(&r2)).await.expect("ingest");
+    defer("quick_payments").await;
+    let late = || async {
+        super::count(
+            &h,
+            "SELECT COUNT(*) FROM dead_letters WHERE error_kind = 'late'",
+        )
+        .await
+    };
+    assert_eq!(late().await, 2, "both late payments, once");
+    // Eleven more minutes: the backlog is joined, and no late row is written twice.
+    clock.advance(11 * 60_000);
+    mode.store(0, Ordering::SeqCst);
+    h.ingestor()
+        .handle(&event(&pair(21, 90_000)))
+        .await
+        .expect("ingest");
+    let report = commit(&h, options).await;
+    assert!(!join_stats(&report).deferred, "{report:?}");
+    assert_eq!(late().await, 2, "both late payments, still once");
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        20,
+        "every on-time pair joined once"
+    );
+}
+
+/// An outage (a retryable error: throttling, a timeout) during a join round is not an attempt of
+/// the round's own: however many commits it fails, the round is resumed, never deferred.
+pub async fn an_outage_during_a_join_round_does_not_defer_it(mut h: Harness) {
+    setup(&mut h);
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let options = CommitOptions::default();
+    let pairs: Vec<SourceRecord> = (0..10)
+        .flat_map(|o| {
+            let at = BASE_MS + o * 1_000;
+            [order(0, o, at), payment(0, o, &format!("o-0-{o}"), at + 10)]
+        })
+        .collect();
+    h.ingestor().handle(&event(&pairs)).await.expect("ingest");
+    // The dead letters' table (read in the middle of the join round) is out three times.
+    let failing = super::faults::HookedPointers::new(
+        h.backend.catalog.pointers().clone(),
+        Box::new(|_, _| Box::pin(async { Ok(()) })),
+    );
+    failing.fail_reads("dead_letters", 3);
+    let broken = failing.backend(&h.backend);
+    let tables = h.tables();
+    let deadline = || Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    for n in 0..3 {
+        let e = commit_pending_with(&broken, &tables, &options, deadline())
+            .await
+            .expect_err("the outage fails the run");
+        assert!(e.is_retryable(), "outage {n}: {e}");
+    }
+    let report = commit_pending_with(&broken, &tables, &options, deadline())
+        .await
+        .expect("the outage is over");
+    let stats = join_stats(&report);
+    assert!(
+        !stats.deferred,
+        "three outages are no failures of the round: {report:?}"
+    );
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(*) FROM quick_payments").await,
+        10,
+        "every pair joined once"
+    );
+}

@@ -2,10 +2,12 @@
 //! later round.
 //!
 //! A round that fails (or dies twice) commits an empty snapshot to the join table under its
-//! commit id whose state names a backlog object: every side file of every deferred round, and
-//! which of them already had their late rows dead-lettered (the attempt that failed may have
-//! committed them before the join table). The object is immutable and content-named; the
-//! snapshot summary carries only its name, so a long outage does not grow every snapshot.
+//! commit id whose state names a backlog object: every deferred round, with its intent and its
+//! files of each side. An attempt that failed may have committed its late rows (those of the
+//! backlog before it and its own) before the join table: the round that joins the backlog finds
+//! which by the rounds' `{intent}/{table}/late` commits in `dead_letters`, and writes no dead
+//! letter for them again. The object is immutable and content-named; the snapshot summary
+//! carries only its name, so a long outage does not grow every snapshot.
 //! Maintenance keeps the files a backlog names while it waits (expiry and orphan clean-up would
 //! otherwise delete them once compaction replaced them), and a backlog file that is gone anyway
 //! is skipped and counted, never a join stopped for good.
@@ -18,20 +20,25 @@ use serde::{Deserialize, Serialize};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 
-/// The files of deferred rounds, per side.
+/// The files of deferred rounds, in the order they were deferred.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(super) struct Backlog {
-    /// The left side's files, in the order their rounds were deferred.
+    /// One entry per deferred round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<Round>,
+}
+
+/// One deferred round: its intent and its files of each side.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct Round {
+    /// The intent that landed the files (its commit id names the round's dead letters).
+    pub intent: String,
+    /// The left side's files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left: Vec<String>,
     /// The right side's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub right: Vec<String>,
-    /// Files whose late rows the failed attempt already dead-lettered: the round that joins
-    /// them judges them against the same watermark (a deferral does not move the state), and
-    /// writes no dead letter for them again.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub judged: BTreeSet<String>,
 }
 
 impl Backlog {
@@ -65,6 +72,28 @@ impl Backlog {
 
     /// Every file it names.
     pub fn files(&self) -> impl Iterator<Item = &String> {
-        self.left.iter().chain(self.right.iter())
+        self.rounds
+            .iter()
+            .flat_map(|r| r.left.iter().chain(r.right.iter()))
+    }
+
+    /// Each side's files, in order.
+    pub fn sides(&self) -> (Vec<String>, Vec<String>) {
+        let left = self.rounds.iter().flat_map(|r| r.left.clone()).collect();
+        let right = self.rounds.iter().flat_map(|r| r.right.clone()).collect();
+        (left, right)
+    }
+
+    /// The files whose late rows were dead-lettered already: an attempt of round `k` judged
+    /// every file of the rounds before it and its own, so every round up to the last one whose
+    /// late dead letters (`late_landed`) landed.
+    pub fn judged(&self, late_landed: impl Fn(&str) -> bool) -> BTreeSet<String> {
+        let Some(last) = self.rounds.iter().rposition(|r| late_landed(&r.intent)) else {
+            return BTreeSet::new();
+        };
+        self.rounds[..=last]
+            .iter()
+            .flat_map(|r| r.left.iter().chain(r.right.iter()).cloned())
+            .collect()
     }
 }

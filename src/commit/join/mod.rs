@@ -205,8 +205,6 @@ pub(super) struct Deferral {
     /// The round was tried and failed (else it waited for an earlier deferral's retry): the
     /// retry clock starts again.
     pub tried: bool,
-    /// The failed attempt committed the round's late rows as dead letters already.
-    pub late_written: bool,
 }
 
 /// A round that could not run: the same state, with the round's files added to the backlog
@@ -224,24 +222,21 @@ pub(super) async fn deferred_state(
     how: Deferral,
 ) -> Result<(TableFiles, Option<String>)> {
     let mut state = read_state(current, name)?;
-    let mut backlog = Backlog::read(backend, state.backlog.as_deref()).await?;
-    let (left, right): (Vec<String>, Vec<String>) = (
-        left_files
-            .iter()
-            .map(|f| f.file_path().to_string())
-            .collect(),
-        right_files
-            .iter()
-            .map(|f| f.file_path().to_string())
-            .collect(),
-    );
-    if how.late_written {
-        backlog
-            .judged
-            .extend(left.iter().chain(right.iter()).cloned());
+    let mut backlog = read_backlog(backend, name, state.backlog.as_deref()).await?;
+    // A deferral recomputed after a crash adds its round once.
+    if !backlog.rounds.iter().any(|r| r.intent == intent_id) {
+        backlog.rounds.push(backlog::Round {
+            intent: intent_id.to_string(),
+            left: left_files
+                .iter()
+                .map(|f| f.file_path().to_string())
+                .collect(),
+            right: right_files
+                .iter()
+                .map(|f| f.file_path().to_string())
+                .collect(),
+        });
     }
-    backlog.left.extend(left);
-    backlog.right.extend(right);
     let replaced = state.backlog.take();
     state.backlog = Some(backlog.write(backend, name, intent_id).await?);
     if how.tried {
@@ -256,8 +251,22 @@ pub(super) async fn deferred_state(
 /// The data files the current backlog of join `name` names (maintenance keeps them).
 pub async fn backlog_files(backend: &Backend, current: &Table, name: &str) -> Result<Vec<String>> {
     let state = read_state(current, name)?;
-    let backlog = Backlog::read(backend, state.backlog.as_deref()).await?;
+    let backlog = read_backlog(backend, name, state.backlog.as_deref()).await?;
     Ok(backlog.files().cloned().collect())
+}
+
+/// The backlog the state names; one that is gone (a lifecycle rule, a hand) or unreadable is
+/// logged and taken as empty, never a join — or the intent, and with it every table — stopped.
+async fn read_backlog(backend: &Backend, name: &str, location: Option<&str>) -> Result<Backlog> {
+    match Backlog::read(backend, location).await {
+        Ok(b) => Ok(b),
+        Err(e) if e.is_retryable() => Err(e),
+        Err(e) => {
+            tracing::error!(table = %name, backlog = ?location, error = %e,
+                "interval join: its backlog cannot be read; the rows it named are not joined");
+            Ok(Backlog::default())
+        }
+    }
 }
 
 /// The state objects (kept rows, backlog) a snapshot summary's join state names.
@@ -305,7 +314,7 @@ pub(super) async fn run_join(
     .into_iter()
     .flatten()
     .collect();
-    let mut backlog = Backlog::read(backend, state.backlog.as_deref()).await?;
+    let mut backlog = read_backlog(backend, name, state.backlog.as_deref()).await?;
     let sig = JoinSig::of(join);
     match &state.plan {
         Some(old) if !old.same_sides(&sig) => {
@@ -328,24 +337,36 @@ pub(super) async fn run_join(
     // The backlog's files first (a file compaction replaced and expiry deleted although
     // maintenance keeps them — a day of deferrals under an old release — is skipped and
     // counted), then the round's own.
+    // The files whose late rows an attempt that failed committed already.
+    let dl_history = backend
+        .catalog
+        .load(&tables.ident(DEAD_LETTER_TABLE))
+        .await?
+        .map(|(t, _)| t);
+    let judged = backlog.judged(|intent| {
+        dl_history
+            .as_ref()
+            .is_some_and(|t| super::find_commit(t, &format!("{intent}/{name}/late")).is_some())
+    });
+    let (waiting_left, waiting_right) = backlog.sides();
     let paths = |files: &[DataFile], waiting: &[String]| -> Vec<(String, bool)> {
         let mut out: Vec<(String, bool)> = waiting
             .iter()
-            .map(|p| (p.clone(), backlog.judged.contains(p)))
+            .map(|p| (p.clone(), judged.contains(p)))
             .collect();
         out.extend(files.iter().map(|f| (f.file_path().to_string(), false)));
         out
     };
     let (left_paths, left_lost) = present(
         backend,
-        paths(left_files, &backlog.left),
-        backlog.left.len(),
+        paths(left_files, &waiting_left),
+        waiting_left.len(),
     )
     .await?;
     let (right_paths, right_lost) = present(
         backend,
-        paths(right_files, &backlog.right),
-        backlog.right.len(),
+        paths(right_files, &waiting_right),
+        waiting_right.len(),
     )
     .await?;
     let lost = left_lost + right_lost;

@@ -280,6 +280,26 @@ fn a_proto_nested_thousands_deep_is_an_unknown_schema_not_a_crash() {
     };
     assert!(e.contains("octal"), "{e}");
     assert!(check_limits("option x = 0.89; option y = 10089; option z = 017; f09 = 1;").is_ok());
+    assert!(
+        check_limits("option x = 1e-09; option y = 2.5E+08; option z = 0x89; w = -010;").is_ok()
+    );
+    assert!(check_limits("option x = -089;").is_err());
+    // A `#` comment (a line comment to the compiler) cannot hide nesting behind a `/*`, and a
+    // comment's `}` cannot cancel code's `{`: opening brackets count wherever they are.
+    let mut hash = String::from("syntax = \"proto2\";\noption (opt) = { # /*\n");
+    hash.push_str(&"a { ".repeat(200));
+    hash.push_str(&"}".repeat(200));
+    hash.push_str(";\n");
+    assert!(check_limits(&hash).is_err());
+    let mut cancel = String::from("syntax = \"proto3\";\n");
+    cancel.push_str(&"message a { // }\n".repeat(100));
+    assert!(check_limits(&cancel).is_err());
+    // A balanced example in a comment is no nesting.
+    let doc = format!(
+        "syntax = \"proto3\";\n{}message A {{}}",
+        "// e.g. {\"a\": {\"b\": 1}}\n".repeat(500)
+    );
+    assert!(check_limits(&doc).is_ok());
     // A custom option's value in text format nests with < >.
     let mut angle = String::from(
         "syntax = \"proto2\";\nimport \"google/protobuf/descriptor.proto\";\nmessage R { optional R a = 1; }\nextend google.protobuf.FileOptions { optional R opt = 50000; }\noption (opt) = { ",
