@@ -1,7 +1,9 @@
 //! Seeded fault schedules: deliveries, re-deliveries, zombie batches and scheduled runs
 //! (commit, compaction with eager settings, expiry and orphan clean-up with no grace period; at
 //! times two runs side by side), with a windowed table whose SQL changes between invocations
-//! (a rolling deploy: one ingestor per version, picked at random), on
+//! (a rolling deploy: one ingestor per version, picked at random) and a dedup whose keys are
+//! runs written, merged and expired as batches land (a crash between writing a batch's state
+//! file and its transaction, or after a merge, leaves a file no state names), on
 //! a backend whose state store, catalog pointers, object store and Iceberg file storage fail at
 //! random — before a call, or after it was applied with the answer lost. After each schedule
 //! the faults stop, the event source mapping delivers what it has not yet had acknowledged, the
@@ -30,18 +32,44 @@ use streamtable::scheduled::{self, ScheduledOptions};
 const PARTITIONS: i32 = 3;
 const TOTAL: i64 = 60;
 
+/// How many offsets after an order its copy comes.
+const COPY_GAP: i64 = 15;
+
 fn is_bad(offset: i64) -> bool {
     offset % 11 == 4
 }
 
+/// Orders where offsets 15-29 and 45-59 are producer copies of the orders 15 offsets before
+/// (the same order id, 15 s later: often a batch or two and a merge of runs later), every
+/// eleventh record bad.
 fn source(partition: i32, offsets: std::ops::Range<i64>) -> Vec<SourceRecord> {
     let mut recs = common::records("orders", partition, offsets);
     for r in &mut recs {
         if is_bad(r.offset) {
             r.value = Some(b"{\"order_id\": 1}".to_vec());
+        } else if let Some(v) = &r.value {
+            let mut order: serde_json::Value = serde_json::from_slice(v).expect("order JSON");
+            let original = if (r.offset / COPY_GAP) % 2 == 1 {
+                r.offset - COPY_GAP
+            } else {
+                r.offset
+            };
+            order["order_id"] = format!("o-{partition}-{original}").into();
+            r.value = Some(serde_json::to_vec(&order).expect("order JSON"));
         }
     }
     recs
+}
+
+/// Offsets whose order `orders_once` keeps: the first good copy of each order id.
+fn first_copies(partition: i32) -> Vec<(i32, i64)> {
+    (0..TOTAL)
+        .filter(|o| {
+            let copy = (o / COPY_GAP) % 2 == 1;
+            !is_bad(*o) && (!copy || is_bad(o - COPY_GAP))
+        })
+        .map(|o| (partition, o))
+        .collect()
 }
 
 fn eager() -> ScheduledOptions {
@@ -76,8 +104,13 @@ fn spec(h: &common::Harness, v: usize) -> streamtable::spec::PipelineSpec {
         .split("\n# ----- Reference tables -----")
         .next()
         .expect("tables");
+    // Dedup by order id within 50 s: each batch adds a run of keys, young runs are merged at
+    // every 6.25 s of event time they span, and runs expire as the watermark passes them.
     let text = format!(
-        "{tables}\n[[derived_tables]]\nname = \"orders_per_minute\"\nsql = \"\"\"\n{}\n\"\"\"\n",
+        "{tables}\n[[derived_tables]]\nname = \"orders_per_minute\"\nsql = \"\"\"\n{}\n\"\"\"\n\
+         \n[[derived_tables]]\nname = \"orders_once\"\n\
+         dedup = {{ key = [\"order_id\"], within = \"INTERVAL '50' SECOND\" }}\n\
+         sql = \"SELECT order_id, created_at FROM orders\"\n",
         WINDOWED[v]
     );
     let mut spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec");
@@ -247,6 +280,12 @@ async fn schedule(seed: u64) -> u64 {
         rows(&h, "dead_letters").await,
         bad,
         "seed {seed}: each bad record once"
+    );
+    let once: Vec<(i32, i64)> = (0..PARTITIONS).flat_map(first_copies).collect();
+    assert_eq!(
+        rows(&h, "orders_once").await,
+        once,
+        "seed {seed}: orders_once, the first copy of each order once"
     );
     if seed.is_multiple_of(25) && std::env::var("STREAMTABLE_TEST_PYTHON").is_ok() {
         let py = h.read_external("pyiceberg", "orders");

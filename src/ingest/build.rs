@@ -119,6 +119,7 @@ impl Ingestor {
             state,
             props: encode::micro_file_properties(),
             state_cache: Default::default(),
+            run_cache: Default::default(),
             clock: crate::clock::system(),
             refused: HashMap::new(),
             registries: Registries::default(),

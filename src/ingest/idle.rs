@@ -153,9 +153,12 @@ impl Ingestor {
                     files: pending,
                     files_location: None,
                 };
+                let mut one = std::collections::HashMap::from([(source.clone(), state)]);
                 let mut new = self
-                    .encode_state(&source, checkpoint.next_offset, seq, &state)
-                    .await?;
+                    .write_states(&[(source.clone(), checkpoint.next_offset, seq)], &mut one)
+                    .await?
+                    .pop()
+                    .ok_or_else(|| Error::Internal(format!("no state written for {source}")))?;
                 // Still idle: the flush is not a landing.
                 new.updated_at_ms = stored.updated_at_ms;
                 let advance = SourceAdvance {
@@ -171,6 +174,7 @@ impl Ingestor {
                         tracing::info!(partition = %source, rows, watermark = %crate::generate::rfc3339_ms(topic_watermark / 1000),
                             "idle partition: windows closed at the topic's watermark");
                         if let Some(old) = &stored.location
+                            && !old.ends_with(".run")
                             && new.location.as_ref() != Some(old)
                             && let Err(e) = self.warehouse.delete(old).await
                         {

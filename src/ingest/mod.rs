@@ -37,7 +37,7 @@ use batch::Planned;
 pub use batch::group_by_partition;
 pub use idle::IdleFlush;
 pub use options::IngestOptions;
-pub use state::{MAX_INLINE_STATE_BYTES, read_stored_state};
+pub use state::{MAX_INLINE_STATE_BYTES, read_stored_state, state_files_in_use};
 pub use summary::IngestSummary;
 
 use std::collections::{BTreeMap, HashMap};
@@ -111,6 +111,8 @@ pub struct Ingestor {
     state_cache: std::sync::Mutex<
         HashMap<crate::checkpoint::SourcePartition, (u64, crate::process::state::PartitionState)>,
     >,
+    /// The entries of the runs those states name, by state file, partition and block.
+    run_cache: std::sync::Mutex<state::RunCache>,
     /// Topics whose table (or a derived table of theirs) the catalog refused, with the reason:
     /// their records are not written until the spec and the table agree again.
     refused: HashMap<String, (String, String)>,
@@ -194,7 +196,7 @@ impl Ingestor {
                 .collect();
             let (files, counts) = self.encode_group(&planned, &mut states).await?;
             for s in states.values() {
-                out.state_bytes.push(s.encode()?.len() as u64);
+                out.state_bytes.push(s.stored_bytes());
             }
             out.deduplicated += counts.deduplicated;
             out.files.extend(files);
@@ -251,8 +253,8 @@ impl Ingestor {
             let batch = self.pending_batch(&planned, &files).await?;
             let mut advances: Vec<SourceAdvance> = Vec::with_capacity(planned.len());
             let mut state_bytes_max = 0;
-            for p in &planned {
-                let state = self.state_write(p, &loaded).await?;
+            let writes = self.state_writes(&planned, &mut loaded).await?;
+            for (p, state) in planned.iter().zip(writes) {
                 state_bytes_max = state.as_ref().map_or(0, |s| s.bytes).max(state_bytes_max);
                 advances.push(SourceAdvance {
                     source: p.source.clone(),

@@ -1,19 +1,32 @@
 //! The state of stateful derived tables (windows, dedup) per partition: read with the
-//! checkpoints, run through the batch, written back in the same conditional write. A state
-//! larger than the state item holds is written to the warehouse under a name of its own
-//! (`_state/partitions/{topic}/{partition}/{next offset}-{seq}-{content hash}.state`) and the
-//! item refers to it.
+//! checkpoints, run through the batch, written back in the same conditional write.
+//!
+//! A batch writes what it changed, once: the sections of every partition of a topic it touched
+//! go into one state file (`_state/partitions/{topic}/runs/{content hash}.run`, see
+//! [`crate::process::state`]), written before the transaction that names it; a section that
+//! adds no dedup keys and is small enough is kept in the state item instead. A losing
+//! duplicate's or a crashed invocation's file is named by no item: never read, and deleted by
+//! orphan clean-up. Runs never change, so a warm container keeps their entries by name and
+//! reads nothing but what other containers wrote.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
 
 use super::{Ingestor, Planned};
 use crate::checkpoint::{SourcePartition, StoredState};
-use crate::error::Result;
-use crate::process::state::PartitionState;
+use crate::error::{Error, Result};
+use crate::process::state::keys::Entry;
+use crate::process::state::{PartitionState, StateFile, decode_file};
 use crate::storage::Warehouse;
 
-/// Default: encoded states larger than this are written to the warehouse instead of the item.
-pub const MAX_INLINE_STATE_BYTES: usize = 300 * 1024;
+/// Default: a section that adds no dedup keys is kept in the state item when it encodes to at
+/// most this many bytes (the item's write costs a unit per KB).
+pub const MAX_INLINE_STATE_BYTES: usize = 1024;
+
+/// State files read at once by a cold container.
+const PARALLEL_READS: usize = 8;
 
 /// The states of one attempt's stateful partitions.
 #[derive(Default)]
@@ -24,22 +37,174 @@ pub(super) struct Loaded {
     pub stored: HashMap<SourcePartition, StoredState>,
 }
 
-/// The decoded state `stored` holds (inline, or in the `warehouse` object it names).
+/// Run entries kept by a warm container: (state file, partition, block) → entries.
+pub(super) type RunCache = HashMap<(String, String, u32), Arc<Vec<Entry>>>;
+
+/// The `topic/partition` a section is filed under.
+fn section_key(source: &SourcePartition) -> String {
+    format!("{}/{}", source.topic, source.partition)
+}
+
+/// Whether `location` is a state file of layout 4 (else a whole state of an earlier layout).
+fn is_state_file(location: &str) -> bool {
+    location.ends_with(".run")
+}
+
+/// State files read during one load, decoded.
+#[derive(Default)]
+struct Files(HashMap<String, BTreeMap<String, PartitionState>>);
+
+impl Files {
+    async fn get(
+        &mut self,
+        warehouse: &Warehouse,
+        location: &str,
+    ) -> Result<&BTreeMap<String, PartitionState>> {
+        if !self.0.contains_key(location) {
+            let bytes = warehouse.read(location).await?;
+            let decoded = decode_file(&bytes, location)?;
+            self.0.insert(location.to_string(), decoded);
+        }
+        self.0
+            .get(location)
+            .ok_or_else(|| Error::Internal(format!("state file {location} not kept")))
+    }
+
+    /// Reads every file of `locations` not read yet, a few at a time.
+    async fn read_all(&mut self, warehouse: &Warehouse, locations: Vec<String>) -> Result<()> {
+        let missing: Vec<String> = locations
+            .into_iter()
+            .filter(|l| !self.0.contains_key(l))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let mut reads = futures::stream::iter(missing.into_iter().map(|l| async move {
+            let bytes = warehouse.read(&l).await?;
+            let decoded = decode_file(&bytes, &l)?;
+            Ok::<_, Error>((l, decoded))
+        }))
+        .buffer_unordered(PARALLEL_READS);
+        while let Some(read) = reads.next().await {
+            let (l, decoded) = read?;
+            self.0.insert(l, decoded);
+        }
+        Ok(())
+    }
+}
+
+/// The decoded state `stored` holds (inline, in its state file, or in an object of an earlier
+/// layout); the entries of runs in other files are not read.
 pub async fn read_stored_state(
     warehouse: &Warehouse,
     source: &SourcePartition,
     stored: &StoredState,
 ) -> Result<PartitionState> {
-    let bytes = match (&stored.body, &stored.location) {
-        (Some(b), _) => b.clone(),
-        (None, Some(location)) => warehouse.read(location).await?.to_vec(),
-        (None, None) => Vec::new(),
-    };
-    if bytes.is_empty() {
-        Ok(PartitionState::default())
-    } else {
-        PartitionState::decode(&bytes, &format!("partition {source}"))
+    read_header(warehouse, &mut Files::default(), source, stored).await
+}
+
+async fn read_header(
+    warehouse: &Warehouse,
+    files: &mut Files,
+    source: &SourcePartition,
+    stored: &StoredState,
+) -> Result<PartitionState> {
+    let what = format!("partition {source}");
+    match (&stored.body, &stored.location) {
+        (Some(b), _) if !b.is_empty() => PartitionState::decode(b, &what),
+        (_, Some(location)) if is_state_file(location) => {
+            let key = section_key(source);
+            files
+                .get(warehouse, location)
+                .await?
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| {
+                    Error::Internal(format!(
+                        "{what}: its state file {location} has no section for it"
+                    ))
+                })
+        }
+        (_, Some(location)) => {
+            let bytes = warehouse.read(location).await?;
+            PartitionState::decode(&bytes, &what)
+        }
+        _ => Ok(PartitionState::default()),
     }
+}
+
+/// The state files a stored state needs (its own and those its runs are in): what orphan
+/// clean-up must keep.
+pub async fn state_files_in_use(
+    warehouse: &Warehouse,
+    source: &SourcePartition,
+    stored: &StoredState,
+) -> Result<Vec<String>> {
+    let state = read_stored_state(warehouse, source, stored).await?;
+    let mut out: Vec<String> = state.files().map(str::to_string).collect();
+    out.extend(stored.location.clone());
+    Ok(out)
+}
+
+/// Fills in the entries of every run of `states` not in memory: from `cache`, else from their
+/// state files (read in parallel, once each).
+async fn load_runs(
+    warehouse: &Warehouse,
+    files: &mut Files,
+    cache: &RunCache,
+    states: &mut [(&SourcePartition, &mut PartitionState)],
+) -> Result<()> {
+    let mut wanted: Vec<String> = Vec::new();
+    for (source, state) in states.iter_mut() {
+        let key = section_key(source);
+        for t in state.tables.values_mut() {
+            for r in &mut t.keys.runs {
+                if r.entries.is_none() {
+                    r.entries = cache
+                        .get(&(r.at.file.clone(), key.clone(), r.at.block))
+                        .cloned();
+                    if r.entries.is_none() {
+                        wanted.push(r.at.file.clone());
+                    }
+                }
+            }
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    files.read_all(warehouse, wanted).await?;
+    for (source, state) in states.iter_mut() {
+        let key = section_key(source);
+        for (name, t) in &mut state.tables {
+            for r in &mut t.keys.runs {
+                if r.entries.is_some() {
+                    continue;
+                }
+                let found = files
+                    .0
+                    .get(&r.at.file)
+                    .and_then(|f| f.get(&key))
+                    .and_then(|s| s.tables.get(name))
+                    .and_then(|t| {
+                        t.keys
+                            .runs
+                            .iter()
+                            .find(|o| o.at.file == r.at.file && o.at.block == r.at.block)
+                    })
+                    .and_then(|o| o.entries.clone());
+                match found {
+                    Some(e) => r.entries = Some(e),
+                    None => {
+                        return Err(Error::Internal(format!(
+                            "partition {source}: dedup keys of {name} name block {} of {}, which it lacks",
+                            r.at.block, r.at.file
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Ingestor {
@@ -50,9 +215,9 @@ impl Ingestor {
             .is_some_and(|t| self.processor.is_stateful(&t.spec.name))
     }
 
-    /// Reads the states of the stateful partitions of `planned`. `Ok(None)` when a state is
-    /// ahead of the checkpoint read before it (another invocation advanced in between): the
-    /// group is re-planned.
+    /// Reads the states of the stateful partitions of `planned`, every run's entries in memory.
+    /// `Ok(None)` when a state is ahead of the checkpoint read before it (another invocation
+    /// advanced in between): the group is re-planned.
     pub(super) async fn load_states(&self, planned: &[Planned<'_>]) -> Result<Option<Loaded>> {
         let sources: Vec<&Planned<'_>> = planned
             .iter()
@@ -64,6 +229,7 @@ impl Ingestor {
         }
         let keys: Vec<SourcePartition> = sources.iter().map(|p| p.source.clone()).collect();
         let stored = self.state.partition_states(&keys).await?;
+        let mut files = Files::default();
         for (p, stored) in sources.into_iter().zip(stored) {
             let Some(stored) = stored else {
                 loaded
@@ -79,8 +245,8 @@ impl Ingestor {
                     checkpoint = p.checkpoint.next_offset,
                     "the partition's state is behind its checkpoint (records landed without it); continuing from it");
             }
-            // Taken out, not cloned (dedup keys make a state large): a batch that does not
-            // advance leaves no entry, and the next one reads the stored state.
+            // Taken out, not cloned: a batch that does not advance leaves no entry, and the
+            // next one reads the stored state (its runs from the run cache).
             let cached = self.state_cache.lock().ok().and_then(|mut c| {
                 c.remove(&p.source)
                     .filter(|(seq, _)| *seq == stored.seq)
@@ -88,15 +254,19 @@ impl Ingestor {
             });
             let state = match cached {
                 Some(state) => state,
-                None => self.read_state(&p.source, &stored).await?,
+                None => read_header(&self.warehouse, &mut files, &p.source, &stored).await?,
             };
             loaded.states.insert(p.source.clone(), state);
             loaded.stored.insert(p.source.clone(), stored);
         }
+        let cache = self.run_cache.lock().map(|c| c.clone()).unwrap_or_default();
+        let mut states: Vec<(&SourcePartition, &mut PartitionState)> =
+            loaded.states.iter_mut().collect();
+        load_runs(&self.warehouse, &mut files, &cache, &mut states).await?;
         Ok(Some(loaded))
     }
 
-    /// The decoded state `stored` holds (inline, or in the warehouse object it names).
+    /// The decoded state `stored` holds (its runs' entries not read).
     pub(super) async fn read_state(
         &self,
         source: &SourcePartition,
@@ -105,58 +275,100 @@ impl Ingestor {
         read_stored_state(&self.warehouse, source, stored).await
     }
 
-    /// The stored form of `planned[i]`'s state after the batch, written to the warehouse first
-    /// when too large for the item.
-    pub(super) async fn state_write(
+    /// The stored forms of the states of `planned` after the batch (by position; `None` for a
+    /// partition without state): one state file per topic holding every section, written
+    /// first, unless no section adds keys and each fits the item.
+    pub(super) async fn state_writes(
         &self,
-        p: &Planned<'_>,
-        loaded: &Loaded,
-    ) -> Result<Option<StoredState>> {
-        let Some(state) = loaded.states.get(&p.source) else {
-            return Ok(None);
-        };
-        let seq = loaded.stored.get(&p.source).map_or(0, |s| s.seq) + 1;
-        self.encode_state(&p.source, p.next_offset, seq, state)
-            .await
-            .map(Some)
+        planned: &[Planned<'_>],
+        loaded: &mut Loaded,
+    ) -> Result<Vec<Option<StoredState>>> {
+        let mut items: Vec<(SourcePartition, i64, u64)> = Vec::new();
+        let mut at: Vec<Option<usize>> = Vec::with_capacity(planned.len());
+        for p in planned {
+            if loaded.states.contains_key(&p.source) {
+                let seq = loaded.stored.get(&p.source).map_or(0, |s| s.seq) + 1;
+                at.push(Some(items.len()));
+                items.push((p.source.clone(), p.next_offset, seq));
+            } else {
+                at.push(None);
+            }
+        }
+        let written = self.write_states(&items, &mut loaded.states).await?;
+        Ok(at
+            .into_iter()
+            .map(|i| i.map(|i| written[i].clone()))
+            .collect())
     }
 
-    /// The stored form of a partition's `state` at `next_offset` and `seq`, written to the
-    /// warehouse first when too large for the item.
-    pub(super) async fn encode_state(
+    /// Seals the states of `items` (partition, next offset, seq) in `states`, writes their
+    /// state files, and returns their stored forms in order. The states' new runs name their
+    /// files afterwards.
+    pub(super) async fn write_states(
         &self,
-        source: &SourcePartition,
-        next_offset: i64,
-        seq: u64,
-        state: &PartitionState,
-    ) -> Result<StoredState> {
-        let body = state.encode()?;
-        let bytes = body.len() as u64;
-        let (body, location) = if body.len() > self.options.max_inline_state_bytes {
-            // The content hash in the name: a losing duplicate invocation writes the same
-            // (next, seq) with other bytes (another clock), and must never replace the object
-            // the winner's committed item names.
+        items: &[(SourcePartition, i64, u64)],
+        states: &mut HashMap<SourcePartition, PartitionState>,
+    ) -> Result<Vec<StoredState>> {
+        let mut sealed = Vec::with_capacity(items.len());
+        for (source, _, _) in items {
+            let state = states
+                .get_mut(source)
+                .ok_or_else(|| Error::Internal(format!("no state for {source}")))?;
+            let section = state.seal(|table| self.processor.dedup_within_us(table))?;
+            sealed.push(section);
+        }
+        // Per topic: a file when any section adds keys or outgrows the item.
+        let mut filed: BTreeMap<&str, StateFile> = BTreeMap::new();
+        for ((source, _, _), s) in items.iter().zip(&sealed) {
+            if s.has_blocks || s.bytes.len() > self.options.max_inline_state_bytes {
+                filed.entry(source.topic.as_str()).or_default();
+            }
+        }
+        for ((source, _, _), s) in items.iter().zip(&sealed) {
+            if let Some(f) = filed.get_mut(source.topic.as_str()) {
+                f.add(&section_key(source), s)?;
+            }
+        }
+        let mut locations: HashMap<&str, String> = HashMap::new();
+        for (topic, file) in filed {
+            let (bytes, hash) = file.finish()?;
             let location = format!(
-                "{}/_state/partitions/{}/{}/{:020}-{seq:010}-{:016x}.state",
+                "{}/_state/partitions/{}/runs/{hash}.run",
                 self.warehouse.root(),
-                crate::partition::topic_in_name(&source.topic),
-                source.partition,
-                next_offset,
-                xxhash_rust::xxh3::xxh3_64(&body)
+                crate::partition::topic_in_name(topic),
             );
-            self.warehouse.write(&location, body.into()).await?;
-            (None, Some(location))
-        } else {
-            (Some(body), None)
-        };
-        Ok(StoredState {
-            next_offset,
-            seq,
-            body,
-            location,
-            bytes,
-            updated_at_ms: self.clock.now_ms(),
-        })
+            self.warehouse.write(&location, bytes.into()).await?;
+            locations.insert(topic, location);
+        }
+        let now = self.clock.now_ms();
+        let mut out = Vec::with_capacity(items.len());
+        for ((source, next_offset, seq), s) in items.iter().zip(sealed) {
+            let state = states
+                .get_mut(source)
+                .ok_or_else(|| Error::Internal(format!("no state for {source}")))?;
+            let (body, location) =
+                match locations.get(source.topic.as_str()) {
+                    Some(l) => {
+                        state.placed(l);
+                        (None, Some(l.clone()))
+                    }
+                    None => (
+                        Some(zstd::bulk::compress(&s.bytes, 1).map_err(|e| {
+                            Error::Internal(format!("compress partition state: {e}"))
+                        })?),
+                        None,
+                    ),
+                };
+            out.push(StoredState {
+                next_offset: *next_offset,
+                seq: *seq,
+                body,
+                location,
+                bytes: state.stored_bytes(),
+                updated_at_ms: now,
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -201,7 +413,9 @@ impl Ingestor {
     }
 
     /// Keeps the states an advance wrote, decoded, for the next batch of their partitions in
-    /// this process (a state is identified by its partition and `seq`: each is written once).
+    /// this process (a state is identified by its partition and `seq`: each is written once),
+    /// and their runs' entries by name (runs never change); entries no kept state names are
+    /// let go.
     pub(super) fn remember_states(
         &self,
         mut loaded: Loaded,
@@ -215,10 +429,25 @@ impl Ingestor {
                 cache.insert(a.source.clone(), (written.seq, state));
             }
         }
+        let Ok(mut runs) = self.run_cache.lock() else {
+            return;
+        };
+        runs.clear();
+        for (source, (_, state)) in cache.iter() {
+            let key = section_key(source);
+            for t in state.tables.values() {
+                for r in &t.keys.runs {
+                    if let Some(e) = &r.entries {
+                        runs.insert((r.at.file.clone(), key.clone(), r.at.block), e.clone());
+                    }
+                }
+            }
+        }
     }
 
-    /// Deletes the warehouse objects of states the advance replaced (best effort: orphan
-    /// clean-up would not know them).
+    /// Deletes the objects of states of an earlier layout the advance replaced (best effort:
+    /// orphan clean-up deletes what is left). State files are shared by partitions and runs:
+    /// only clean-up deletes them.
     pub(super) async fn drop_replaced_states(
         &self,
         loaded: &Loaded,
@@ -232,7 +461,8 @@ impl Ingestor {
             else {
                 continue;
             };
-            if a.state.as_ref().and_then(|s| s.location.as_ref()) == Some(old) {
+            if is_state_file(old) || a.state.as_ref().and_then(|s| s.location.as_ref()) == Some(old)
+            {
                 continue;
             }
             if let Err(e) = self.warehouse.delete(old).await {

@@ -33,10 +33,10 @@ pub(super) async fn remove_spilled_lists(
     Ok(())
 }
 
-/// Spilled partition states (`_state/partitions/…`, and `_state/{topic}/…` of releases before
-/// 0.4) that no partition's state item names any more: the states of losing duplicates and of
-/// crashed invocations (written before their transaction), and replaced ones whose delete
-/// failed. Only the spec's topics are looked at; the interval joins' state is
+/// Partition state files (`_state/partitions/{topic}/runs/…`) no partition's state is in and
+/// no run of one is in, and whole states of earlier layouts (`_state/partitions/…`, and
+/// `_state/{topic}/…` of releases before 0.4) no item names: those of losing duplicates and of
+/// crashed invocations (written before their transaction), and replaced ones. Only the spec's topics are looked at; the interval joins' state is
 /// [`remove_join_states`]'.
 pub(super) async fn remove_partition_states(
     backend: &Backend,
@@ -66,16 +66,18 @@ pub(super) async fn remove_partition_states(
                 continue;
             }
             // The items are read after the listing: a state written and named in between is
-            // seen.
-            let named: HashSet<String> = backend
-                .state
-                .topic_states(&topic)
-                .await?
-                .into_iter()
-                .filter_map(|(_, s)| s.and_then(|s| s.location))
-                .collect();
+            // seen. A state file is in use while a partition's state is in it or names a run
+            // in it.
+            let mut named: HashSet<String> = HashSet::new();
+            for (source, stored) in backend.state.topic_states(&topic).await? {
+                let Some(stored) = stored else { continue };
+                named.extend(
+                    crate::ingest::state_files_in_use(&backend.warehouse, &source, &stored).await?,
+                );
+            }
             for o in candidates {
-                if !o.location.ends_with(".state") || named.contains(&o.location) {
+                let state_object = o.location.ends_with(".state") || o.location.ends_with(".run");
+                if !state_object || named.contains(&o.location) {
                     continue;
                 }
                 if delete_if_still_old(backend, &o.location, options).await? {

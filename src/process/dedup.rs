@@ -10,21 +10,19 @@
 //! copies land in the same partition: exactly-once delivery cannot remove them, this can. A
 //! record whose key or event time is NULL is never a duplicate.
 
-use std::cmp::Ordering;
-
 use arrow_array::RecordBatch;
 
-use super::cell::{Cell, CellRef};
+use super::cell::CellRef;
+use super::state::Keys;
+use super::state::keys::{Entry, hash_key};
 use crate::spec::Dedup;
 
-/// Which rows of one partition's batch are first occurrences; updates `seen`.
+/// Which rows of one partition's batch are first occurrences; updates `keys`.
 ///
-/// `seen` is sorted by key (as [`crate::process::state::PartitionState::decode`] returns it)
-/// and kept so. The batch's keys are read borrowed from its columns and its rows sorted by key
-/// (offset order within a key); each key is found in `seen` by galloping from the previous
-/// one's place and updated in place, and the new keys are merged in at the end: a key costs an
-/// allocation only when it is new, and sorted keys (with their common prefixes) also compress
-/// better in the stored state.
+/// The batch's keys are hashed from its columns (nothing allocated per row) and its rows sorted
+/// by hash (offset order within a key); each key is looked up in the remembered runs once, and
+/// the keys this batch saw first (or again past the bound) become its fresh entries: what the
+/// next write stores, and all it stores. Runs the bound has passed are dropped whole.
 pub(crate) fn first_occurrences(
     dedup: &Dedup,
     key_columns: &[usize],
@@ -32,37 +30,33 @@ pub(crate) fn first_occurrences(
     times: &[Option<i64>],
     watermarks: &[Option<i64>],
     watermark_after: Option<i64>,
-    seen: &mut Vec<(Vec<Cell>, i64)>,
+    keys: &mut Keys,
 ) -> Vec<bool> {
     let within = dedup.within_ms.saturating_mul(1000).unsigned_abs();
     let n = rows.num_rows().min(times.len());
-    let width = key_columns.len();
     let columns: Vec<&dyn arrow_array::Array> = key_columns
         .iter()
         .map(|&c| rows.column(c).as_ref())
         .collect();
-    // Rows with a whole key and an event time (the others are never duplicates), their keys
-    // flat (`width` cells per candidate), then sorted by key, offset order within a key.
+    // Rows with a whole key and an event time (the others are never duplicates): (hash, row,
+    // time), sorted by hash, offset order within a key.
     let mut keep = vec![true; rows.num_rows()];
-    let mut keys: Vec<CellRef<'_>> = Vec::with_capacity(n * width);
-    let mut candidates: Vec<(usize, i64)> = Vec::with_capacity(n);
+    let mut scratch = Vec::with_capacity(64);
+    let mut candidates: Vec<(u128, usize, i64)> = Vec::with_capacity(n);
     'rows: for (i, t) in times.iter().enumerate().take(n) {
         let Some(t) = *t else { continue };
-        let mark = keys.len();
         for c in &columns {
-            match CellRef::of(*c, i) {
-                Some(CellRef::Null) | None => {
-                    keys.truncate(mark);
-                    continue 'rows;
-                }
-                Some(v) => keys.push(v),
+            if matches!(CellRef::of(*c, i), Some(CellRef::Null) | None) {
+                continue 'rows;
             }
         }
-        candidates.push((i, t));
+        let hash = hash_key(
+            columns.iter().filter_map(|c| CellRef::of(*c, i)),
+            &mut scratch,
+        );
+        candidates.push((hash, i, t));
     }
-    let key_of = |k: usize| &keys[k * width..(k + 1) * width];
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
-    order.sort_by(|&a, &b| key_of(a).cmp(key_of(b)).then(a.cmp(&b)));
+    candidates.sort_unstable_by_key(|c| (c.0, c.1));
 
     let horizon = watermark_after.unwrap_or(i64::MIN);
     let alive = |first: i64| first.saturating_add_unsigned(within) >= horizon;
@@ -74,111 +68,96 @@ pub(crate) fn first_occurrences(
             .flatten()
             .is_none_or(|wm| first.saturating_add_unsigned(within) >= wm)
     };
-    // Keys of the batch already stored are updated in place; the others collected, in order.
-    let mut fresh: Vec<(Vec<Cell>, i64)> = Vec::new();
-    let mut cursor = 0;
+    let mut fresh: Vec<Entry> = Vec::new();
     let mut g = 0;
-    while g < order.len() {
-        let key = key_of(order[g]);
+    while g < candidates.len() {
+        let hash = candidates[g].0;
         let mut end = g + 1;
-        while end < order.len() && key_of(order[end]) == key {
+        while end < candidates.len() && candidates[end].0 == hash {
             end += 1;
         }
-        // Where the key is (or would be) among the stored ones, found by galloping from the
-        // previous key's place: a batch whose keys come after every stored one compares a few
-        // stored keys, not all of them.
-        cursor += gallop(&seen[cursor..], |o| stored_cmp(&o.0, key) == Ordering::Less);
-        let stored = seen
-            .get_mut(cursor)
-            .filter(|o| stored_cmp(&o.0, key) == Ordering::Equal);
-        let mut first = stored.as_ref().map(|o| o.1);
-        for &k in &order[g..end] {
-            let (row, t) = candidates[k];
+        let stored = keys.get(hash);
+        let mut first = stored;
+        for &(_, row, t) in &candidates[g..end] {
             match first {
                 Some(f) if remembered(f, row) && t.abs_diff(f) <= within => keep[row] = false,
                 _ => first = Some(t),
             }
         }
         match (stored, first) {
-            (Some(o), Some(f)) => o.1 = f,
-            (None, Some(f)) if alive(f) => {
-                fresh.push((key.iter().map(|c| c.to_cell()).collect(), f));
-            }
+            (Some(s), Some(f)) if s == f => {}
+            // A changed first occurrence is written even when already past the bound: it
+            // hides the older entry.
+            (Some(_), Some(f)) => fresh.push((hash, f)),
+            (None, Some(f)) if alive(f) => fresh.push((hash, f)),
             _ => {}
         }
         g = end;
     }
-    seen.retain(|o| alive(o.1));
-    merge_sorted(seen, fresh);
+    keys.add(fresh);
+    keys.expire(horizon, within);
     keep
-}
-
-/// Merges `fresh` (sorted, no key of it in `seen`) into `seen` (sorted), in place: appended
-/// when every fresh key comes after the stored ones (keys that grow over time, as order ids
-/// do), else merged from the back, moving only the stored keys after the first fresh one.
-fn merge_sorted(seen: &mut Vec<(Vec<Cell>, i64)>, mut fresh: Vec<(Vec<Cell>, i64)>) {
-    let after_all = match (seen.last(), fresh.first()) {
-        (_, None) => return,
-        (None, Some(_)) => true,
-        (Some(last), Some(first)) => last.0 < first.0,
-    };
-    if after_all {
-        seen.append(&mut fresh);
-        return;
-    }
-    // Slots [stored, write) are free (moved out); everything from `write` on is in place.
-    let mut stored = seen.len();
-    seen.resize_with(stored + fresh.len(), Default::default);
-    let mut write = seen.len();
-    while let Some(next) = fresh.pop() {
-        while stored > 0 && seen[stored - 1].0 > next.0 {
-            seen.swap(stored - 1, write - 1);
-            stored -= 1;
-            write -= 1;
-        }
-        seen[write - 1] = next;
-        write -= 1;
-    }
-}
-
-/// How many leading elements of `slice` satisfy `before` (true, then false from some point on):
-/// an exponential search, then a binary one within the last step.
-fn gallop<T>(slice: &[T], before: impl Fn(&T) -> bool) -> usize {
-    let mut step = 1;
-    while step <= slice.len() && before(&slice[step - 1]) {
-        step *= 2;
-    }
-    let lo = step / 2;
-    lo + slice[lo..step.min(slice.len())].partition_point(before)
-}
-
-/// A stored key against a batch's borrowed key, in `Cell` order.
-fn stored_cmp(stored: &[Cell], key: &[CellRef<'_>]) -> Ordering {
-    stored.iter().map(Cell::borrowed).cmp(key.iter().copied())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::cell::Cell;
+    use crate::process::state::keys::{Run, RunRef, time_range};
     use arrow_array::{ArrayRef, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
 
-    #[test]
-    fn first_occurrence_wins_within_the_bound_and_keys_expire() {
-        let ids: ArrayRef = Arc::new(StringArray::from(vec![
-            Some("a"),
-            Some("b"),
-            Some("a"),
-            None,
-            None,
-            Some("a"),
-        ]));
-        let rows = RecordBatch::try_new(
+    fn hash(id: &str) -> u128 {
+        hash_key([CellRef::Str(id)].into_iter(), &mut Vec::new())
+    }
+
+    /// `entries` as one stored run.
+    fn stored(entries: &[(&str, i64)]) -> Keys {
+        let mut fresh: Vec<Entry> = entries.iter().map(|(k, t)| (hash(k), *t)).collect();
+        fresh.sort_unstable();
+        let mut keys = Keys::default();
+        if !fresh.is_empty() {
+            let (min_t, max_t) = time_range(&fresh);
+            keys.runs.push(Run {
+                at: RunRef {
+                    file: "f".into(),
+                    block: 0,
+                    count: fresh.len() as u64,
+                    min_t,
+                    max_t,
+                    merged: true,
+                },
+                entries: Some(Arc::new(fresh)),
+            });
+        }
+        keys
+    }
+
+    /// What is remembered of `universe` at `horizon` within `within` µs.
+    fn remembered(keys: &Keys, universe: &[&str], horizon: i64, within: u64) -> Vec<(String, i64)> {
+        universe
+            .iter()
+            .filter_map(|k| {
+                keys.get(hash(k))
+                    .filter(|f| f.saturating_add_unsigned(within) >= horizon)
+                    .map(|f| (k.to_string(), f))
+            })
+            .collect()
+    }
+
+    fn batch(ids: Vec<Option<&str>>) -> RecordBatch {
+        let ids: ArrayRef = Arc::new(StringArray::from(ids));
+        RecordBatch::try_new(
             Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
             vec![ids],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn first_occurrence_wins_within_the_bound_and_keys_expire() {
+        let rows = batch(vec![Some("a"), Some("b"), Some("a"), None, None, Some("a")]);
         let dedup = Dedup {
             key: vec!["id".into()],
             within_ms: 10,
@@ -191,16 +170,24 @@ mod tests {
             Some(1),
             Some(20_000),
         ];
-        let mut seen = Vec::new();
-        let keep = first_occurrences(&dedup, &[0], &rows, &times, &[], Some(15_000), &mut seen);
+        let mut keys = Keys::default();
+        let keep = first_occurrences(&dedup, &[0], &rows, &times, &[], Some(15_000), &mut keys);
         // The second "a" is within 10 ms of the first; NULL keys are never duplicates; the
         // last "a" is 20 ms later: a new first occurrence.
         assert_eq!(keep, vec![true, true, false, true, true, true]);
         // "b" (first at 1 ms) expired at watermark 15 ms; "a" is now first at 20 ms.
-        assert_eq!(seen, vec![(vec![Cell::Str("a".into())], 20_000)]);
+        assert_eq!(
+            remembered(&keys, &["a", "b"], 15_000, 10_000),
+            vec![("a".to_string(), 20_000)]
+        );
+        assert_eq!(
+            keys.fresh,
+            vec![(hash("a"), 20_000)],
+            "b was never worth storing"
+        );
     }
 
-    /// Row by row, as the rule reads: the reference the merge must agree with.
+    /// Row by row, as the rule reads: the reference the lookups must agree with.
     fn one_by_one(
         within_us: u64,
         keys: &[Option<&str>],
@@ -237,16 +224,16 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn merge_agrees_with_row_by_row(
+        fn lookups_agree_with_row_by_row(
             rows in proptest::collection::vec(
                 (proptest::option::weighted(0.9, "[a-e]"), proptest::option::weighted(0.9, 0i64..50)),
                 0..40),
-            stored in proptest::collection::btree_map("[a-g]", 0i64..50, 0..6),
+            stored_keys in proptest::collection::btree_map("[a-g]", 0i64..50, 0..6),
             within_ms in 0i64..20,
             prior_max in proptest::option::of(0i64..60),
             out_of_orderness_ms in 0i64..20,
         ) {
-            let keys: Vec<Option<&str>> = rows.iter().map(|(k, _)| k.as_deref()).collect();
+            let ids: Vec<Option<&str>> = rows.iter().map(|(k, _)| k.as_deref()).collect();
             // Times in ms of the strategy, µs in the state.
             let times: Vec<Option<i64>> = rows.iter().map(|(_, t)| t.map(|t| t * 1000)).collect();
             // The watermark before each row and after the batch, as the partition computes them.
@@ -260,97 +247,35 @@ mod tests {
                 }
             }
             let watermark = max.map(|m| m - ooo);
-            let seen: Vec<(Vec<Cell>, i64)> = stored
-                .into_iter()
-                .map(|(k, t)| (vec![Cell::Str(k)], t * 1000))
+            let before: Vec<(&str, i64)> =
+                stored_keys.iter().map(|(k, t)| (k.as_str(), t * 1000)).collect();
+            let seen: Vec<(Vec<Cell>, i64)> = before
+                .iter()
+                .map(|(k, t)| (vec![Cell::Str(k.to_string())], *t))
                 .collect();
-            let ids: ArrayRef = Arc::new(StringArray::from(keys.clone()));
-            let batch = RecordBatch::try_new(
-                Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
-                vec![ids],
-            )
-            .unwrap();
             let dedup = Dedup { key: vec!["id".into()], within_ms };
-            let mut merged = seen.clone();
+            let mut keys = stored(&before);
             let keep = first_occurrences(
-                &dedup, &[0], &batch, &times, &watermarks, watermark, &mut merged,
+                &dedup, &[0], &batch(ids.clone()), &times, &watermarks, watermark, &mut keys,
             );
-            let (want_keep, want_seen) = one_by_one(
-                within_ms as u64 * 1000, &keys, &times, &watermarks, watermark, &seen,
-            );
+            let within = within_ms as u64 * 1000;
+            let (want_keep, want_seen) =
+                one_by_one(within, &ids, &times, &watermarks, watermark, &seen);
             proptest::prop_assert_eq!(keep, want_keep);
-            proptest::prop_assert_eq!(merged, want_seen);
+            let universe = ["a", "b", "c", "d", "e", "f", "g"];
+            let want: Vec<(String, i64)> = want_seen
+                .into_iter()
+                .map(|(k, t)| match &k[0] { Cell::Str(s) => (s.clone(), t), _ => unreachable!() })
+                .collect();
+            let horizon = watermark.unwrap_or(i64::MIN);
+            proptest::prop_assert_eq!(remembered(&keys, &universe, horizon, within), want);
         }
-    }
-
-    #[test]
-    fn galloping_finds_where_a_predicate_turns() {
-        for len in 0..40 {
-            let v: Vec<usize> = (0..len).collect();
-            for turn in 0..=len {
-                assert_eq!(gallop(&v, |x| *x < turn), turn, "{len} {turn}");
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn merging_in_place_keeps_every_key_in_order(
-            stored in proptest::collection::btree_set(0i64..60, 0..20),
-            fresh in proptest::collection::btree_set(0i64..60, 0..20),
-        ) {
-            let key = |v: i64| (vec![Cell::Int(v)], v);
-            let mut seen: Vec<_> = stored.iter().map(|v| key(*v)).collect();
-            let fresh: Vec<_> = fresh.difference(&stored).map(|v| key(*v)).collect();
-            let mut want: Vec<_> = seen.iter().cloned().chain(fresh.iter().cloned()).collect();
-            want.sort();
-            merge_sorted(&mut seen, fresh);
-            proptest::prop_assert_eq!(seen, want);
-        }
-    }
-
-    #[test]
-    fn keys_stay_sorted() {
-        let ids: ArrayRef = Arc::new(StringArray::from(vec!["m", "c", "x", "c", "a"]));
-        let rows = RecordBatch::try_new(
-            Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
-            vec![ids],
-        )
-        .unwrap();
-        let dedup = Dedup {
-            key: vec!["id".into()],
-            within_ms: 1_000,
-        };
-        let key = |s: &str| vec![Cell::Str(s.into())];
-        // "b" and "x" are seen.
-        let mut seen = vec![(key("b"), 0), (key("x"), 0)];
-        let times = [Some(10); 5];
-        let keep = first_occurrences(&dedup, &[0], &rows, &times, &[], None, &mut seen);
-        assert_eq!(keep, vec![true, true, false, false, true]);
-        assert_eq!(
-            seen,
-            vec![
-                (key("a"), 10),
-                (key("b"), 0),
-                (key("c"), 10),
-                (key("m"), 10),
-                (key("x"), 0)
-            ]
-        );
     }
 
     /// `[k@0, x@11, k@5]` with `within` 10 s: whether the second `k` is a duplicate depends on
     /// the records before it, not on whether a batch ended after `x`.
     #[test]
     fn dedup_does_not_depend_on_where_batches_end() {
-        let batch = |ids: &[&str]| {
-            let ids: ArrayRef = Arc::new(StringArray::from(ids.to_vec()));
-            RecordBatch::try_new(
-                Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
-                vec![ids],
-            )
-            .unwrap()
-        };
         let dedup = Dedup {
             key: vec!["id".into()],
             within_ms: 10_000,
@@ -369,37 +294,37 @@ mod tests {
         // One batch.
         let times = [Some(s(0)), Some(s(11)), Some(s(5))];
         let (wms, after) = marks(None, &times);
-        let mut seen = Vec::new();
+        let mut keys = Keys::default();
         let whole = first_occurrences(
             &dedup,
             &[0],
-            &batch(&["k", "x", "k"]),
+            &batch(vec![Some("k"), Some("x"), Some("k")]),
             &times,
             &wms,
             after,
-            &mut seen,
+            &mut keys,
         );
         // Split after x.
-        let mut seen = Vec::new();
+        let mut keys = Keys::default();
         let (wms, after) = marks(None, &times[..2]);
         let first = first_occurrences(
             &dedup,
             &[0],
-            &batch(&["k", "x"]),
+            &batch(vec![Some("k"), Some("x")]),
             &times[..2],
             &wms,
             after,
-            &mut seen,
+            &mut keys,
         );
         let (wms, after2) = marks(after, &times[2..]);
         let second = first_occurrences(
             &dedup,
             &[0],
-            &batch(&["k"]),
+            &batch(vec![Some("k")]),
             &times[2..],
             &wms,
             after2,
-            &mut seen,
+            &mut keys,
         );
         assert_eq!([first, second].concat(), whole);
         // k was forgotten when x moved the watermark to 11 s (past 0 s + 10 s): kept.

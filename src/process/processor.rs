@@ -326,6 +326,15 @@ impl Processor {
         }
     }
 
+    /// The dedup bound of derived table `table`, µs (`None`: no such table, or no dedup).
+    pub fn dedup_within_us(&self, table: &str) -> Option<u64> {
+        self.tables
+            .iter()
+            .find(|t| t.name == table)
+            .and_then(|t| t.dedup.as_ref())
+            .map(|(d, _)| d.within_ms.saturating_mul(1000).unsigned_abs())
+    }
+
     /// Whether derived tables fed by table `source` keep state per partition.
     pub fn is_stateful(&self, source: &str) -> bool {
         self.tables

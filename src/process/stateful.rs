@@ -161,7 +161,7 @@ impl Processor {
                         &times,
                         &watermarks,
                         watermark,
-                        &mut table_state.seen,
+                        &mut table_state.keys,
                     )
                 });
                 if let Some(keep) = &keep {

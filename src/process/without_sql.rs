@@ -67,6 +67,11 @@ impl Processor {
         Ok(())
     }
 
+    /// No dedup.
+    pub fn dedup_within_us(&self, _table: &str) -> Option<u64> {
+        None
+    }
+
     /// No state.
     pub fn is_stateful(&self, _source: &str) -> bool {
         false

@@ -89,7 +89,7 @@ fn list(v: &[String]) -> String {
 pub fn adopt(state: &mut TableState, current: &PlanSig, fresh: &[Acc]) -> Adoption {
     let mut out = Adoption::default();
     let windows = state.open.len();
-    let keys = state.seen.len();
+    let keys = state.keys.len() as usize;
     match state.plan.take() {
         // Written by this very plan: it fits (every window and key was made by it), and a
         // batch costs no walk over the state.
@@ -133,7 +133,7 @@ pub fn adopt(state: &mut TableState, current: &PlanSig, fresh: &[Acc]) -> Adopti
                     list(&old.dedup),
                     list(&current.dedup)
                 ));
-                state.seen.clear();
+                state.keys.clear();
             }
         }
         // Written before plans were recorded: kept where it fits (below).
@@ -158,18 +158,18 @@ pub fn adopt(state: &mut TableState, current: &PlanSig, fresh: &[Acc]) -> Adopti
             before - state.open.len()
         ));
     }
-    let before = state.seen.len();
-    let width = current.dedup.len();
-    state.seen.retain(|(k, _)| width > 0 && k.len() == width);
-    if state.seen.len() < before {
+    // Keys are stored hashed: one of another width never matches a current key (and expires
+    // with its run); a plan without a dedup keeps none.
+    if current.dedup.is_empty() && !state.keys.is_empty() {
         out.restarted.push(format!(
-            "{} dedup keys do not fit the plan's key",
-            before - state.seen.len()
+            "{} dedup keys do not fit the plan (it has no dedup)",
+            state.keys.len()
         ));
+        state.keys.clear();
     }
     out.windows_kept = state.open.len();
     out.windows_dropped = windows - out.windows_kept;
-    out.keys_kept = state.seen.len();
+    out.keys_kept = state.keys.len() as usize;
     out.keys_dropped = keys - out.keys_kept;
     state.plan = Some(current.clone());
     out
@@ -443,7 +443,7 @@ mod tests {
         let mut state = TableState {
             plan: None,
             open: vec![window(vec![Acc::Count(3)])],
-            seen: vec![(vec![Cell::Str("o-1".into())], 5)],
+            keys: crate::process::state::Keys::migrate(&[(vec![Cell::Str("o-1".into())], 5)]),
             ..Default::default()
         };
         let v2 = PlanSig {
@@ -482,7 +482,7 @@ mod tests {
         };
         let mut state = TableState {
             plan: Some(v1),
-            seen: vec![(vec![Cell::Str("o-1".into())], 5)],
+            keys: crate::process::state::Keys::migrate(&[(vec![Cell::Str("o-1".into())], 5)]),
             ..Default::default()
         };
         let v2 = PlanSig {
@@ -490,7 +490,7 @@ mod tests {
             ..Default::default()
         };
         let a = adopt(&mut state, &v2, &[]);
-        assert!(state.seen.is_empty());
+        assert!(state.keys.is_empty());
         assert_eq!(a.keys_dropped, 1);
         assert!(a.restarted[0].contains("dedup key changed"), "{a:?}");
     }

@@ -1,4 +1,5 @@
-//! The packed layout of dedup keys in a stored partition state: the part of the state that
+//! The packed layout of dedup keys in a stored partition state of layouts 2 and 3 (read to
+//! migrate; written only by the tests): the part of the state that
 //! grows with traffic (every key of the bound), written after the JSON of the rest. JSON per
 //! key cost more than the batch itself; this is a length-prefixed binary list that zstd then
 //! compresses as well as the JSON.
@@ -18,6 +19,7 @@ use crate::process::cell::Cell;
 /// Dedup keys with their first event time (µs), as [`super::TableState::seen`] holds them.
 pub(super) type Keys = Vec<(Vec<Cell>, i64)>;
 
+#[cfg(test)]
 /// Appends `tables`' keys (name, keys) to `out`.
 pub(super) fn pack<'a>(
     tables: impl Iterator<Item = (&'a str, &'a [(Vec<Cell>, i64)])>,
@@ -93,6 +95,7 @@ pub(super) fn unpack(mut bytes: &[u8], what: &str) -> Result<Vec<(String, Keys)>
     Ok(out)
 }
 
+#[cfg(test)]
 fn cell(c: &Cell, out: &mut Vec<u8>) {
     match c {
         Cell::Null => out.push(0),
@@ -117,9 +120,11 @@ fn cell(c: &Cell, out: &mut Vec<u8>) {
     }
 }
 
+#[cfg(test)]
 /// Strings sharing fewer leading bytes are written whole.
 const MIN_PREFIX: usize = 2;
 
+#[cfg(test)]
 /// How many leading bytes `a` and `b` share (eight at a time, then one by one).
 fn shared_prefix(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -162,6 +167,7 @@ fn read_cell(bytes: &mut &[u8], before: Option<&Cell>) -> Option<Cell> {
     })
 }
 
+#[cfg(test)]
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
@@ -170,6 +176,7 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+#[cfg(test)]
 fn varint(mut v: u64, out: &mut Vec<u8>) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
