@@ -124,3 +124,19 @@ async fn orphaned_state_objects_are_deleted_and_named_ones_kept() {
         "{named} is the partition's state"
     );
 }
+
+#[tokio::test]
+async fn a_batch_writes_one_state_file_for_every_partition_it_touched() {
+    common::state_scenarios::a_batch_writes_one_state_file_for_every_partition_it_touched(
+        common::embedded().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_state_of_the_previous_layout_is_read_and_migrated() {
+    common::state_scenarios::a_state_of_the_previous_layout_is_read_and_migrated(
+        common::embedded().await,
+    )
+    .await;
+}

@@ -55,3 +55,19 @@ async fn an_idle_partition_moves_to_the_lowest_active_watermark() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_batch_writes_one_state_file_for_every_partition_it_touched() {
+    common::state_scenarios::a_batch_writes_one_state_file_for_every_partition_it_touched(
+        common::moto().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_state_of_the_previous_layout_is_read_and_migrated() {
+    common::state_scenarios::a_state_of_the_previous_layout_is_read_and_migrated(
+        common::moto().await,
+    )
+    .await;
+}

@@ -20,8 +20,9 @@ pub struct IngestOptions {
     /// Most topic-partitions of one invocation landed as one batch (one file set, one
     /// transaction); more are split into several batches.
     pub max_partitions_per_batch: usize,
-    /// A partition's encoded state (windows, dedup keys) larger than this is written to the
-    /// warehouse, and the state item refers to it.
+    /// A partition's section that adds no dedup keys is kept in its state item when it encodes
+    /// to at most this many bytes; otherwise (and whenever it adds keys) it goes into the
+    /// batch's state file in the warehouse, and the item names the file.
     pub max_inline_state_bytes: usize,
 }
 

@@ -266,6 +266,32 @@ impl Ingestor {
         Ok(Some(loaded))
     }
 
+    /// Reads the state of every partition of `topic` as a cold container would before its
+    /// first batch, every run's entries included, into this ingestor's caches; the entries
+    /// loaded (`bench state`).
+    pub async fn load_topic_states(&self, topic: &str) -> Result<u64> {
+        let mut files = Files::default();
+        let mut states: Vec<(SourcePartition, StoredState, PartitionState)> = Vec::new();
+        for (source, stored) in self.state.topic_states(topic).await? {
+            let Some(stored) = stored else { continue };
+            let state = read_header(&self.warehouse, &mut files, &source, &stored).await?;
+            states.push((source, stored, state));
+        }
+        let mut refs: Vec<(&SourcePartition, &mut PartitionState)> =
+            states.iter_mut().map(|(s, _, p)| (&*s, p)).collect();
+        load_runs(&self.warehouse, &mut files, &RunCache::default(), &mut refs).await?;
+        let entries = states
+            .iter()
+            .map(|(_, _, s)| s.tables.values().map(|t| t.keys.len()).sum::<u64>())
+            .sum();
+        if let Ok(mut cache) = self.state_cache.lock() {
+            for (source, stored, state) in states {
+                cache.insert(source, (stored.seq, state));
+            }
+        }
+        Ok(entries)
+    }
+
     /// The decoded state `stored` holds (its runs' entries not read).
     pub(super) async fn read_state(
         &self,

@@ -22,6 +22,7 @@ pub mod reliability_layout_scenarios;
 pub mod reliability_scenarios;
 pub mod scenarios;
 pub mod spec_change_scenarios;
+pub mod state_scenarios;
 pub mod status_scenarios;
 pub mod struct_scenarios;
 pub mod table_scenarios;

@@ -7,6 +7,7 @@ mod freshness;
 mod ingest;
 mod process;
 mod reference;
+mod state;
 mod system;
 
 use std::path::PathBuf;
@@ -59,6 +60,35 @@ pub enum BenchCommand {
         /// The ingest Lambda binary (default: `ingest` next to this executable).
         #[arg(long)]
         ingest_binary: Option<PathBuf>,
+    },
+    /// Stateful derived tables as their state fills: random 128-bit order ids, the shipped
+    /// spec's dedup within an hour and 1-minute window; per step of event time the time per
+    /// batch, state bytes written, S3 PUTs and DynamoDB write units per batch, state stored,
+    /// and a cold container's load time and peak RSS.
+    State {
+        /// Orders per second of event time (one run each).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![200, 1000])]
+        rates: Vec<u64>,
+        /// Kafka partitions (one run each).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![4, 64])]
+        partitions: Vec<i32>,
+        /// Hours of event time.
+        #[arg(long, default_value_t = 2.0)]
+        hours: f64,
+        /// Records per ESM batch.
+        #[arg(long, default_value_t = 10_000)]
+        batch: u64,
+        /// Minutes of event time per reported step.
+        #[arg(long, default_value_t = 10)]
+        step_minutes: u64,
+    },
+    /// Loads every partition's state as a cold container would, then prints the time and peak
+    /// RSS (used by `bench state`).
+    #[command(hide = true)]
+    StateLoad {
+        /// Home of the embedded backend holding the state.
+        #[arg(long)]
+        home: PathBuf,
     },
     /// One invocation on an event file, then the process's peak RSS (used by `bench ingest`).
     #[command(hide = true)]
@@ -172,6 +202,28 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             iterations,
         } => formats::formats(config, *records, *partitions, (*iterations).max(1)).await,
         BenchCommand::IngestOnce { event, json } => ingest::ingest_once(config, event, *json).await,
+        BenchCommand::State {
+            rates,
+            partitions,
+            hours,
+            batch,
+            step_minutes,
+        } => {
+            let mut shapes = Vec::new();
+            for &rate in rates {
+                for &p in partitions {
+                    shapes.push(state::Shape {
+                        rate: rate.max(1),
+                        partitions: p.max(1),
+                        hours: hours.max(0.01),
+                        batch: (*batch).max(1),
+                        step_minutes: (*step_minutes).max(1),
+                    });
+                }
+            }
+            state::state(config, &shapes).await
+        }
+        BenchCommand::StateLoad { home } => state::state_load(config, home).await,
         BenchCommand::Compact {
             total_mb,
             target_mb,

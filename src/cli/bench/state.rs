@@ -1,0 +1,347 @@
+//! `streamtable bench state`: what stateful derived tables cost as their state fills — a steady
+//! stream of orders with random 128-bit order ids, the shipped spec's dedup (`orders_clean`,
+//! within an hour) and 1-minute window, ESM batches over N partitions on the embedded backend.
+//! Per step of event time: time per batch (against the topic's table alone), state bytes
+//! written, S3 PUTs and DynamoDB write units for state per batch, state stored, and the time
+//! and peak RSS of a cold container loading every partition's state (a child process).
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::{median, tempdir};
+use crate::config::{Backend, BackendConfig, Config};
+use crate::error::{Error, Result};
+use crate::generate::{Rng, SourceRecord, esm_event};
+use crate::ingest::Ingestor;
+use crate::spec::PipelineSpec;
+use crate::tables::TableSet;
+
+/// What the benchmark runs: one rate and width.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shape {
+    /// Orders per second of event time.
+    pub rate: u64,
+    /// Kafka partitions.
+    pub partitions: i32,
+    /// Hours of event time.
+    pub hours: f64,
+    /// Records per ESM batch.
+    pub batch: u64,
+    /// Minutes of event time per reported step.
+    pub step_minutes: u64,
+}
+
+/// The shipped spec's orders with its dedup and its window (`raw`: the topic's table alone).
+fn state_spec(config: &Config, raw: bool) -> Result<PipelineSpec> {
+    let mut spec = config.load_pipeline()?;
+    spec.retain_tables(|t| t.topic == "orders");
+    if raw {
+        spec.derived.clear();
+    } else {
+        spec.derived
+            .retain(|d| d.table.name == "orders_clean" || d.view.is_some());
+        if !spec.derived.iter().any(|d| d.dedup.is_some()) {
+            return Err(Error::Config(
+                "the pipeline spec has no orders_clean dedup to measure".into(),
+            ));
+        }
+    }
+    Ok(spec)
+}
+
+/// A stream of orders `rate` per second of event time from `start_ms`, round-robin over
+/// `partitions`, with random 128-bit ids (as UUIDs or hashes are).
+struct Stream {
+    rng: Rng,
+    rate: u64,
+    partitions: i32,
+    start_ms: i64,
+    next: u64,
+    offsets: Vec<i64>,
+}
+
+impl Stream {
+    fn batch(&mut self, n: u64) -> String {
+        let mut recs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let i = self.next;
+            self.next += 1;
+            let p = (i % self.partitions as u64) as i32;
+            let at = self.start_ms + (i * 1000 / self.rate) as i64;
+            let id = format!("{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
+            let created = crate::generate::rfc3339_ms(at);
+            let value = format!(
+                r#"{{"order_id":"{id}","customer_id":"c-{}","amount":"{}.{:02}","currency":"EUR","country":"DE","status":"paid","created_at":"{created}"}}"#,
+                self.rng.below(100_000),
+                1 + self.rng.below(500),
+                self.rng.below(100)
+            );
+            let offset = self.offsets[p as usize];
+            self.offsets[p as usize] += 1;
+            recs.push(SourceRecord {
+                topic: "orders".into(),
+                partition: p,
+                offset,
+                timestamp_ms: at,
+                key: Some(id.into_bytes()),
+                value: Some(value.into_bytes()),
+                raw_value_field: None,
+            });
+        }
+        esm_event(&recs)
+    }
+}
+
+/// The state objects under the warehouse's `_state/` (location → bytes).
+async fn state_objects(backend: &Backend) -> Result<std::collections::HashMap<String, u64>> {
+    let prefix = format!("{}/_state/", backend.warehouse.root());
+    Ok(backend
+        .warehouse
+        .list(&prefix)
+        .await?
+        .into_iter()
+        .map(|o| (o.location, o.size))
+        .collect())
+}
+
+/// DynamoDB write units a state item of `bytes` adds to its partition's transactional write
+/// (2 units per KB, the checkpoint's own ~200 bytes counted as the item's start).
+fn state_units(item_bytes: u64) -> u64 {
+    const CHECKPOINT: u64 = 200;
+    2 * ((CHECKPOINT + item_bytes).div_ceil(1024) - CHECKPOINT.div_ceil(1024))
+}
+
+/// One step's figures.
+#[derive(Default)]
+struct Step {
+    batch_ms: Vec<f64>,
+    written: u64,
+    new_keys_bytes: u64,
+    puts: u64,
+    units: u64,
+    batches: u64,
+}
+
+pub(super) async fn state(config: &Config, shapes: &[Shape]) -> Result<()> {
+    for shape in shapes {
+        run(config, *shape).await?;
+    }
+    Ok(())
+}
+
+async fn run(config: &Config, shape: Shape) -> Result<()> {
+    let Shape {
+        rate,
+        partitions,
+        hours,
+        batch,
+        step_minutes,
+    } = shape;
+    let spec = state_spec(config, false)?;
+    let home = tempdir("bench-state")?;
+    let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
+    let tables = TableSet::new(&spec, &backend.namespace)?;
+    tables.ensure_all(&backend).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    // The topic's table alone on the same stream, for the ratio.
+    let raw_spec = state_spec(config, true)?;
+    let raw_home = tempdir("bench-state-raw")?;
+    let raw_backend = Backend::connect(&BackendConfig::Embedded {
+        home: raw_home.clone(),
+    })
+    .await?;
+    let raw = Ingestor::new(&raw_spec, &raw_backend)?;
+    let start_ms = crate::clock::now_ms() - ((hours + 1.0) * 3_600_000.0) as i64;
+    let stream = |seed: u64| Stream {
+        rng: Rng::new(seed),
+        rate,
+        partitions,
+        start_ms,
+        next: 0,
+        offsets: vec![0; partitions as usize],
+    };
+    let (mut orders, mut raw_orders) = (stream(7), stream(7));
+    let total = (hours * 3600.0 * rate as f64) as u64;
+    let per_step = step_minutes * 60 * rate;
+    println!(
+        "state: {rate} orders/s of event time, {partitions} partitions, batches of {batch}, {hours} h; dedup by a random 128-bit order id within 1 h plus the 1-minute window"
+    );
+    println!(
+        "{:>6} {:>9} {:>9} {:>6} {:>13} {:>12} {:>10} {:>8} {:>10} {:>9} {:>8}",
+        "min",
+        "batch ms",
+        "raw ms",
+        "ratio",
+        "written/batch",
+        "new keys",
+        "PUTs/batch",
+        "WRU/b",
+        "stored",
+        "cold ms",
+        "cold RSS"
+    );
+    let mut known = state_objects(&backend).await?;
+    let mut first_ms: Option<f64> = None;
+    let mut done = 0u64;
+    let mut step = Step::default();
+    let mut raw_ms = Vec::new();
+    while done < total {
+        let n = batch.min(total - done);
+        let event = orders.batch(n);
+        let parsed: crate::esm::EsmEvent = serde_json::from_str(&event)
+            .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+        let t0 = Instant::now();
+        let summary = ingestor.handle(&parsed).await?;
+        step.batch_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        // The same batch through the topic's table alone (every fourth, to save time).
+        let raw_event = raw_orders.batch(n);
+        if step.batches % 4 == 0 {
+            let parsed: crate::esm::EsmEvent = serde_json::from_str(&raw_event)
+                .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+            let t0 = Instant::now();
+            raw.handle(&parsed).await?;
+            raw_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        // What the batch wrote for state: new objects, and the items' bodies and names.
+        let now = state_objects(&backend).await?;
+        for (location, size) in &now {
+            if !known.contains_key(location) {
+                step.written += size;
+                step.puts += 1;
+            }
+        }
+        known = now;
+        let sources: Vec<crate::checkpoint::SourcePartition> = (0..partitions)
+            .map(|p| crate::checkpoint::SourcePartition::new("orders", p))
+            .collect();
+        for s in backend
+            .state
+            .partition_states(&sources)
+            .await?
+            .iter()
+            .flatten()
+        {
+            let item = s.body.as_ref().map_or(0, |b| b.len() as u64)
+                + s.location.as_ref().map_or(0, |l| l.len() as u64);
+            step.written += s.body.as_ref().map_or(0, |b| b.len() as u64);
+            step.units += state_units(item);
+        }
+        // A new key is stored as 16 bytes of hash and 8 of time; its own bytes are the
+        // 32-character id and an 8-byte time.
+        step.new_keys_bytes += (summary.accepted - summary.deduplicated.min(summary.accepted)) * 24;
+        step.batches += 1;
+        done += n;
+        if done.is_multiple_of(per_step) || done == total {
+            let minutes = done / rate / 60;
+            let batch_ms = median(std::mem::take(&mut step.batch_ms));
+            let raw_batch = median(std::mem::take(&mut raw_ms));
+            let first = *first_ms.get_or_insert(batch_ms);
+            let stored: u64 = stored_bytes(&backend, partitions).await?;
+            let (cold_ms, cold_rss) = cold_load(config, &home)?;
+            println!(
+                "{minutes:>6} {batch_ms:>9.1} {raw_batch:>9.1} {:>6.2} {:>13} {:>12} {:>10.2} {:>8.1} {:>10} {cold_ms:>9.0} {cold_rss:>7.0}M",
+                batch_ms / raw_batch,
+                human(step.written / step.batches),
+                human(step.new_keys_bytes / step.batches),
+                step.puts as f64 / step.batches as f64,
+                step.units as f64 / step.batches as f64,
+                human(stored),
+            );
+            if done == total {
+                println!(
+                    "last step: {:.2}× the first step's time per batch, {:.2}× the topic's table alone; state written per batch {:.2}× the batch's new keys as stored (24 bytes each), {:.2}× as they come (a 32-character id and an 8-byte time)",
+                    batch_ms / first,
+                    batch_ms / raw_batch,
+                    step.written as f64 / step.new_keys_bytes.max(1) as f64,
+                    step.written as f64 / (step.new_keys_bytes.max(1) as f64 * 40.0 / 24.0)
+                );
+            }
+            step = Step::default();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&home);
+    let _ = std::fs::remove_dir_all(&raw_home);
+    Ok(())
+}
+
+/// The state files live partitions' states are in or name, and inline states: bytes.
+async fn stored_bytes(backend: &Backend, partitions: i32) -> Result<u64> {
+    let sizes = state_objects(backend).await?;
+    let mut live = std::collections::HashSet::new();
+    let mut inline = 0;
+    for p in 0..partitions {
+        let source = crate::checkpoint::SourcePartition::new("orders", p);
+        let Some(stored) = backend
+            .state
+            .partition_states(std::slice::from_ref(&source))
+            .await?
+            .pop()
+            .flatten()
+        else {
+            continue;
+        };
+        inline += stored.body.as_ref().map_or(0, |b| b.len() as u64);
+        live.extend(crate::ingest::state_files_in_use(&backend.warehouse, &source, &stored).await?);
+    }
+    Ok(inline + live.iter().filter_map(|l| sizes.get(l)).sum::<u64>())
+}
+
+/// A cold container loading every partition's state (a child process): ms and peak RSS (MB).
+fn cold_load(config: &Config, home: &Path) -> Result<(f64, f64)> {
+    let exe =
+        std::env::current_exe().map_err(|e| Error::io("find executable", "streamtable", e))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(p) = &config.pipeline {
+        cmd.arg("--pipeline").arg(p);
+    }
+    cmd.args(["bench", "state-load", "--home"]).arg(home);
+    let out = cmd
+        .output()
+        .map_err(|e| Error::io("run", "streamtable bench state-load", e))?;
+    if !out.status.success() {
+        return Err(Error::Internal(format!(
+            "bench state-load failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| Error::Internal(format!("bench state-load answer: {e}")))?;
+    Ok((
+        v["load_ms"].as_f64().unwrap_or(f64::NAN),
+        v["rss_mb"].as_f64().unwrap_or(f64::NAN),
+    ))
+}
+
+/// The child of [`cold_load`]: loads the states of every partition of `orders` at `home`.
+pub(super) async fn state_load(config: &Config, home: &Path) -> Result<()> {
+    let spec = state_spec(config, false)?;
+    let backend = Backend::connect(&BackendConfig::Embedded {
+        home: home.to_path_buf(),
+    })
+    .await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let before = super::peak_rss_kb();
+    let t0 = Instant::now();
+    let entries = ingestor.load_topic_states("orders").await?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "{}",
+        serde_json::json!({
+            "load_ms": load_ms,
+            "entries": entries,
+            "rss_mb": super::peak_rss_kb() as f64 / 1024.0,
+            "rss_before_mb": before as f64 / 1024.0,
+        })
+    );
+    Ok(())
+}
+
+fn human(bytes: u64) -> String {
+    if bytes >= 10_000_000 {
+        format!("{:.1} MB", bytes as f64 / 1e6)
+    } else if bytes >= 10_000 {
+        format!("{:.1} KB", bytes as f64 / 1e3)
+    } else {
+        format!("{bytes} B")
+    }
+}

@@ -1,0 +1,221 @@
+//! Partition state as batches write it: one state file per batch for every partition it
+//! touched, and a state of the previous layout read and migrated with its dedup keys.
+
+use streamtable::checkpoint::{PendingBatch, SourceAdvance, SourcePartition, StoredState};
+use streamtable::generate::SourceRecord;
+use streamtable::spec::PipelineSpec;
+
+use super::{Harness, event};
+
+/// Event time of the first order of the stored state below (2026-12-02T00:20:35Z).
+const FIXTURE_MS: i64 = 1_796_170_835_019;
+
+fn order(partition: i32, offset: i64, at_ms: i64, id: &str) -> SourceRecord {
+    SourceRecord {
+        topic: "orders".into(),
+        partition,
+        offset,
+        timestamp_ms: at_ms,
+        key: Some(id.as_bytes().to_vec()),
+        value: Some(
+            format!(
+                r#"{{"order_id":"{id}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
+                streamtable::generate::rfc3339_ms(at_ms)
+            )
+            .into_bytes(),
+        ),
+        raw_value_field: None,
+    }
+}
+
+/// The shipped spec's orders with its dedup (`orders_clean`) and its window.
+fn spec() -> PipelineSpec {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
+    let text = std::fs::read_to_string(&path).expect("shipped spec");
+    let mut spec = PipelineSpec::parse(&text, &path).expect("spec");
+    spec.retain_tables(|t| t.name == "orders");
+    spec
+}
+
+/// A batch over four partitions writes one state file, which every partition's item names; the
+/// next batch of two of them writes another holding their new keys only.
+pub async fn a_batch_writes_one_state_file_for_every_partition_it_touched(mut h: Harness) {
+    h.spec = spec();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let sources: Vec<SourcePartition> = (0..4).map(|p| SourcePartition::new("orders", p)).collect();
+    let batch = |from: i64, parts: &[i32]| -> Vec<SourceRecord> {
+        parts
+            .iter()
+            .flat_map(|&p| {
+                (from..from + 50)
+                    .map(move |o| order(p, o, FIXTURE_MS + o * 100, &format!("o-{p}-{o}")))
+            })
+            .collect()
+    };
+    let files = || async {
+        let root = format!(
+            "{}/_state/partitions/orders/runs/",
+            h.backend.warehouse.root()
+        );
+        let mut l: Vec<String> = h
+            .backend
+            .warehouse
+            .list(&root)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|o| o.location)
+            .collect();
+        l.sort();
+        l
+    };
+    h.ingestor()
+        .handle(&event(&batch(0, &[0, 1, 2, 3])))
+        .await
+        .expect("ingest");
+    let first = files().await;
+    assert_eq!(first.len(), 1, "one state file for the batch: {first:?}");
+    let stored = h
+        .backend
+        .state
+        .partition_states(&sources)
+        .await
+        .expect("states");
+    for s in &stored {
+        let s = s.as_ref().expect("a state");
+        assert_eq!(s.location.as_ref(), Some(&first[0]));
+        assert!(s.body.is_none());
+    }
+    h.ingestor()
+        .handle(&event(&batch(50, &[1, 3])))
+        .await
+        .expect("ingest");
+    let second = files().await;
+    assert_eq!(second.len(), 2, "{second:?}");
+    let stored = h
+        .backend
+        .state
+        .partition_states(&sources)
+        .await
+        .expect("states");
+    let named: Vec<&str> = stored
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| s.location.as_deref()).unwrap_or(""))
+        .collect();
+    assert_eq!(named[0], first[0]);
+    assert_eq!(named[2], first[0]);
+    assert_ne!(named[1], first[0]);
+    assert_eq!(named[1], named[3]);
+    // A copy of a key from the first batch, in the second's file's partition: still dropped.
+    h.ingestor()
+        .handle(&event(&[order(1, 100, FIXTURE_MS + 10_000, "o-1-7")]))
+        .await
+        .expect("ingest");
+    streamtable::scheduled::run(&h.backend, &h.tables(), &Default::default())
+        .await
+        .expect("scheduled run");
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(*) FROM orders_clean").await,
+        300,
+        "every order once, the copy dropped"
+    );
+}
+
+/// A partition whose state the release before this layout wrote (40 orders, dedup keys and open
+/// windows, kept in its item) goes on from it: a copy of one of its orders is dropped, and the
+/// next write stores the keys as a state file.
+pub async fn a_state_of_the_previous_layout_is_read_and_migrated(mut h: Harness) {
+    h.spec = spec();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let source = SourcePartition::new("orders", 0);
+    let first: Vec<SourceRecord> = (0..40)
+        .map(|o| order(0, o, FIXTURE_MS + o * 1_000, &format!("ord-{o:010}")))
+        .collect();
+    h.ingestor().handle(&event(&first)).await.expect("ingest");
+    // The state as the previous release left it after those 40 records.
+    let legacy = include_bytes!("../../src/process/state/testdata/layout3-orders-0.zst");
+    let checkpoint = h
+        .backend
+        .state
+        .checkpoint(&source)
+        .await
+        .expect("checkpoint");
+    let stored = h
+        .backend
+        .state
+        .partition_states(std::slice::from_ref(&source))
+        .await
+        .expect("state")
+        .pop()
+        .flatten()
+        .expect("a state");
+    let seq = stored.seq + 1;
+    let advance = SourceAdvance {
+        source: source.clone(),
+        from: checkpoint,
+        to_next_offset: checkpoint.next_offset,
+        state: Some(StoredState {
+            next_offset: checkpoint.next_offset,
+            seq,
+            body: Some(legacy.to_vec()),
+            location: None,
+            bytes: legacy.len() as u64,
+            updated_at_ms: stored.updated_at_ms,
+        }),
+    };
+    let batch = PendingBatch {
+        source: source.clone(),
+        first_offset: -(seq as i64),
+        last_offset: -(seq as i64),
+        more: Vec::new(),
+        created_at_ms: stored.updated_at_ms,
+        files: Vec::new(),
+        files_location: None,
+    };
+    assert!(matches!(
+        h.backend
+            .state
+            .advance(&[advance], &batch)
+            .await
+            .expect("advance"),
+        streamtable::checkpoint::Advance::Advanced
+    ));
+    // A fresh container: a copy of ord-0000000005 and a new order.
+    h.ingestor()
+        .handle(&event(&[
+            order(0, 40, FIXTURE_MS + 45_000, "ord-0000000005"),
+            order(0, 41, FIXTURE_MS + 46_000, "ord-0000000040"),
+        ]))
+        .await
+        .expect("ingest on the old layout's state");
+    let now = h
+        .backend
+        .state
+        .partition_states(std::slice::from_ref(&source))
+        .await
+        .expect("state")
+        .pop()
+        .flatten()
+        .expect("a state");
+    assert!(
+        now.location.as_deref().is_some_and(|l| l.ends_with(".run")),
+        "the migrated keys are written to a state file: {now:?}"
+    );
+    streamtable::scheduled::run(&h.backend, &h.tables(), &Default::default())
+        .await
+        .expect("scheduled run");
+    assert_eq!(
+        super::count(
+            &h,
+            "SELECT COUNT(*) FROM orders_clean WHERE order_id = 'ord-0000000005'"
+        )
+        .await,
+        1,
+        "the old layout's key is remembered"
+    );
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(*) FROM orders_clean").await,
+        41
+    );
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 42);
+}
