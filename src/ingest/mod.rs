@@ -37,7 +37,9 @@ use batch::Planned;
 pub use batch::group_by_partition;
 pub use idle::IdleFlush;
 pub use options::IngestOptions;
-pub use state::{MAX_INLINE_STATE_BYTES, read_stored_state, state_files_in_use};
+pub use state::{
+    Files as StateFiles, MAX_INLINE_STATE_BYTES, read_header, read_stored_state, state_files_in_use,
+};
 pub use summary::IngestSummary;
 
 use std::collections::{BTreeMap, HashMap};

@@ -25,6 +25,9 @@ use crate::storage::Warehouse;
 /// most this many bytes (the item's write costs a unit per KB).
 pub const MAX_INLINE_STATE_BYTES: usize = 1024;
 
+/// The most a section kept in its item may encode to, whatever the option says.
+const MAX_INLINE_STATE_CAP: usize = 32 * 1024;
+
 /// State files read at once by a cold container.
 const PARALLEL_READS: usize = 8;
 
@@ -50,9 +53,9 @@ fn is_state_file(location: &str) -> bool {
     location.ends_with(".run")
 }
 
-/// State files read during one load, decoded.
+/// State files read during one load (or one pass of the idle flush or clean-up), decoded.
 #[derive(Default)]
-struct Files(HashMap<String, BTreeMap<String, PartitionState>>);
+pub struct Files(HashMap<String, BTreeMap<String, PartitionState>>);
 
 impl Files {
     async fn get(
@@ -102,7 +105,8 @@ pub async fn read_stored_state(
     read_header(warehouse, &mut Files::default(), source, stored).await
 }
 
-async fn read_header(
+/// [`read_stored_state`], with the state files already read in `files` (kept for the next).
+pub async fn read_header(
     warehouse: &Warehouse,
     files: &mut Files,
     source: &SourcePartition,
@@ -136,10 +140,11 @@ async fn read_header(
 /// clean-up must keep.
 pub async fn state_files_in_use(
     warehouse: &Warehouse,
+    files: &mut Files,
     source: &SourcePartition,
     stored: &StoredState,
 ) -> Result<Vec<String>> {
-    let state = read_stored_state(warehouse, source, stored).await?;
+    let state = read_header(warehouse, files, source, stored).await?;
     let mut out: Vec<String> = state.files().map(str::to_string).collect();
     out.extend(stored.location.clone());
     Ok(out)
@@ -150,21 +155,34 @@ pub async fn state_files_in_use(
 async fn load_runs(
     warehouse: &Warehouse,
     files: &mut Files,
-    cache: &RunCache,
+    cache: impl Fn(&(String, String, u32)) -> Option<Arc<Vec<Entry>>>,
     states: &mut [(&SourcePartition, &mut PartitionState)],
 ) -> Result<()> {
     let mut wanted: Vec<String> = Vec::new();
     for (source, state) in states.iter_mut() {
         let key = section_key(source);
+        // Runs are read only from the topic's own state files: a damaged or forged state
+        // naming any other object is refused, never followed.
+        let prefix = format!(
+            "{}/_state/partitions/{}/runs/",
+            warehouse.root(),
+            crate::partition::topic_in_name(&source.topic)
+        );
         for t in state.tables.values_mut() {
             for r in &mut t.keys.runs {
+                if r.entries.is_some() {
+                    continue;
+                }
+                let name = r.at.file.strip_prefix(&prefix).unwrap_or_default();
+                if !name.ends_with(".run") || name.contains('/') {
+                    return Err(Error::Internal(format!(
+                        "partition {source}: its state names a run in {}, outside its state files ({prefix})",
+                        r.at.file
+                    )));
+                }
+                r.entries = cache(&(r.at.file.clone(), key.clone(), r.at.block));
                 if r.entries.is_none() {
-                    r.entries = cache
-                        .get(&(r.at.file.clone(), key.clone(), r.at.block))
-                        .cloned();
-                    if r.entries.is_none() {
-                        wanted.push(r.at.file.clone());
-                    }
+                    wanted.push(r.at.file.clone());
                 }
             }
         }
@@ -191,7 +209,8 @@ async fn load_runs(
                             .iter()
                             .find(|o| o.at.file == r.at.file && o.at.block == r.at.block)
                     })
-                    .and_then(|o| o.entries.clone());
+                    .and_then(|o| o.entries.clone())
+                    .filter(|e| e.len() as u64 == r.at.count);
                 match found {
                     Some(e) => r.entries = Some(e),
                     None => {
@@ -259,10 +278,11 @@ impl Ingestor {
             loaded.states.insert(p.source.clone(), state);
             loaded.stored.insert(p.source.clone(), stored);
         }
-        let cache = self.run_cache.lock().map(|c| c.clone()).unwrap_or_default();
+        let cache =
+            |k: &(String, String, u32)| self.run_cache.lock().ok().and_then(|c| c.get(k).cloned());
         let mut states: Vec<(&SourcePartition, &mut PartitionState)> =
             loaded.states.iter_mut().collect();
-        load_runs(&self.warehouse, &mut files, &cache, &mut states).await?;
+        load_runs(&self.warehouse, &mut files, cache, &mut states).await?;
         Ok(Some(loaded))
     }
 
@@ -279,7 +299,7 @@ impl Ingestor {
         }
         let mut refs: Vec<(&SourcePartition, &mut PartitionState)> =
             states.iter_mut().map(|(s, _, p)| (&*s, p)).collect();
-        load_runs(&self.warehouse, &mut files, &RunCache::default(), &mut refs).await?;
+        load_runs(&self.warehouse, &mut files, |_| None, &mut refs).await?;
         let entries = states
             .iter()
             .map(|(_, _, s)| s.tables.values().map(|t| t.keys.len()).sum::<u64>())
@@ -290,15 +310,6 @@ impl Ingestor {
             }
         }
         Ok(entries)
-    }
-
-    /// The decoded state `stored` holds (its runs' entries not read).
-    pub(super) async fn read_state(
-        &self,
-        source: &SourcePartition,
-        stored: &StoredState,
-    ) -> Result<PartitionState> {
-        read_stored_state(&self.warehouse, source, stored).await
     }
 
     /// The stored forms of the states of `planned` after the batch (by position; `None` for a
@@ -345,8 +356,14 @@ impl Ingestor {
         }
         // Per topic: a file when any section adds keys or outgrows the item.
         let mut filed: BTreeMap<&str, StateFile> = BTreeMap::new();
+        // At most 32 KB inline whatever the option: a transaction holds up to
+        // MAX_STATES_PER_TRANSACTION state items within DynamoDB's 4 MB.
+        let inline = self
+            .options
+            .max_inline_state_bytes
+            .min(MAX_INLINE_STATE_CAP);
         for ((source, _, _), s) in items.iter().zip(&sealed) {
-            if s.has_blocks || s.bytes.len() > self.options.max_inline_state_bytes {
+            if s.has_blocks || s.bytes.len() > inline {
                 filed.entry(source.topic.as_str()).or_default();
             }
         }

@@ -69,10 +69,17 @@ pub(super) async fn remove_partition_states(
             // seen. A state file is in use while a partition's state is in it or names a run
             // in it.
             let mut named: HashSet<String> = HashSet::new();
+            let mut files = crate::ingest::StateFiles::default();
             for (source, stored) in backend.state.topic_states(&topic).await? {
                 let Some(stored) = stored else { continue };
                 named.extend(
-                    crate::ingest::state_files_in_use(&backend.warehouse, &source, &stored).await?,
+                    crate::ingest::state_files_in_use(
+                        &backend.warehouse,
+                        &mut files,
+                        &source,
+                        &stored,
+                    )
+                    .await?,
                 );
             }
             for o in candidates {

@@ -68,6 +68,7 @@ pub(crate) fn first_occurrences(
             .flatten()
             .is_none_or(|wm| first.saturating_add_unsigned(within) >= wm)
     };
+    debug_assert!(keys.loaded(), "every run's entries are read before a batch");
     let mut fresh: Vec<Entry> = Vec::new();
     let mut g = 0;
     while g < candidates.len() {
@@ -87,8 +88,13 @@ pub(crate) fn first_occurrences(
         match (stored, first) {
             (Some(s), Some(f)) if s == f => {}
             // A changed first occurrence is written even when already past the bound: it
-            // hides the older entry.
-            (Some(_), Some(f)) => fresh.push((hash, f)),
+            // hides the older entry, and must not expire before it.
+            (Some(s), Some(f)) => {
+                if s > f {
+                    keys.hides(s);
+                }
+                fresh.push((hash, f));
+            }
             (None, Some(f)) if alive(f) => fresh.push((hash, f)),
             _ => {}
         }
@@ -127,6 +133,7 @@ mod tests {
                     min_t,
                     max_t,
                     merged: true,
+                    horizon: i64::MIN,
                 },
                 entries: Some(Arc::new(fresh)),
             });
@@ -270,6 +277,117 @@ mod tests {
             let horizon = watermark.unwrap_or(i64::MIN);
             proptest::prop_assert_eq!(remembered(&keys, &universe, horizon, within), want);
         }
+    }
+
+    /// Runs `rows` (key, time in ms) through `first_occurrences` in batches cut at `cuts`,
+    /// sealing the state after each batch as a write does (runs, merges, expiry), with the
+    /// partition's watermark carried across batches: the rows kept, and the keys' state.
+    fn in_batches(
+        rows: &[(Option<&str>, Option<i64>)],
+        cuts: &[usize],
+        within_ms: i64,
+        ooo_ms: i64,
+    ) -> (Vec<bool>, crate::process::state::PartitionState) {
+        let dedup = Dedup {
+            key: vec!["id".into()],
+            within_ms,
+        };
+        let mut state = crate::process::state::PartitionState::default();
+        state.tables.insert("t".into(), Default::default());
+        let mut max: Option<i64> = None;
+        let mut keep = Vec::new();
+        let mut bounds: Vec<usize> = cuts.iter().copied().filter(|c| *c < rows.len()).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        bounds.push(rows.len());
+        let mut from = 0;
+        for (n, to) in bounds.into_iter().enumerate() {
+            let part = &rows[from..to];
+            from = to;
+            let times: Vec<Option<i64>> = part.iter().map(|(_, t)| t.map(|t| t * 1000)).collect();
+            let mut watermarks = Vec::new();
+            for t in &times {
+                watermarks.push(max.map(|m| m - ooo_ms * 1000));
+                if let Some(t) = t {
+                    max = Some(max.map_or(*t, |m| m.max(*t)));
+                }
+            }
+            let ids: Vec<Option<&str>> = part.iter().map(|(k, _)| *k).collect();
+            let keys = &mut state.tables.get_mut("t").unwrap().keys;
+            keep.extend(first_occurrences(
+                &dedup,
+                &[0],
+                &batch(ids),
+                &times,
+                &watermarks,
+                max.map(|m| m - ooo_ms * 1000),
+                keys,
+            ));
+            state.seal(|_| Some(within_ms as u64 * 1000)).unwrap();
+            state.placed(&format!("f{n}"));
+        }
+        (keep, state)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn runs_merges_and_expiry_agree_with_row_by_row_however_batches_are_cut(
+            rows in proptest::collection::vec(
+                (proptest::option::weighted(0.95, "[a-e]"), proptest::option::weighted(0.95, 0i64..120)),
+                0..60),
+            cuts in proptest::collection::vec(0usize..60, 0..20),
+            within_ms in 1i64..30,
+            ooo_ms in 0i64..10,
+        ) {
+            let (keep, _) = in_batches(
+                &rows.iter().map(|(k, t)| (k.as_deref(), *t)).collect::<Vec<_>>(),
+                &cuts, within_ms, ooo_ms,
+            );
+            // The whole sequence at once, row by row.
+            let ids: Vec<Option<&str>> = rows.iter().map(|(k, _)| k.as_deref()).collect();
+            let times: Vec<Option<i64>> = rows.iter().map(|(_, t)| t.map(|t| t * 1000)).collect();
+            let mut max: Option<i64> = None;
+            let mut watermarks = Vec::new();
+            for t in &times {
+                watermarks.push(max.map(|m| m - ooo_ms * 1000));
+                if let Some(t) = t {
+                    max = Some(max.map_or(*t, |m| m.max(*t)));
+                }
+            }
+            let (want, _) = one_by_one(
+                within_ms as u64 * 1000, &ids, &times, &watermarks, None, &[],
+            );
+            proptest::prop_assert_eq!(keep, want);
+        }
+    }
+
+    /// A late key in every batch (inside the bound) keeps neither more runs nor more entries
+    /// than the keys inside the bound need.
+    #[test]
+    fn late_keys_do_not_make_the_state_grow() {
+        let ids: Vec<String> = (0..2_000)
+            .flat_map(|i| [format!("n{i}"), format!("l{i}")])
+            .collect();
+        let rows: Vec<(Option<&str>, Option<i64>)> = (0..2_000)
+            .flat_map(|i| {
+                let at = 100_000 + i * 100;
+                [
+                    (Some(ids[2 * i as usize].as_str()), Some(at)),
+                    (Some(ids[2 * i as usize + 1].as_str()), Some(at - 2_000)),
+                ]
+            })
+            .collect();
+        let cuts: Vec<usize> = (1..2_000).map(|b| b * 2).collect();
+        // Within 10 s at 100 ms per batch: about 200 keys of each kind are inside the bound.
+        let (keep, state) = in_batches(&rows, &cuts, 10_000, 0);
+        assert!(keep.iter().all(|k| *k), "every key is new");
+        let keys = &state.tables["t"].keys;
+        assert!(
+            keys.len() <= 1_200,
+            "{} entries kept for ~400 inside the bound",
+            keys.len()
+        );
+        assert!(keys.runs.len() <= 30, "{} runs", keys.runs.len());
     }
 
     /// `[k@0, x@11, k@5]` with `within` 10 s: whether the second `k` is a duplicate depends on

@@ -268,6 +268,7 @@ async fn run(config: &Config, shape: Shape) -> Result<()> {
 async fn stored_bytes(backend: &Backend, partitions: i32) -> Result<u64> {
     let sizes = state_objects(backend).await?;
     let mut live = std::collections::HashSet::new();
+    let mut files = crate::ingest::StateFiles::default();
     let mut inline = 0;
     for p in 0..partitions {
         let source = crate::checkpoint::SourcePartition::new("orders", p);
@@ -281,7 +282,10 @@ async fn stored_bytes(backend: &Backend, partitions: i32) -> Result<u64> {
             continue;
         };
         inline += stored.body.as_ref().map_or(0, |b| b.len() as u64);
-        live.extend(crate::ingest::state_files_in_use(&backend.warehouse, &source, &stored).await?);
+        live.extend(
+            crate::ingest::state_files_in_use(&backend.warehouse, &mut files, &source, &stored)
+                .await?,
+        );
     }
     Ok(inline + live.iter().filter_map(|l| sizes.get(l)).sum::<u64>())
 }

@@ -28,7 +28,6 @@ mod rows;
 use std::collections::BTreeMap;
 
 use arrow_array::{Array, Int32Array, RecordBatch};
-use bytes::Bytes;
 use datafusion::arrow::compute::{concat_batches, filter_record_batch};
 use datafusion::prelude::SessionContext;
 use iceberg::spec::DataFile;
@@ -44,8 +43,8 @@ use crate::spec::{DEAD_LETTER_TABLE, IntervalJoin, JoinSide};
 use crate::tables::TableSet;
 use backlog::Backlog;
 use rows::{
-    add_files, arrow, column, conform, dead_letters, keep, late_mask, not, parquet_bytes, register,
-    side, with_kafka_columns,
+    add_files, arrow, column, conform, dead_letters, keep_mask, late_mask, not, parquet_bytes,
+    register, side, with_kafka_columns,
 };
 
 pub use super::JOIN_STATE_PROPERTY;
@@ -53,12 +52,21 @@ pub use super::JOIN_STATE_PROPERTY;
 /// What a join keeps between rounds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct JoinState {
-    /// Parquet object with the left side's rows that can still match.
+    /// Parquet object with all of the left side's rows that can still match, as releases
+    /// before runs wrote it (read as the oldest run, replaced by the next round).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     left: Option<String>,
     /// The same for the right side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     right: Option<String>,
+    /// The left side's rows that can still match, as runs (immutable Parquet objects), oldest
+    /// first: each round adds one of its new rows; a run none of whose rows can match any more
+    /// is dropped whole, unread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    left_runs: Vec<KeptRun>,
+    /// The same for the right side.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    right_runs: Vec<KeptRun>,
     /// Highest event time per `{table}/{partition}`, µs.
     #[serde(default)]
     max: BTreeMap<String, i64>,
@@ -81,6 +89,54 @@ struct JoinState {
     /// [`RETRY_DEFERRED_MS`] passed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deferred_at_ms: Option<i64>,
+}
+
+/// A run of a side's kept rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct KeptRun {
+    /// The Parquet object.
+    location: String,
+    /// Its rows.
+    rows: u64,
+    /// A segment (young runs merged, never merged again) or one round's new rows.
+    #[serde(default)]
+    merged: bool,
+}
+
+/// Young runs of a side merged into a segment once there are this many: every kept row is
+/// written at most twice.
+const MAX_YOUNG_RUNS: usize = 4;
+
+/// Runs of a side past this count are merged into one (rows a stray late time keeps alive).
+const MAX_RUNS: usize = 32;
+
+impl JoinState {
+    /// A side's runs, a whole state of an earlier release first.
+    fn runs(&self, left: bool) -> Vec<KeptRun> {
+        let (legacy, runs) = if left {
+            (&self.left, &self.left_runs)
+        } else {
+            (&self.right, &self.right_runs)
+        };
+        legacy
+            .iter()
+            .map(|l| KeptRun {
+                location: l.clone(),
+                rows: 0,
+                merged: true,
+            })
+            .chain(runs.iter().cloned())
+            .collect()
+    }
+
+    /// Every kept-rows object it names.
+    fn kept_objects(&self) -> impl Iterator<Item = &String> {
+        self.left
+            .iter()
+            .chain(self.right.iter())
+            .chain(self.left_runs.iter().map(|r| &r.location))
+            .chain(self.right_runs.iter().map(|r| &r.location))
+    }
 }
 
 /// What a join keeps rows by: the sides, their time columns and the bounds. Kept rows are the
@@ -151,7 +207,7 @@ pub fn state_change(current: &Table, name: &str, join: &IntervalJoin) -> Result<
     if *old == sig {
         return Ok(None);
     }
-    let kept = usize::from(state.left.is_some()) + usize::from(state.right.is_some());
+    let kept = state.kept_objects().count();
     if !old.same_sides(&sig) {
         return Ok(Some(format!(
             "! {name}: the join's sides changed ({} ⋈ {} → {} ⋈ {}): its kept rows ({kept} state objects) are dropped; pairs with rows from before the change are never joined",
@@ -273,9 +329,10 @@ async fn read_backlog(backend: &Backend, name: &str, location: Option<&str>) -> 
 pub fn state_objects(summary_json: &str) -> Option<Vec<String>> {
     let state: JoinState = serde_json::from_str(summary_json).ok()?;
     Some(
-        [state.left, state.right, state.backlog]
-            .into_iter()
-            .flatten()
+        state
+            .kept_objects()
+            .chain(state.backlog.iter())
+            .cloned()
             .collect(),
     )
 }
@@ -306,14 +363,11 @@ pub(super) async fn run_join(
     let now_ms = failed_at_us / 1000;
     let mut state = read_state(current, name)?;
     // State objects the round replaces, whatever the plan keeps of them.
-    let originals: Vec<String> = [
-        state.left.clone(),
-        state.right.clone(),
-        state.backlog.clone(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let originals: Vec<String> = state
+        .kept_objects()
+        .chain(state.backlog.iter())
+        .cloned()
+        .collect();
     let mut backlog = read_backlog(backend, name, state.backlog.as_deref()).await?;
     let sig = JoinSig::of(join);
     match &state.plan {
@@ -322,6 +376,8 @@ pub(super) async fn run_join(
                 "the join's sides changed: its kept rows and backlog are dropped");
             state.left = None;
             state.right = None;
+            state.left_runs.clear();
+            state.right_runs.clear();
             backlog = Backlog::default();
             state.left_watermark = None;
             state.right_watermark = None;
@@ -374,19 +430,13 @@ pub(super) async fn run_join(
         tracing::error!(table = %name, files = lost,
             "interval join: files of the backlog are gone (deleted by expiry); their rows are not joined");
     }
-    let left = side(
-        backend,
-        &left_layout,
-        &join.left,
-        state.left.as_deref(),
-        &left_paths,
-    )
-    .await?;
+    let (left_runs, right_runs) = (state.runs(true), state.runs(false));
+    let left = side(backend, &left_layout, &join.left, &left_runs, &left_paths).await?;
     let right = side(
         backend,
         &right_layout,
         &join.right,
-        state.right.as_deref(),
+        &right_runs,
         &right_paths,
     )
     .await?;
@@ -472,14 +522,16 @@ pub(super) async fn run_join(
         concat_batches(&left.kept.schema(), [&left.kept, &left_on_time]).map_err(arrow)?;
     let right_all =
         concat_batches(&right.kept.schema(), [&right.kept, &right_on_time]).map_err(arrow)?;
-    let keep_left = keep(&left_all, &join.left.time_column, |t| {
+    let mask_left = keep_mask(&left_all, &join.left.time_column, |t| {
         next.right_watermark
             .is_none_or(|wm| t.saturating_add(join.upper_us) >= wm)
     })?;
-    let keep_right = keep(&right_all, &join.right.time_column, |t| {
+    let mask_right = keep_mask(&right_all, &join.right.time_column, |t| {
         next.left_watermark
             .is_none_or(|wm| t.saturating_sub(join.lower_us) >= wm)
     })?;
+    let keep_left = filter_record_batch(&left_all, &mask_left).map_err(arrow)?;
+    let keep_right = filter_record_batch(&right_all, &mask_right).map_err(arrow)?;
     // Bounded whatever the watermarks do: past the bound, the oldest rows are forgotten.
     let (keep_left, evicted_left) = newest(&keep_left, &join.left.time_column, max_kept_rows)?;
     let (keep_right, evicted_right) = newest(&keep_right, &join.right.time_column, max_kept_rows)?;
@@ -489,24 +541,46 @@ pub(super) async fn run_join(
     }
     let root = backend.warehouse.root().trim_end_matches('/').to_string();
     let mut state_bytes = 0;
-    let mut save = |rows: &RecordBatch, which: &str| -> Result<Option<(String, Bytes)>> {
-        if rows.num_rows() == 0 {
-            return Ok(None);
+    let prefix = format!("{root}/_state/join/{name}/{intent_id}");
+    for (which, runs, s, all, mask, evicted, kept) in [
+        (
+            "left",
+            &left_runs,
+            &left,
+            &left_all,
+            &mask_left,
+            evicted_left,
+            &keep_left,
+        ),
+        (
+            "right",
+            &right_runs,
+            &right,
+            &right_all,
+            &mask_right,
+            evicted_right,
+            &keep_right,
+        ),
+    ] {
+        let (new_runs, written) = next_runs(
+            backend,
+            &format!("{prefix}-{which}"),
+            runs,
+            &s.kept_counts,
+            all,
+            mask,
+            (evicted > 0).then_some(kept),
+        )
+        .await?;
+        state_bytes += written;
+        if which == "left" {
+            next.left = None;
+            next.left_runs = new_runs;
+        } else {
+            next.right = None;
+            next.right_runs = new_runs;
         }
-        let bytes = parquet_bytes(rows)?;
-        state_bytes += bytes.len() as u64;
-        let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
-        Ok(Some((
-            format!("{root}/_state/join/{name}/{intent_id}-{which}-{hash:016x}.parquet"),
-            bytes,
-        )))
-    };
-    let saved = [save(&keep_left, "left")?, save(&keep_right, "right")?];
-    for (location, bytes) in saved.iter().flatten() {
-        backend.warehouse.write(location, bytes.clone()).await?;
     }
-    next.left = saved[0].as_ref().map(|(l, _)| l.clone());
-    next.right = saved[1].as_ref().map(|(l, _)| l.clone());
     let json = serde_json::to_string(&next).map_err(|e| Error::Internal(e.to_string()))?;
     output
         .properties
@@ -556,9 +630,10 @@ pub(super) async fn run_join(
         )
         .await?;
     }
+    let still: std::collections::HashSet<&String> = next.kept_objects().collect();
     let replaced = originals
         .into_iter()
-        .filter(|old| Some(old) != next.left.as_ref() && Some(old) != next.right.as_ref())
+        .filter(|old| !still.contains(old))
         .collect();
     Ok(JoinRound {
         output,
@@ -570,6 +645,100 @@ pub(super) async fn run_join(
         idle_partitions: (left_idle + right_idle) as u64,
         backlog_files_lost: lost,
     })
+}
+
+/// A side's runs after a round: the runs with a row that can still match, and the round's new
+/// rows that can as a run of their own — merged with the young runs into a segment once they
+/// number [`MAX_YOUNG_RUNS`], everything into one past [`MAX_RUNS`] or when the bound forgot
+/// rows (`evicted`: the rows kept). `counts`: the rows of each of `runs`, which are the first
+/// rows of `all`; `mask`: which of `all` can still match. Returns the runs and the bytes written.
+async fn next_runs(
+    backend: &Backend,
+    prefix: &str,
+    runs: &[KeptRun],
+    counts: &[usize],
+    all: &RecordBatch,
+    mask: &arrow_array::BooleanArray,
+    evicted: Option<&RecordBatch>,
+) -> Result<(Vec<KeptRun>, u64)> {
+    let mut written = 0u64;
+    let write = |rows: RecordBatch, merged: bool| {
+        let bytes = parquet_bytes(&rows);
+        async move {
+            let bytes = bytes?;
+            let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+            let kind = if merged { "segment" } else { "run" };
+            let location = format!("{prefix}-{kind}-{hash:016x}.parquet");
+            let n = bytes.len() as u64;
+            backend.warehouse.write(&location, bytes).await?;
+            Ok::<_, Error>((
+                KeptRun {
+                    location,
+                    rows: rows.num_rows() as u64,
+                    merged,
+                },
+                n,
+            ))
+        }
+    };
+    let range = |from: usize, len: usize| -> Result<RecordBatch> {
+        filter_record_batch(&all.slice(from, len), &mask.slice(from, len)).map_err(arrow)
+    };
+    let kept_len: usize = counts.iter().sum();
+    let fresh = range(kept_len, all.num_rows() - kept_len)?;
+    if let Some(kept) = evicted {
+        return Ok(if kept.num_rows() == 0 {
+            (Vec::new(), 0)
+        } else {
+            let (run, n) = write(kept.clone(), true).await?;
+            written += n;
+            (vec![run], written)
+        });
+    }
+    // Runs with a row that can still match, with where their rows are.
+    let mut live: Vec<(KeptRun, usize, usize)> = Vec::new();
+    let mut at = 0;
+    for (r, &n) in runs.iter().zip(counts) {
+        if mask.slice(at, n).true_count() > 0 {
+            let mut r = r.clone();
+            r.rows = n as u64;
+            live.push((r, at, n));
+        }
+        at += n;
+    }
+    if live.len() + 1 > MAX_RUNS {
+        let all_kept = filter_record_batch(all, mask).map_err(arrow)?;
+        if all_kept.num_rows() == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let (run, n) = write(all_kept, true).await?;
+        return Ok((vec![run], n));
+    }
+    let young = live.iter().rev().take_while(|(r, _, _)| !r.merged).count();
+    if young + 1 >= MAX_YOUNG_RUNS {
+        let split = live.len() - young;
+        let mut parts = Vec::with_capacity(young + 1);
+        for (_, from, n) in &live[split..] {
+            parts.push(range(*from, *n)?);
+        }
+        parts.push(fresh);
+        let rows = concat_batches(&all.schema(), &parts).map_err(arrow)?;
+        live.truncate(split);
+        let mut out: Vec<KeptRun> = live.into_iter().map(|(r, _, _)| r).collect();
+        if rows.num_rows() > 0 {
+            let (run, n) = write(rows, true).await?;
+            written += n;
+            out.push(run);
+        }
+        return Ok((out, written));
+    }
+    let mut out: Vec<KeptRun> = live.into_iter().map(|(r, _, _)| r).collect();
+    if fresh.num_rows() > 0 {
+        let (run, n) = write(fresh, false).await?;
+        written += n;
+        out.push(run);
+    }
+    Ok((out, written))
 }
 
 /// `rows` sorted by every column (a canonical order).

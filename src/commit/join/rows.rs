@@ -9,7 +9,7 @@ use arrow_array::{
     StringArray, new_null_array,
 };
 use bytes::Bytes;
-use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
+use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
@@ -32,6 +32,8 @@ pub(super) fn arrow(e: datafusion::arrow::error::ArrowError) -> Error {
 /// One side's rows of a round: kept from earlier rounds, and new.
 pub(super) struct Side {
     pub kept: RecordBatch,
+    /// The rows of each kept run, in order (they are the first rows of `kept`).
+    pub kept_counts: Vec<usize>,
     pub new: RecordBatch,
     pub new_times: Vec<Option<i64>>,
     /// Per new row: its late rows were dead-lettered already (a backlog file of a failed
@@ -45,10 +47,17 @@ pub(super) async fn side(
     backend: &Backend,
     layout: &TableLayout,
     spec: &JoinSide,
-    state: Option<&str>,
+    runs: &[super::KeptRun],
     files: &[(String, bool)],
 ) -> Result<Side> {
-    let kept = read(backend, layout, state.into_iter().map(str::to_string)).await?;
+    let mut kept_parts = Vec::with_capacity(runs.len());
+    let mut kept_counts = Vec::with_capacity(runs.len());
+    for r in runs {
+        let rows = read(backend, layout, std::iter::once(r.location.clone())).await?;
+        kept_counts.push(rows.num_rows());
+        kept_parts.push(rows);
+    }
+    let kept = concat_batches(&layout.arrow_schema, &kept_parts).map_err(arrow)?;
     let mut parts = Vec::with_capacity(files.len());
     let mut judged = Vec::new();
     for (path, was_judged) in files {
@@ -60,6 +69,7 @@ pub(super) async fn side(
     let new_times = times(&new, &spec.time_column)?;
     Ok(Side {
         kept,
+        kept_counts,
         new,
         new_times,
         judged,
@@ -171,14 +181,13 @@ pub(super) fn not(mask: &BooleanArray) -> BooleanArray {
 }
 
 /// The rows of `rows` whose time in `column` satisfies `wanted`.
-pub(super) fn keep(
+pub(super) fn keep_mask(
     rows: &RecordBatch,
     column: &str,
     wanted: impl Fn(i64) -> bool,
-) -> Result<RecordBatch> {
+) -> Result<BooleanArray> {
     let t = times(rows, column)?;
-    let mask: BooleanArray = t.iter().map(|t| Some(t.is_some_and(&wanted))).collect();
-    filter_record_batch(rows, &mask).map_err(arrow)
+    Ok(t.iter().map(|t| Some(t.is_some_and(&wanted))).collect())
 }
 
 /// Registers a side as a table of kept rows (`__streamtable_new` false) and new rows (true).

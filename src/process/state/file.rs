@@ -50,9 +50,12 @@ struct HeaderTable {
     written_at_ms: i64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     open: Vec<OpenWindow>,
-    /// Oldest first: `[file, block, count, min_t, max_t, merged]`.
+    /// Oldest first: `[file, block, count, min_t, max_t, merged, horizon]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    runs: Vec<(String, u32, u64, i64, i64, bool)>,
+    runs: Vec<(String, u32, u64, i64, i64, bool, i64)>,
+    /// The horizon the dedup last expired runs by, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    horizon: Option<i64>,
 }
 
 /// A partition's state sealed for writing.
@@ -96,9 +99,18 @@ impl PartitionState {
                                 .iter()
                                 .map(|r| {
                                     let a = &r.at;
-                                    (a.file.clone(), a.block, a.count, a.min_t, a.max_t, a.merged)
+                                    (
+                                        a.file.clone(),
+                                        a.block,
+                                        a.count,
+                                        a.min_t,
+                                        a.max_t,
+                                        a.merged,
+                                        a.horizon,
+                                    )
                                 })
                                 .collect(),
+                            horizon: (t.keys.horizon != i64::MIN).then_some(t.keys.horizon),
                         },
                     )
                 })
@@ -160,30 +172,32 @@ fn seal_table(
     }
     // A merge needs every run it merges in memory (a state read for its windows only, by the
     // idle flush, has none): without them the fresh keys are a run of their own.
-    let plan = if keys.migrated {
-        None
-    } else {
-        within_us
-            .and_then(|w| keys.merge_plan(w))
-            .and_then(|range| keys.merged(range.clone()).map(|e| (range, e)))
+    let plan = match (keys.migrated, within_us) {
+        (false, Some(w)) => keys
+            .merge_plan(w)
+            .and_then(|range| keys.merged(range.clone(), w).map(|m| (range, m))),
+        _ => None,
     };
-    let (range, entries, merged) = match plan {
-        Some((range, entries)) => (range, entries, true),
+    let (range, entries, until, merged) = match plan {
+        Some((range, (entries, until))) => (range, entries, until, true),
         None => {
             if keys.fresh.is_empty() {
                 return Ok(());
             }
             let n = keys.runs.len();
-            (n..n, std::mem::take(&mut keys.fresh), keys.migrated)
+            let until = keys.hides_until;
+            (n..n, std::mem::take(&mut keys.fresh), until, keys.migrated)
         }
     };
     keys.fresh.clear();
     keys.migrated = false;
+    keys.hides_until = None;
     if entries.is_empty() {
         keys.runs.drain(range);
         return Ok(());
     }
     let (min_t, max_t) = time_range(&entries);
+    let max_t = until.map_or(max_t, |u| u.max(max_t));
     let block = u32_of(blocks.len(), "blocks of a partition state")?;
     let entries = Arc::new(entries);
     blocks.push(entries.clone());
@@ -197,6 +211,7 @@ fn seal_table(
                 min_t,
                 max_t,
                 merged,
+                horizon: keys.horizon,
             },
             entries: Some(entries),
         }],
@@ -253,13 +268,17 @@ pub(super) fn decode_section(raw: &[u8], location: &str, what: &str) -> Result<P
     let mut tables = BTreeMap::new();
     for (name, t) in header.tables {
         let mut runs = Vec::with_capacity(t.runs.len());
-        for (file, block, count, min_t, max_t, merged) in t.runs {
+        for (file, block, count, min_t, max_t, merged, horizon) in t.runs {
+            if min_t > max_t {
+                return Err(bad("a run's time range is reversed"));
+            }
             let (file, entries) = if file.is_empty() {
                 if location.is_empty() {
                     return Err(bad("a state kept in its item names a block"));
                 }
                 let b = blocks
                     .get(block as usize)
+                    .filter(|b| b.len() as u64 == count)
                     .ok_or_else(|| bad("a run names a block it lacks"))?;
                 (location.to_string(), Some(b.clone()))
             } else {
@@ -273,6 +292,7 @@ pub(super) fn decode_section(raw: &[u8], location: &str, what: &str) -> Result<P
                     min_t,
                     max_t,
                     merged,
+                    horizon,
                 },
                 entries,
             });
@@ -285,6 +305,7 @@ pub(super) fn decode_section(raw: &[u8], location: &str, what: &str) -> Result<P
                 open: t.open,
                 keys: super::Keys {
                     runs,
+                    horizon: t.horizon.unwrap_or(i64::MIN),
                     ..Default::default()
                 },
             },
@@ -341,8 +362,7 @@ impl StateFile {
 pub fn decode_file(bytes: &[u8], location: &str) -> Result<BTreeMap<String, PartitionState>> {
     let what = format!("state file {location}");
     let bad = |m: &str| Error::Internal(format!("{what}: damaged ({m})"));
-    let raw = zstd::stream::decode_all(bytes)
-        .map_err(|e| Error::Internal(format!("{what}: not zstd: {e}")))?;
+    let raw = super::unzstd(bytes, &what)?;
     let mut rest = raw.strip_prefix(FILE_MAGIC).ok_or_else(|| bad("magic"))?;
     let count = take_u32(&mut rest).ok_or_else(|| bad("count"))?;
     let mut out = BTreeMap::new();

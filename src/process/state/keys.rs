@@ -8,9 +8,15 @@
 //! distinct keys collide with odds of about n² / 2¹²⁹ (1e-26 for a million keys an hour) — a
 //! collision would drop a record as a duplicate. A 64-bit hash would not be safe (1e-8).
 //!
-//! Merging is two-level, so that every entry is written at most twice: the young runs (one per
-//! batch) are merged into one segment once they span an eighth of the bound or number
-//! [`MAX_YOUNG`]; segments are never merged again, they expire whole.
+//! Merging is two-level: the young runs (one per batch) are merged into one segment once the
+//! watermark moved an eighth of the bound since the oldest of them was written, or once they
+//! number [`MAX_YOUNG`]; segments are not merged again, they expire whole — so an entry is
+//! written twice, and a partition has about a dozen runs. Past [`MAX_RUNS`] (segments that
+//! stray records keep alive) everything is merged into one, the expired entries left out.
+//!
+//! A run expires when the newest of its entries does — or, for an entry that moved a key's first
+//! occurrence *earlier* (a record more than the bound before the first), when the entry it hides
+//! would have: otherwise the older entry would be found again once the run that hides it went.
 
 use std::sync::Arc;
 
@@ -44,6 +50,9 @@ pub struct RunRef {
     pub max_t: i64,
     /// A segment (merged runs, never merged again) or one batch's run.
     pub merged: bool,
+    /// The dedup's horizon (watermark) when the run was written, µs: young runs are merged by
+    /// how far it moved since.
+    pub horizon: i64,
 }
 
 /// A stored run and its entries (`None` until loaded).
@@ -56,7 +65,7 @@ pub struct Run {
 }
 
 /// One dedup's keys in one partition.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Keys {
     /// Stored runs, oldest first. A key's newest entry is the one that counts.
     pub runs: Vec<Run>,
@@ -64,6 +73,23 @@ pub struct Keys {
     pub fresh: Vec<Entry>,
     /// `fresh` holds the keys of a state of an earlier layout: stored as a segment.
     pub migrated: bool,
+    /// The latest time among the entries the fresh ones hide: the run they are stored in lives
+    /// at least as long (see the module's text).
+    pub hides_until: Option<i64>,
+    /// The horizon the last batch expired runs by, µs (`i64::MIN` before any).
+    pub horizon: i64,
+}
+
+impl Default for Keys {
+    fn default() -> Keys {
+        Keys {
+            runs: Vec::new(),
+            fresh: Vec::new(),
+            migrated: false,
+            hides_until: None,
+            horizon: i64::MIN,
+        }
+    }
 }
 
 /// The hash a key is remembered by.
@@ -106,9 +132,9 @@ impl Keys {
         fresh.sort_unstable_by_key(|e| e.0);
         fresh.dedup_by_key(|e| e.0);
         Keys {
-            runs: Vec::new(),
             migrated: !fresh.is_empty(),
             fresh,
+            ..Keys::default()
         }
     }
 
@@ -119,7 +145,9 @@ impl Keys {
 
     /// Entries stored and fresh (a key written twice counts twice).
     pub fn len(&self) -> u64 {
-        self.runs.iter().map(|r| r.at.count).sum::<u64>() + self.fresh.len() as u64
+        self.runs
+            .iter()
+            .fold(self.fresh.len() as u64, |n, r| n.saturating_add(r.at.count))
     }
 
     /// Forgets everything.
@@ -146,6 +174,11 @@ impl Keys {
         })
     }
 
+    /// Records that a fresh entry hides an older one first seen at `time`.
+    pub fn hides(&mut self, time: i64) {
+        self.hides_until = Some(self.hides_until.map_or(time, |t| t.max(time)));
+    }
+
     /// Adds `new` (sorted by hash, distinct) to the fresh entries, replacing equal hashes.
     pub fn add(&mut self, new: Vec<Entry>) {
         if new.is_empty() {
@@ -162,14 +195,15 @@ impl Keys {
     /// Drops the runs whose every key the bound has passed at `horizon` (µs): a key is
     /// remembered while its first event time plus `within_us` is at least the horizon.
     pub fn expire(&mut self, horizon: i64, within_us: u64) {
+        self.horizon = self.horizon.max(horizon);
         self.runs
             .retain(|r| r.at.max_t.saturating_add_unsigned(within_us) >= horizon);
     }
 
     /// The runs a write merges into one segment with the fresh entries (indices into `runs`,
-    /// consecutive, the youngest ones), or `None` to store the fresh entries as a run of their
-    /// own. Young runs are merged once they span an eighth of the bound (`within_us`) or
-    /// number [`MAX_YOUNG`]; every run once they number [`MAX_RUNS`].
+    /// consecutive), or `None` to store the fresh entries as a run of their own: the young runs
+    /// once the horizon moved an eighth of the bound (`within_us`) since the oldest of them was
+    /// written, or once they number [`MAX_YOUNG`]; every run once they number [`MAX_RUNS`].
     pub fn merge_plan(&self, within_us: u64) -> Option<std::ops::Range<usize>> {
         if self.runs.len() + 1 > MAX_RUNS {
             return Some(0..self.runs.len());
@@ -179,35 +213,42 @@ impl Keys {
             return None;
         }
         let from = self.runs.len() - young;
-        let young_runs = &self.runs[from..];
-        let fresh_range = self.fresh.iter().map(|e| e.1);
-        let min = young_runs
-            .iter()
-            .map(|r| r.at.min_t)
-            .chain(fresh_range.clone())
-            .min()?;
-        let max = young_runs
-            .iter()
-            .map(|r| r.at.max_t)
-            .chain(fresh_range)
-            .max()?;
+        let oldest = self.runs[from].at.horizon;
         let slice = (within_us / 8).max(1);
-        if young + 1 >= MAX_YOUNG || max.abs_diff(min) >= slice {
+        let moved = if self.horizon > oldest {
+            self.horizon.abs_diff(oldest)
+        } else {
+            0
+        };
+        if young + 1 >= MAX_YOUNG || moved >= slice {
             Some(from..self.runs.len())
         } else {
             None
         }
     }
 
-    /// The entries of `runs[range]` and the fresh ones, a key's newest entry kept; `None` when
-    /// a run is not loaded.
-    pub fn merged(&self, range: std::ops::Range<usize>) -> Option<Vec<Entry>> {
+    /// The entries of `runs[range]` and the fresh ones, a key's newest entry kept, with the
+    /// time the merged run lives until; `None` when a run is not loaded. A merge of the oldest
+    /// runs leaves out the entries the bound passed (nothing older is left for them to hide).
+    pub fn merged(
+        &self,
+        range: std::ops::Range<usize>,
+        within_us: u64,
+    ) -> Option<(Vec<Entry>, Option<i64>)> {
         let mut parts: Vec<&[Entry]> = Vec::with_capacity(range.len() + 1);
-        for r in &self.runs[range] {
+        let mut until = self.hides_until;
+        for r in &self.runs[range.clone()] {
             parts.push(r.entries.as_ref()?.as_slice());
+            until = Some(until.map_or(r.at.max_t, |u| u.max(r.at.max_t)));
         }
         parts.push(&self.fresh);
-        Some(merge_newest(&parts))
+        let mut out = merge_newest(&parts);
+        if range.start == 0 {
+            let horizon = self.horizon;
+            out.retain(|e| e.1.saturating_add_unsigned(within_us) >= horizon);
+            until = None;
+        }
+        Some((out, until))
     }
 }
 
@@ -252,6 +293,7 @@ mod tests {
                 min_t,
                 max_t,
                 merged,
+                horizon: 0,
             },
             entries: Some(Arc::new(entries)),
         }
@@ -281,25 +323,69 @@ mod tests {
     }
 
     #[test]
-    fn young_runs_merge_into_a_segment_by_span_or_count() {
+    fn young_runs_merge_into_a_segment_by_horizon_or_count() {
         let within = 8_000;
         let mut keys = Keys::default();
         for i in 0..3 {
             keys.runs.push(run(vec![(i, i as i64 * 100)], false));
         }
         keys.fresh = vec![(9, 300)];
-        assert_eq!(keys.merge_plan(within), None, "300 µs < an eighth of 8 ms");
-        keys.fresh = vec![(9, 1_000)];
+        keys.horizon = 900;
+        assert_eq!(keys.merge_plan(within), None, "900 µs < an eighth of 8 ms");
+        keys.horizon = 1_000;
         assert_eq!(keys.merge_plan(within), Some(0..3));
-        let merged = keys.merged(0..3).unwrap();
-        assert_eq!(merged, vec![(0, 0), (1, 100), (2, 200), (9, 1_000)]);
+        let (merged, until) = keys.merged(0..3, within).unwrap();
+        assert_eq!(merged, vec![(0, 0), (1, 100), (2, 200), (9, 300)]);
+        assert_eq!(until, None);
         // A segment is never merged again; young ones after it are, by count.
         keys.runs = vec![run(vec![(0, 0)], true)];
         for i in 1..MAX_YOUNG as u128 {
             keys.runs.push(run(vec![(i, 1)], false));
         }
         keys.fresh = vec![(99, 1)];
+        keys.horizon = 0;
         assert_eq!(keys.merge_plan(within), Some(1..MAX_YOUNG));
+        // Young runs after a segment keep their expired entries (they may hide older ones)
+        // and the merged run lives as long as they did.
+        let (merged, until) = keys.merged(1..3, within).unwrap();
+        assert_eq!(merged.len(), 3);
+        assert_eq!(until, Some(1));
+    }
+
+    #[test]
+    fn a_merge_of_the_oldest_runs_leaves_out_what_the_bound_passed() {
+        let within = 10;
+        let mut keys = Keys {
+            runs: vec![run(vec![(1, 0), (2, 50)], true), run(vec![(3, 60)], false)],
+            fresh: vec![(4, 70)],
+            ..Default::default()
+        };
+        keys.horizon = 45;
+        let (merged, _) = keys.merged(0..2, within).unwrap();
+        assert_eq!(
+            merged,
+            vec![(2, 50), (3, 60), (4, 70)],
+            "key 1 (0 + 10 < 45) left out"
+        );
+        // Past MAX_RUNS everything is merged.
+        keys.runs = (0..MAX_RUNS as u128)
+            .map(|i| run(vec![(i, 100)], true))
+            .collect();
+        assert_eq!(keys.merge_plan(within), Some(0..MAX_RUNS));
+    }
+
+    #[test]
+    fn a_run_that_hides_an_older_entry_lives_as_long_as_it_would_have() {
+        // k first at 100 (a segment), then again at 50 — more than the bound before: the new
+        // first occurrence is stored, and hides the one at 100 until that one would expire.
+        let mut keys = Keys {
+            runs: vec![run(vec![(7, 100)], true)],
+            ..Default::default()
+        };
+        keys.add(vec![(7, 50)]);
+        keys.hides(100);
+        assert_eq!(keys.hides_until, Some(100));
+        assert_eq!(keys.get(7), Some(50));
     }
 
     #[test]

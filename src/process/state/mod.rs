@@ -135,8 +135,7 @@ impl PartitionState {
     /// Reads a state stored in the item itself: layout 4 inline (no blocks), or layouts 1–3;
     /// `what` names it in errors.
     pub fn decode(bytes: &[u8], what: &str) -> Result<PartitionState> {
-        let raw = zstd::stream::decode_all(bytes)
-            .map_err(|e| Error::Internal(format!("{what}: state is not zstd: {e}")))?;
+        let raw = unzstd(bytes, &format!("{what}: state"))?;
         if raw.starts_with(file::SECTION_MAGIC) {
             return file::decode_section(&raw, "", what);
         }
@@ -146,10 +145,36 @@ impl PartitionState {
     /// Encoded bytes a state would take on its own (what `bench` and the summary report as a
     /// partition's size): its header and every key entry.
     pub fn stored_bytes(&self) -> u64 {
-        let keys: u64 = self.tables.values().map(|t| t.keys.len()).sum();
+        let keys = self
+            .tables
+            .values()
+            .fold(0u64, |n, t| n.saturating_add(t.keys.len()));
         let open: usize = self.tables.values().map(|t| t.open.len()).sum();
-        keys * file::ENTRY_BYTES as u64 + open as u64 * 64
+        keys.saturating_mul(file::ENTRY_BYTES as u64)
+            .saturating_add(open as u64 * 64)
     }
+}
+
+/// The most a stored state or state file may decompress to.
+const MAX_DECOMPRESSED_BYTES: u64 = 512 << 20;
+
+/// `bytes` decompressed (zstd), at most [`MAX_DECOMPRESSED_BYTES`]; `what` names them.
+fn unzstd(bytes: &[u8], what: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let decoder = zstd::stream::read::Decoder::new(bytes)
+        .map_err(|e| Error::Internal(format!("{what} is not zstd: {e}")))?;
+    let mut out = Vec::new();
+    decoder
+        .take(MAX_DECOMPRESSED_BYTES + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::Internal(format!("{what} is not zstd: {e}")))?;
+    if out.len() as u64 > MAX_DECOMPRESSED_BYTES {
+        return Err(Error::Internal(format!(
+            "{what} decompresses to more than {} MB: damaged",
+            MAX_DECOMPRESSED_BYTES >> 20
+        )));
+    }
+    Ok(out)
 }
 
 /// Layouts 1–3, decompressed.

@@ -21,10 +21,11 @@ pub(super) fn legacy_key(source: &SourcePartition) -> String {
     format!("source#{}#{}", source.topic, source.partition)
 }
 
-/// Stateful partitions one transaction takes: a state item holds up to 300 KB inline (larger
-/// ones spill to S3), the pending batch up to 300 KB, and a DynamoDB transaction at most 4 MB,
-/// so ten states and the pending batch always fit, whatever their sizes.
-pub const MAX_STATES_PER_TRANSACTION: usize = 10;
+/// Stateful partitions one transaction takes: a state item holds at most 32 KB inline (a
+/// section that adds no dedup keys; otherwise the name of its state file), the pending batch up
+/// to 300 KB, and a DynamoDB transaction at most 4 MB, so 64 states and the pending batch always
+/// fit, whatever their sizes (items of the layout before, up to 300 KB, are only read).
+pub const MAX_STATES_PER_TRANSACTION: usize = 64;
 
 /// Splits consecutive `sources` into groups of at most 100 transaction items each: the buckets
 /// a group touches, `per_partition` more items per partition (mirror mode), one state item per
@@ -92,11 +93,11 @@ mod tests {
         // Mirror mode: an item per partition too.
         assert_eq!(split(&topic(100, 1), 1, &[]), vec![97, 3]);
         assert!(split(&[], 0, &[]).is_empty());
-        // A state item per stateful partition, ten at most per transaction: 14 partitions
-        // with states near the 300 KB spill threshold were one transaction over DynamoDB's
-        // 4 MB, refused on every retry.
-        assert_eq!(split(&topic(14, 1), 0, &[true; 14]), vec![10, 4]);
-        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![10; 10]);
+        // A state item per stateful partition, 64 at most per transaction (each at most 32 KB:
+        // 14 partitions with the old layout's 300 KB states were one transaction over
+        // DynamoDB's 4 MB, refused on every retry).
+        assert_eq!(split(&topic(14, 1), 0, &[true; 14]), vec![14]);
+        assert_eq!(split(&topic(100, 1), 0, &[true; 100]), vec![64, 36]);
         // Stateless partitions between them fill the rest of the 100 items.
         let mixed: Vec<bool> = (0..120).map(|p| p % 20 == 0).collect();
         assert_eq!(split(&topic(120, 1), 0, &mixed), vec![120]);
