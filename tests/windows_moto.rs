@@ -71,3 +71,8 @@ async fn a_state_of_the_previous_layout_is_read_and_migrated() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_state_naming_a_run_elsewhere_is_refused() {
+    common::state_scenarios::a_state_naming_a_run_elsewhere_is_refused(common::moto().await).await;
+}

@@ -100,8 +100,13 @@ pub struct TableCommitReport {
 pub struct JoinStats {
     /// Rows kept for the next round (both sides).
     pub kept_rows: u64,
-    /// Bytes of the kept rows' Parquet.
+    /// Bytes the round wrote for its state (its new rows' run, and a segment when it merged
+    /// young runs).
     pub state_bytes: u64,
+    /// Rows the round wrote for its state (about twice its new rows at most, amortized).
+    pub state_rows_written: u64,
+    /// New rows the round read, both sides.
+    pub new_rows: u64,
     /// Rows forgotten because a side kept more than `join_max_kept_rows`.
     pub evicted_rows: u64,
     /// Partitions that stopped holding their side's watermark (idle past `idle_timeout`).
@@ -176,6 +181,8 @@ impl CommitReport {
                             if !b.deferred {
                                 a.kept_rows = b.kept_rows;
                                 a.state_bytes = b.state_bytes;
+                                a.state_rows_written = b.state_rows_written;
+                                a.new_rows = b.new_rows;
                                 a.idle_partitions = b.idle_partitions;
                             }
                         }
@@ -484,6 +491,8 @@ async fn commit_joins(
         report.join = Some(JoinStats {
             kept_rows: round.kept_rows,
             state_bytes: round.state_bytes,
+            state_rows_written: round.state_rows_written,
+            new_rows: round.new_rows,
             evicted_rows: round.evicted_rows,
             idle_partitions: round.idle_partitions,
             backlog_files_lost: round.backlog_files_lost,

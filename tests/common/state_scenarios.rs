@@ -219,3 +219,98 @@ pub async fn a_state_of_the_previous_layout_is_read_and_migrated(mut h: Harness)
     );
     assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, 42);
 }
+
+/// A damaged or forged state naming a run outside the topic's state files fails the batch
+/// (the event source mapping retries it; nothing lands), naming the partition and the object;
+/// it is never read.
+pub async fn a_state_naming_a_run_elsewhere_is_refused(mut h: Harness) {
+    use streamtable::process::state::keys::{Run, RunRef};
+    use streamtable::process::state::{PartitionState, TableState};
+
+    h.spec = spec();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let source = SourcePartition::new("orders", 0);
+    h.ingestor()
+        .handle(&event(&[order(0, 0, FIXTURE_MS, "o-1")]))
+        .await
+        .expect("ingest");
+    let mut forged = PartitionState::default();
+    let mut table = TableState::default();
+    table.keys.runs.push(Run {
+        at: RunRef {
+            file: "/etc/passwd.run".into(),
+            block: 0,
+            count: 1,
+            min_t: 0,
+            max_t: i64::MAX / 2,
+            merged: true,
+            horizon: 0,
+        },
+        entries: None,
+    });
+    forged.tables.insert("orders_clean".into(), table);
+    let section = forged.seal(|_| None).expect("seal");
+    let body = zstd::bulk::compress(&section.bytes, 1).expect("zstd");
+    let checkpoint = h
+        .backend
+        .state
+        .checkpoint(&source)
+        .await
+        .expect("checkpoint");
+    let stored = h
+        .backend
+        .state
+        .partition_states(std::slice::from_ref(&source))
+        .await
+        .expect("state")
+        .pop()
+        .flatten()
+        .expect("a state");
+    let seq = stored.seq + 1;
+    let advance = SourceAdvance {
+        source: source.clone(),
+        from: checkpoint,
+        to_next_offset: checkpoint.next_offset,
+        state: Some(StoredState {
+            next_offset: checkpoint.next_offset,
+            seq,
+            bytes: body.len() as u64,
+            body: Some(body),
+            location: None,
+            updated_at_ms: stored.updated_at_ms,
+        }),
+    };
+    let batch = PendingBatch {
+        source: source.clone(),
+        first_offset: -(seq as i64),
+        last_offset: -(seq as i64),
+        more: Vec::new(),
+        created_at_ms: stored.updated_at_ms,
+        files: Vec::new(),
+        files_location: None,
+    };
+    h.backend
+        .state
+        .advance(&[advance], &batch)
+        .await
+        .expect("advance");
+    let e = h
+        .ingestor()
+        .handle(&event(&[order(0, 1, FIXTURE_MS + 1_000, "o-2")]))
+        .await
+        .expect_err("a forged state fails the batch");
+    assert!(
+        e.to_string().contains("/etc/passwd.run") && e.to_string().contains("orders-0"),
+        "{e}"
+    );
+    assert_eq!(
+        h.backend
+            .state
+            .checkpoint(&source)
+            .await
+            .expect("checkpoint")
+            .next_offset,
+        1,
+        "nothing landed"
+    );
+}

@@ -81,6 +81,10 @@ pub enum BenchCommand {
         /// Minutes of event time per reported step.
         #[arg(long, default_value_t = 10)]
         step_minutes: u64,
+        /// The interval join instead (orders ⋈ payments within an hour, a commit round per
+        /// minute of event time), at each rate and width.
+        #[arg(long)]
+        join: bool,
     },
     /// Loads every partition's state as a cold container would, then prints the time and peak
     /// RSS (used by `bench state`).
@@ -208,7 +212,16 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             hours,
             batch,
             step_minutes,
+            join,
         } => {
+            if *join {
+                for &rate in rates {
+                    for &p in partitions {
+                        state::join(config, rate.max(1), p.max(1), hours.max(0.02)).await?;
+                    }
+                }
+                return Ok(());
+            }
             let mut shapes = Vec::new();
             for &rate in rates {
                 for &p in partitions {

@@ -349,3 +349,134 @@ fn human(bytes: u64) -> String {
         format!("{bytes} B")
     }
 }
+
+/// The interval join of the benchmark: orders and their payments within an hour.
+const JOIN: &str = r#"
+[[derived_tables]]
+name = "paid_orders"
+sql = """
+SELECT o.order_id, p.payment_id, o.amount, o.created_at, p.attempted_at
+FROM orders o JOIN payments p
+  ON o.order_id = p.order_id
+ AND p.attempted_at BETWEEN o.created_at AND o.created_at + INTERVAL '1' HOUR
+"""
+"#;
+
+/// `bench state --join`: orders at `rate` per second of event time and a payment for each up
+/// to 10 minutes later, one ESM batch per topic and one commit round per minute of event time;
+/// per step, the round's time, the rows kept, and the rows and bytes written for the join's
+/// state against the round's new rows.
+pub(super) async fn join(config: &Config, rate: u64, partitions: i32, hours: f64) -> Result<()> {
+    let (text, path) = match &config.pipeline {
+        Some(p) => (
+            std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?,
+            p.clone(),
+        ),
+        None => (
+            crate::config::BUILTIN_PIPELINE.to_string(),
+            "pipeline.toml".into(),
+        ),
+    };
+    let mut spec = PipelineSpec::parse(&(text + JOIN), &path)?;
+    spec.retain_tables(|t| t.topic == "orders" || t.topic == "payments");
+    spec.derived.retain(|d| d.table.name == "paid_orders");
+    let home = tempdir("bench-state-join")?;
+    let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
+    let tables = TableSet::new(&spec, &backend.namespace)?;
+    tables.ensure_all(&backend).await?;
+    let ingestor = Ingestor::new(&spec, &backend)?;
+    let start_ms = crate::clock::now_ms() - ((hours + 1.0) * 3_600_000.0) as i64;
+    let mut rng = Rng::new(11);
+    let mut offsets = vec![0i64; 2 * partitions as usize];
+    let per_minute = rate * 60;
+    let minutes = (hours * 60.0) as u64;
+    // Payments waiting for their minute: (at, order id).
+    let mut waiting: Vec<(i64, String)> = Vec::new();
+    println!(
+        "join: {rate} orders/s of event time and a payment each within 10 min, {partitions} partitions, one commit round per minute, {hours} h; orders ⋈ payments within 1 h"
+    );
+    println!(
+        "{:>6} {:>9} {:>10} {:>12} {:>11} {:>8} {:>13}",
+        "min", "round ms", "kept rows", "new rows", "rows written", "ratio", "bytes written"
+    );
+    let (mut round_ms, mut new_rows, mut written_rows, mut written_bytes, mut kept) =
+        (Vec::new(), 0u64, 0u64, 0u64, 0u64);
+    for minute in 0..minutes {
+        let mut orders = Vec::with_capacity(per_minute as usize);
+        for i in 0..per_minute {
+            let at = start_ms + (minute * 60_000 + i * 60_000 / per_minute) as i64;
+            let id = format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64());
+            let p = (i % partitions as u64) as usize;
+            orders.push(SourceRecord {
+                topic: "orders".into(),
+                partition: p as i32,
+                offset: offsets[p],
+                timestamp_ms: at,
+                key: Some(id.clone().into_bytes()),
+                value: Some(format!(
+                    r#"{{"order_id":"{id}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
+                    crate::generate::rfc3339_ms(at)
+                ).into_bytes()),
+                raw_value_field: None,
+            });
+            offsets[p] += 1;
+            waiting.push((at + rng.below(600_000) as i64, id));
+        }
+        let end = start_ms + ((minute + 1) * 60_000) as i64;
+        waiting.sort_unstable();
+        let due = waiting.partition_point(|(at, _)| *at < end);
+        let mut payments = Vec::with_capacity(due);
+        for (i, (at, order)) in waiting.drain(..due).enumerate() {
+            let p = partitions as usize + i % partitions as usize;
+            let pid = format!("pay-{minute}-{i}");
+            payments.push(SourceRecord {
+                topic: "payments".into(),
+                partition: (p - partitions as usize) as i32,
+                offset: offsets[p],
+                timestamp_ms: at,
+                key: Some(pid.clone().into_bytes()),
+                value: Some(format!(
+                    r#"{{"payment_id":"{pid}","order_id":"{order}","amount":"1.00","method":"card","status":"ok","attempted_at":"{}"}}"#,
+                    crate::generate::rfc3339_ms(at)
+                ).into_bytes()),
+                raw_value_field: None,
+            });
+            offsets[p] += 1;
+        }
+        for recs in [&orders, &payments] {
+            let parsed: crate::esm::EsmEvent = serde_json::from_str(&esm_event(recs))
+                .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+            ingestor.handle(&parsed).await?;
+        }
+        let t0 = Instant::now();
+        let report = crate::commit::commit_pending_with(
+            &backend,
+            &tables,
+            &crate::commit::CommitOptions::default(),
+            None,
+        )
+        .await?;
+        round_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        for j in report.tables.iter().filter_map(|t| t.join.as_ref()) {
+            new_rows += j.new_rows;
+            written_rows += j.state_rows_written;
+            written_bytes += j.state_bytes;
+            kept = j.kept_rows;
+        }
+        if (minute + 1) % 10 == 0 || minute + 1 == minutes {
+            let rounds = round_ms.len() as u64;
+            println!(
+                "{:>6} {:>9.0} {kept:>10} {:>12} {:>11} {:>8.2} {:>13}",
+                minute + 1,
+                median(std::mem::take(&mut round_ms)),
+                new_rows / rounds,
+                written_rows / rounds,
+                written_rows as f64 / new_rows.max(1) as f64,
+                human(written_bytes / rounds),
+            );
+            (new_rows, written_rows, written_bytes) = (0, 0, 0);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&home);
+    Ok(())
+}

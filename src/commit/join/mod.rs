@@ -227,9 +227,12 @@ pub(super) struct JoinRound {
     pub late: TableFiles,
     /// State objects the round replaced (deleted once its snapshot landed).
     pub replaced: Vec<String>,
-    /// Rows kept for the next round (both sides), and their Parquet bytes.
+    /// Rows kept for the next round (both sides); bytes and rows written for the state, and
+    /// the new rows read.
     pub kept_rows: u64,
     pub state_bytes: u64,
+    pub state_rows_written: u64,
+    pub new_rows: u64,
     /// Rows forgotten past the kept-rows bound, and partitions idle past their timeout.
     pub evicted_rows: u64,
     pub idle_partitions: u64,
@@ -540,7 +543,7 @@ pub(super) async fn run_join(
             "interval join: more rows can still match than the join keeps; the oldest were forgotten (their later partners will not join)");
     }
     let root = backend.warehouse.root().trim_end_matches('/').to_string();
-    let mut state_bytes = 0;
+    let (mut state_bytes, mut state_rows_written) = (0, 0);
     let prefix = format!("{root}/_state/join/{name}/{intent_id}");
     for (which, runs, s, all, mask, evicted, kept) in [
         (
@@ -562,7 +565,7 @@ pub(super) async fn run_join(
             &keep_right,
         ),
     ] {
-        let (new_runs, written) = next_runs(
+        let (new_runs, written, rows_written) = next_runs(
             backend,
             &format!("{prefix}-{which}"),
             runs,
@@ -573,6 +576,7 @@ pub(super) async fn run_join(
         )
         .await?;
         state_bytes += written;
+        state_rows_written += rows_written;
         if which == "left" {
             next.left = None;
             next.left_runs = new_runs;
@@ -641,6 +645,8 @@ pub(super) async fn run_join(
         replaced,
         kept_rows: (keep_left.num_rows() + keep_right.num_rows()) as u64,
         state_bytes,
+        state_rows_written,
+        new_rows: (left.new.num_rows() + right.new.num_rows()) as u64,
         evicted_rows: (evicted_left + evicted_right) as u64,
         idle_partitions: (left_idle + right_idle) as u64,
         backlog_files_lost: lost,
@@ -660,8 +666,8 @@ async fn next_runs(
     all: &RecordBatch,
     mask: &arrow_array::BooleanArray,
     evicted: Option<&RecordBatch>,
-) -> Result<(Vec<KeptRun>, u64)> {
-    let mut written = 0u64;
+) -> Result<(Vec<KeptRun>, u64, u64)> {
+    let (mut written, mut rows_written) = (0u64, 0u64);
     let write = |rows: RecordBatch, merged: bool| {
         let bytes = parquet_bytes(&rows);
         async move {
@@ -688,11 +694,10 @@ async fn next_runs(
     let fresh = range(kept_len, all.num_rows() - kept_len)?;
     if let Some(kept) = evicted {
         return Ok(if kept.num_rows() == 0 {
-            (Vec::new(), 0)
+            (Vec::new(), 0, 0)
         } else {
             let (run, n) = write(kept.clone(), true).await?;
-            written += n;
-            (vec![run], written)
+            (vec![run], n, kept.num_rows() as u64)
         });
     }
     // Runs with a row that can still match, with where their rows are.
@@ -709,10 +714,11 @@ async fn next_runs(
     if live.len() + 1 > MAX_RUNS {
         let all_kept = filter_record_batch(all, mask).map_err(arrow)?;
         if all_kept.num_rows() == 0 {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), 0, 0));
         }
+        let rows = all_kept.num_rows() as u64;
         let (run, n) = write(all_kept, true).await?;
-        return Ok((vec![run], n));
+        return Ok((vec![run], n, rows));
     }
     let young = live.iter().rev().take_while(|(r, _, _)| !r.merged).count();
     if young + 1 >= MAX_YOUNG_RUNS {
@@ -726,19 +732,21 @@ async fn next_runs(
         live.truncate(split);
         let mut out: Vec<KeptRun> = live.into_iter().map(|(r, _, _)| r).collect();
         if rows.num_rows() > 0 {
+            rows_written += rows.num_rows() as u64;
             let (run, n) = write(rows, true).await?;
             written += n;
             out.push(run);
         }
-        return Ok((out, written));
+        return Ok((out, written, rows_written));
     }
     let mut out: Vec<KeptRun> = live.into_iter().map(|(r, _, _)| r).collect();
     if fresh.num_rows() > 0 {
+        rows_written += fresh.num_rows() as u64;
         let (run, n) = write(fresh, false).await?;
         written += n;
         out.push(run);
     }
-    Ok((out, written))
+    Ok((out, written, rows_written))
 }
 
 /// `rows` sorted by every column (a canonical order).
@@ -800,5 +808,61 @@ async fn catalog_layout(backend: &Backend, tables: &TableSet, name: &str) -> Res
     match backend.catalog.load(&tables.ident(name)).await? {
         Some((table, _)) => tables.catalog_layout(name, &table),
         None => Ok(tables.get(name)?.layout.as_ref().clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_of_the_release_before_runs_is_read_as_its_oldest_runs() {
+        // Kept rows as one object per side, as the release before runs wrote them.
+        let old = r#"{"left":"w/_state/join/j/i1-left-00.parquet","right":"w/_state/join/j/i1-right-00.parquet","max":{"orders/0":5}}"#;
+        let state: JoinState = serde_json::from_str(old).unwrap();
+        let left = state.runs(true);
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].location, "w/_state/join/j/i1-left-00.parquet");
+        assert!(
+            left[0].merged,
+            "never merged again: replaced when its rows are done"
+        );
+        let mut objects = state_objects(old).unwrap();
+        objects.sort();
+        assert_eq!(
+            objects,
+            vec![
+                "w/_state/join/j/i1-left-00.parquet",
+                "w/_state/join/j/i1-right-00.parquet"
+            ]
+        );
+        // A state with runs names each of them (clean-up keeps them).
+        let new = JoinState {
+            left_runs: vec![
+                KeptRun {
+                    location: "a".into(),
+                    rows: 3,
+                    merged: true,
+                },
+                KeptRun {
+                    location: "b".into(),
+                    rows: 1,
+                    merged: false,
+                },
+            ],
+            right_runs: vec![KeptRun {
+                location: "c".into(),
+                rows: 2,
+                merged: false,
+            }],
+            backlog: Some("d".into()),
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&new).unwrap();
+        let mut objects = state_objects(&json).unwrap();
+        objects.sort();
+        assert_eq!(objects, vec!["a", "b", "c", "d"]);
+        let back: JoinState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, new);
     }
 }
