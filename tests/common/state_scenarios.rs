@@ -37,6 +37,57 @@ fn spec() -> PipelineSpec {
     spec
 }
 
+/// Replaces partition `source`'s stored state by `body` (kept in the item), as another release
+/// would have written it: an advance that keeps the checkpoint, fenced like the idle flush.
+async fn install_state(h: &Harness, source: &SourcePartition, body: Vec<u8>) {
+    let checkpoint = h
+        .backend
+        .state
+        .checkpoint(source)
+        .await
+        .expect("checkpoint");
+    let stored = h
+        .backend
+        .state
+        .partition_states(std::slice::from_ref(source))
+        .await
+        .expect("state")
+        .pop()
+        .flatten()
+        .expect("a state");
+    let seq = stored.seq + 1;
+    let advance = SourceAdvance {
+        source: source.clone(),
+        from: checkpoint,
+        to_next_offset: checkpoint.next_offset,
+        state: Some(StoredState {
+            next_offset: checkpoint.next_offset,
+            seq,
+            bytes: body.len() as u64,
+            body: Some(body),
+            location: None,
+            updated_at_ms: stored.updated_at_ms,
+        }),
+    };
+    let batch = PendingBatch {
+        source: source.clone(),
+        first_offset: -(seq as i64),
+        last_offset: -(seq as i64),
+        more: Vec::new(),
+        created_at_ms: stored.updated_at_ms,
+        files: Vec::new(),
+        files_location: None,
+    };
+    assert!(matches!(
+        h.backend
+            .state
+            .advance(&[advance], &batch)
+            .await
+            .expect("advance"),
+        streamtable::checkpoint::Advance::Advanced
+    ));
+}
+
 /// A batch over four partitions writes one state file, which every partition's item names; the
 /// next batch of two of them writes another holding their new keys only.
 pub async fn a_batch_writes_one_state_file_for_every_partition_it_touched(mut h: Harness) {
@@ -134,52 +185,7 @@ pub async fn a_state_of_the_previous_layout_is_read_and_migrated(mut h: Harness)
     h.ingestor().handle(&event(&first)).await.expect("ingest");
     // The state as the previous release left it after those 40 records.
     let legacy = include_bytes!("../../src/process/state/testdata/layout3-orders-0.zst");
-    let checkpoint = h
-        .backend
-        .state
-        .checkpoint(&source)
-        .await
-        .expect("checkpoint");
-    let stored = h
-        .backend
-        .state
-        .partition_states(std::slice::from_ref(&source))
-        .await
-        .expect("state")
-        .pop()
-        .flatten()
-        .expect("a state");
-    let seq = stored.seq + 1;
-    let advance = SourceAdvance {
-        source: source.clone(),
-        from: checkpoint,
-        to_next_offset: checkpoint.next_offset,
-        state: Some(StoredState {
-            next_offset: checkpoint.next_offset,
-            seq,
-            body: Some(legacy.to_vec()),
-            location: None,
-            bytes: legacy.len() as u64,
-            updated_at_ms: stored.updated_at_ms,
-        }),
-    };
-    let batch = PendingBatch {
-        source: source.clone(),
-        first_offset: -(seq as i64),
-        last_offset: -(seq as i64),
-        more: Vec::new(),
-        created_at_ms: stored.updated_at_ms,
-        files: Vec::new(),
-        files_location: None,
-    };
-    assert!(matches!(
-        h.backend
-            .state
-            .advance(&[advance], &batch)
-            .await
-            .expect("advance"),
-        streamtable::checkpoint::Advance::Advanced
-    ));
+    install_state(&h, &source, legacy.to_vec()).await;
     // A fresh container: a copy of ord-0000000005 and a new order.
     h.ingestor()
         .handle(&event(&[
@@ -251,49 +257,7 @@ pub async fn a_state_naming_a_run_elsewhere_is_refused(mut h: Harness) {
     forged.tables.insert("orders_clean".into(), table);
     let section = forged.seal(|_| None).expect("seal");
     let body = zstd::bulk::compress(&section.bytes, 1).expect("zstd");
-    let checkpoint = h
-        .backend
-        .state
-        .checkpoint(&source)
-        .await
-        .expect("checkpoint");
-    let stored = h
-        .backend
-        .state
-        .partition_states(std::slice::from_ref(&source))
-        .await
-        .expect("state")
-        .pop()
-        .flatten()
-        .expect("a state");
-    let seq = stored.seq + 1;
-    let advance = SourceAdvance {
-        source: source.clone(),
-        from: checkpoint,
-        to_next_offset: checkpoint.next_offset,
-        state: Some(StoredState {
-            next_offset: checkpoint.next_offset,
-            seq,
-            bytes: body.len() as u64,
-            body: Some(body),
-            location: None,
-            updated_at_ms: stored.updated_at_ms,
-        }),
-    };
-    let batch = PendingBatch {
-        source: source.clone(),
-        first_offset: -(seq as i64),
-        last_offset: -(seq as i64),
-        more: Vec::new(),
-        created_at_ms: stored.updated_at_ms,
-        files: Vec::new(),
-        files_location: None,
-    };
-    h.backend
-        .state
-        .advance(&[advance], &batch)
-        .await
-        .expect("advance");
+    install_state(&h, &source, body).await;
     let e = h
         .ingestor()
         .handle(&event(&[order(0, 1, FIXTURE_MS + 1_000, "o-2")]))
