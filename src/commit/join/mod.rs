@@ -434,6 +434,11 @@ pub(super) async fn run_join(
             "interval join: files of the backlog are gone (deleted by expiry); their rows are not joined");
     }
     let (left_runs, right_runs) = (state.runs(true), state.runs(false));
+    own_objects(
+        backend.warehouse.root(),
+        name,
+        left_runs.iter().chain(&right_runs),
+    )?;
     let left = side(backend, &left_layout, &join.left, &left_runs, &left_paths).await?;
     let right = side(
         backend,
@@ -749,6 +754,22 @@ async fn next_runs(
     Ok((out, written, rows_written))
 }
 
+/// Kept rows are read (and, once done, deleted) only from the join's own state objects under
+/// `root`: a damaged or forged summary naming anything else fails the round, never followed.
+fn own_objects<'a>(root: &str, name: &str, runs: impl Iterator<Item = &'a KeptRun>) -> Result<()> {
+    let own = format!("{}/_state/join/{name}/", root.trim_end_matches('/'));
+    for r in runs {
+        let rest = r.location.strip_prefix(&own).unwrap_or_default();
+        if !rest.ends_with(".parquet") || rest.contains('/') {
+            return Err(Error::Internal(format!(
+                "interval join {name}: its state names kept rows in {}, outside its state objects ({own})",
+                r.location
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `rows` sorted by every column (a canonical order).
 fn sorted(rows: &RecordBatch) -> Result<RecordBatch> {
     let converter = arrow_row::RowConverter::new(
@@ -864,5 +885,25 @@ mod tests {
         assert_eq!(objects, vec!["a", "b", "c", "d"]);
         let back: JoinState = serde_json::from_str(&json).unwrap();
         assert_eq!(back, new);
+    }
+
+    #[test]
+    fn kept_rows_are_read_only_from_the_joins_own_objects() {
+        let run = |l: &str| KeptRun {
+            location: l.into(),
+            rows: 1,
+            merged: false,
+        };
+        let ok = [run("/w/_state/join/j/i-left-run-00.parquet")];
+        assert!(own_objects("/w/", "j", ok.iter()).is_ok());
+        for bad in [
+            "/w/db.db/orders/data/a.parquet",
+            "/w/_state/join/other/i-left-run-00.parquet",
+            "/w/_state/join/j/../../db.db/orders/data/a.parquet",
+            "/w/_state/join/j/backlog.json",
+        ] {
+            let e = own_objects("/w", "j", [run(bad)].iter()).unwrap_err();
+            assert!(e.to_string().contains(bad), "{e}");
+        }
     }
 }
