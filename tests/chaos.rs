@@ -219,8 +219,17 @@ async fn schedule(seed: u64) -> u64 {
                 let _ = ingestor.handle(&common::event(&recs)).await;
             }
             7 => {
-                // Two scheduled runs side by side (an overlapping schedule, a trigger).
-                let options = eager();
+                // Two scheduled runs side by side (an overlapping schedule, a trigger). Orphan
+                // clean-up keeps a grace period longer than a run, as in production (a day by
+                // default): with none, one run deletes the other's compaction output before it
+                // is committed.
+                let options = ScheduledOptions {
+                    maintenance: MaintenanceOptions {
+                        orphan_grace_ms: 600_000,
+                        ..eager().maintenance
+                    },
+                    ..eager()
+                };
                 let (a, b) = futures::join!(
                     scheduled::run(&faulty, &tables, &options),
                     scheduled::run(&faulty, &tables, &options)
