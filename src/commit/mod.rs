@@ -103,7 +103,7 @@ pub struct JoinStats {
     /// Bytes the round wrote for its state (its new rows' run, and a segment when it merged
     /// young runs).
     pub state_bytes: u64,
-    /// Rows the round wrote for its state (about twice its new rows at most, amortized).
+    /// Rows the round wrote for its state (about twice its new rows, amortized, while rows match for fewer than ~120 rounds).
     pub state_rows_written: u64,
     /// New rows the round read, both sides.
     pub new_rows: u64,

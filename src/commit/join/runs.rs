@@ -24,7 +24,7 @@ pub(super) struct KeptRun {
 }
 
 /// Young runs of a side merged into a segment once there are this many: every kept row is
-/// written at most twice.
+/// written about twice (more when rows stay matchable past ~120 rounds: the merge past [`MAX_RUNS`] rewrites them).
 const MAX_YOUNG_RUNS: usize = 4;
 
 /// Runs of a side past this count are merged into one (rows a stray late time keeps alive).
