@@ -2,7 +2,8 @@
 
 Every request is forwarded unchanged to the upstream moto server and counted by service and
 billing class:
-  - S3: PUT-class (PUT, POST, COPY, LIST), GET-class (GET, HEAD), DELETE (free);
+  - S3: PUT-class (PUT, POST, COPY, LIST), GET-class (GET, HEAD), DELETE (free); and the
+    PUTs and bytes of processing state (objects under `_state/`);
   - DynamoDB: read and write request units, computed as DynamoDB bills them from the sizes of
     the items involved (the proxy reads each written item before and after the request,
     directly from moto, uncounted): 1 WRU per KB written (the larger of the item before and
@@ -159,15 +160,19 @@ class Handler(BaseHTTPRequestHandler):
             self._count("glue." + target.split(".", 1)[1])
             return self._reply(*self._forward(body))
         status, headers, data = self._forward(body)
-        self._s3(status)
+        self._s3(status, len(body))
         return self._reply(status, headers, data)
 
-    def _s3(self, status):
+    def _s3(self, status, size):
         path, _, query = self.path.partition("?")
         parts = [p for p in path.split("/") if p]
         if self.command in ("PUT", "POST"):
             if len(parts) >= 2:
                 self._count("s3_put")
+                # Processing state (partition state files, join runs and backlogs).
+                if "_state" in parts:
+                    self._count("s3_state_put")
+                    self._count("s3_state_bytes", size)
         elif self.command in ("GET", "HEAD"):
             if len(parts) <= 1 or "list-type" in query:
                 self._count("s3_list")

@@ -69,15 +69,16 @@ pub(crate) fn first_occurrences(
             .is_none_or(|wm| first.saturating_add_unsigned(within) >= wm)
     };
     debug_assert!(keys.loaded(), "every run's entries are read before a batch");
+    let mut distinct: Vec<u128> = candidates.iter().map(|c| c.0).collect();
+    distinct.dedup();
+    let stored_times = keys.get_sorted(&distinct);
     let mut fresh: Vec<Entry> = Vec::new();
     let mut g = 0;
-    while g < candidates.len() {
-        let hash = candidates[g].0;
+    for (&hash, &stored) in distinct.iter().zip(&stored_times) {
         let mut end = g + 1;
         while end < candidates.len() && candidates[end].0 == hash {
             end += 1;
         }
-        let stored = keys.get(hash);
         let mut first = stored;
         for &(_, row, t) in &candidates[g..end] {
             match first {

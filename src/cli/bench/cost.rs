@@ -138,12 +138,92 @@ pub(super) async fn create_resources(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Orders per second of event time in `--processing` runs: a 10,000-order batch spans 100 s,
+/// so that windows close, keys accumulate and payments (up to 10 minutes after their order)
+/// meet their orders within a few batches.
+const PROCESSING_RATE: u64 = 100;
+
+/// Batches ingested before counting starts in `--processing` runs (then committed and
+/// compacted): payments, up to 10 minutes behind their orders, have caught up.
+const PROCESSING_WARM_UP: u64 = 7;
+
+/// One step's ESM events (a topic's batch each) and their bytes.
+struct Batch {
+    events: Vec<String>,
+}
+
+impl Batch {
+    fn bytes(&self) -> usize {
+        self.events.iter().map(String::len).sum()
+    }
+}
+
+/// The spine's batches: one batch more, first, not counted — a pipeline's steady state, not
+/// its first minute (bucket items and entries are created once per partition).
+fn spine_events(width: i32, batches: u64, records: u64) -> Vec<Batch> {
+    let mut factory = EventFactory::new(7);
+    let mut offsets = vec![1_000_000_000i64; width.max(1) as usize];
+    (0..=batches)
+        .map(|b| {
+            let recs = synthetic_records(
+                &mut factory,
+                "orders",
+                records,
+                &mut offsets,
+                b * records,
+                0,
+                now_ms() - 3_600_000,
+            );
+            Batch {
+                events: vec![esm_event(&recs)],
+            }
+        })
+        .collect()
+}
+
+/// Orders with random ids (keys that do not compress) at [`PROCESSING_RATE`] and their
+/// payments, a batch of each per step, after [`PROCESSING_WARM_UP`] uncounted steps.
+fn processing_events(width: i32, batches: u64, records: u64) -> Vec<Batch> {
+    let steps = PROCESSING_WARM_UP + batches;
+    let span_ms = (steps * records * 1000 / PROCESSING_RATE) as i64;
+    let mut shop =
+        super::state::Shop::new(7, PROCESSING_RATE, width, now_ms() - span_ms - 3_600_000)
+            .starting_at(1_000_000_000);
+    (0..steps)
+        .map(|_| {
+            let (orders, payments) = shop.next(records);
+            let mut events = vec![esm_event(&orders)];
+            if !payments.is_empty() {
+                events.push(esm_event(&payments));
+            }
+            Batch { events }
+        })
+        .collect()
+}
+
+/// One compaction run as the scheduled stage does it.
+async fn compact(
+    backend: &Backend,
+    tables: &TableSet,
+) -> Result<Vec<crate::compact::PartitionCompaction>> {
+    crate::compact::compact_all(
+        backend,
+        tables,
+        &crate::compact::CompactOptions {
+            min_input_files: 2,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Runs the benchmark for each width.
 pub(super) async fn cost(
     config: &Config,
     widths: &[i32],
     batches: u64,
     records: u64,
+    processing: bool,
 ) -> Result<()> {
     let endpoint = std::env::var("AWS_ENDPOINT_URL")
         .ok()
@@ -155,12 +235,32 @@ pub(super) async fn cost(
             )
         })?;
     let mut spec = config.load_pipeline()?;
-    // The spine's cost: the orders topic landing as one table.
-    spec.retain_tables(|t| t.topic == "orders");
-    spec.derived.clear();
+    if processing {
+        // The orders and payments topics with every derived table over them: the shipped
+        // spec's dedup, window and interval join.
+        spec.retain_tables(|t| t.topic == "orders" || t.topic == "payments");
+        if spec.derived.is_empty() {
+            return Err(Error::Config(
+                "bench cost --processing: the pipeline spec has no derived tables over orders and payments".into(),
+            ));
+        }
+    } else {
+        // The spine's cost: the orders topic landing as one table.
+        spec.retain_tables(|t| t.topic == "orders");
+        spec.derived.clear();
+    }
+    let derived: Vec<&str> = spec.derived.iter().map(|d| d.table.name.as_str()).collect();
     println!(
-        "{batches} ESM batches of {records} orders per width; list prices: S3 $0.005/1000 PUT, $0.0004/1000 GET; \
-         DynamoDB $0.625/M WRU, $0.125/M RRU; Glue $1/M requests; Lambda $0.20/M requests, $0.0000133334/GB-s"
+        "{batches} ESM batches of {records} orders per width{}; list prices: S3 $0.005/1000 PUT, $0.0004/1000 GET; \
+         DynamoDB $0.625/M WRU, $0.125/M RRU; Glue $1/M requests; Lambda $0.20/M requests, $0.0000133334/GB-s",
+        if processing {
+            format!(
+                " and a batch of their payments each, {PROCESSING_RATE} orders/s of event time, derived tables {}",
+                derived.join(", ")
+            )
+        } else {
+            String::new()
+        }
     );
     let mut summary = Vec::new();
     for &width in widths {
@@ -176,72 +276,70 @@ pub(super) async fn cost(
         // A new table: the bucket layout from the start.
         backend.state.upgrade(backend.clock.now_ms()).await?;
         let tables = TableSet::new(&spec, &backend.namespace)?;
+        if processing {
+            // The reference table the derived tables look values up in.
+            tables.ensure_all(&backend).await?;
+        }
         let ingestor = Ingestor::new(&spec, &backend)?;
-        let mut factory = EventFactory::new(7);
-        let mut offsets = vec![1_000_000_000i64; width.max(1) as usize];
-        // One batch more, first, not counted: a pipeline's steady state, not its first minute
-        // (bucket items and entries are created once per partition).
-        let events: Vec<String> = (0..=batches)
-            .map(|b| {
-                let recs = synthetic_records(
-                    &mut factory,
-                    "orders",
-                    records,
-                    &mut offsets,
-                    b * records,
-                    0,
-                    now_ms() - 3_600_000,
-                );
-                esm_event(&recs)
-            })
-            .collect();
-        let json_bytes: usize = events[1..].iter().map(String::len).sum();
+        let events = if processing {
+            processing_events(width, batches, records)
+        } else {
+            spine_events(width, batches, records)
+        };
+        let warm = events.len() - batches as usize;
+        let json_bytes: usize = events[warm..].iter().map(|b| b.bytes()).sum();
         let per_gb = 1e9 / json_bytes as f64;
 
         let (mut wall, mut cpu0) = (Vec::new(), cpu_seconds());
-        for (i, e) in events.iter().enumerate() {
-            if i == 1 {
+        let mut invocations = 0u64;
+        for (i, batch) in events.iter().enumerate() {
+            if i == warm {
+                if processing {
+                    // The warm-up's rows committed and compacted, uncounted: the join's state
+                    // and the tables exist, as in a pipeline that has run for a while.
+                    crate::commit::commit_pending(&backend, &tables).await?;
+                    compact(&backend, &tables).await?;
+                }
                 counts(&endpoint, true).await?;
                 wall.clear();
+                invocations = 0;
                 cpu0 = cpu_seconds();
             }
-            let parsed: crate::esm::EsmEvent = serde_json::from_str(e)
-                .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
-            let t = Instant::now();
-            let s = ingestor.handle(&parsed).await?;
-            wall.push(t.elapsed().as_secs_f64());
-            if s.accepted != records {
-                return Err(Error::Internal(format!(
-                    "bench landed {} of {records} records",
-                    s.accepted
-                )));
+            for e in batch.events.iter() {
+                let parsed: crate::esm::EsmEvent = serde_json::from_str(e)
+                    .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
+                let t = Instant::now();
+                let s = ingestor.handle(&parsed).await?;
+                wall.push(t.elapsed().as_secs_f64());
+                invocations += 1;
+                let sent = parsed.records.values().map(Vec::len).sum::<usize>() as u64;
+                if s.accepted != sent {
+                    return Err(Error::Internal(format!(
+                        "bench landed {} of {sent} records",
+                        s.accepted
+                    )));
+                }
             }
         }
         let cpu = cpu_seconds() - cpu0;
         let ingest = counts(&endpoint, true).await?;
-        let t = Instant::now();
+        let (t, cpu0) = (Instant::now(), cpu_seconds());
         let report = crate::commit::commit_pending(&backend, &tables).await?;
-        let commit_s = t.elapsed().as_secs_f64();
+        let (commit_s, commit_cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
         let commit = counts(&endpoint, true).await?;
-        let t = Instant::now();
-        let compaction = crate::compact::compact_all(
-            &backend,
-            &tables,
-            &crate::compact::CompactOptions {
-                min_input_files: 2,
-                ..Default::default()
-            },
-        )
-        .await?;
-        let compact_s = t.elapsed().as_secs_f64();
+        let (t, cpu0) = (Instant::now(), cpu_seconds());
+        let compaction = compact(&backend, &tables).await?;
+        let (compact_s, compact_cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
         let compact = counts(&endpoint, false).await?;
 
-        // Lambda: one request per batch, and the CPU measured here at 1024 MB's vCPU share.
-        let lambda =
-            (batches as f64 * LAMBDA_REQUEST + cpu / VCPU_AT_1024_MB * LAMBDA_GB_SECOND) * per_gb;
+        // Lambda: one request per invocation, and the CPU measured here at 1024 MB's vCPU
+        // share (the scheduled stage's too: one invocation runs the commit and compaction).
+        let gb_s = |cpu: f64| cpu / VCPU_AT_1024_MB * LAMBDA_GB_SECOND * per_gb;
+        let lambda = invocations as f64 * LAMBDA_REQUEST * per_gb + gb_s(cpu);
+        let scheduled_lambda = LAMBDA_REQUEST * per_gb + gb_s(commit_cpu + compact_cpu);
         let ingest_usd = dollars(&ingest) * per_gb + lambda;
-        let commit_usd = dollars(&commit) * per_gb;
-        let compact_usd = dollars(&compact) * per_gb;
+        let commit_usd = dollars(&commit) * per_gb + gb_s(commit_cpu);
+        let compact_usd = dollars(&compact) * per_gb + gb_s(compact_cpu) + LAMBDA_REQUEST * per_gb;
         let total = ingest_usd + commit_usd + compact_usd;
         let mean_wall = wall.iter().sum::<f64>() / wall.len().max(1) as f64;
         println!(
@@ -260,20 +358,43 @@ pub(super) async fn cost(
         let per_batch: Vec<String> = ingest
             .iter()
             .filter(|(k, _)| k.starts_with("dynamodb") || k.starts_with("s3_"))
-            .map(|(k, v)| format!("{k} {:.1}", v / batches as f64))
+            .map(|(k, v)| format!("{k} {:.1}", v / invocations.max(1) as f64))
             .collect();
-        println!("    ingest per batch: {}", per_batch.join(", "));
-        println!("{}", line("commit", &commit, per_gb, 0.0));
-        println!("{}", line("compaction", &compact, per_gb, 0.0));
+        println!("    ingest per invocation: {}", per_batch.join(", "));
+        let g = |c: &Counts, k: &str| c.get(k).copied().unwrap_or(0.0);
+        if processing {
+            println!(
+                "    state per GB: {:.0} PUTs, {:.1} MB written by ingest, {:.0} PUTs and {:.1} MB by commits (the join's runs)",
+                g(&ingest, "s3_state_put") * per_gb,
+                g(&ingest, "s3_state_bytes") * per_gb / 1e6,
+                g(&commit, "s3_state_put") * per_gb,
+                g(&commit, "s3_state_bytes") * per_gb / 1e6,
+            );
+        }
+        println!("{}", line("commit", &commit, per_gb, gb_s(commit_cpu)));
         println!(
-            "  total ${total:.4}/GB ({:.1}% of Firehose's ${FIREHOSE_PER_GB}/GB); Lambda ${lambda:.5} of it",
-            100.0 * total / FIREHOSE_PER_GB
+            "{}",
+            line(
+                "compaction",
+                &compact,
+                per_gb,
+                gb_s(compact_cpu) + LAMBDA_REQUEST * per_gb
+            )
+        );
+        println!(
+            "  total ${total:.4}/GB ({:.1}% of Firehose's ${FIREHOSE_PER_GB}/GB); Lambda ${:.5} of it (ingest ${lambda:.5}, scheduled ${scheduled_lambda:.5}: CPU {:.2} s commit, {:.2} s compaction)",
+            100.0 * total / FIREHOSE_PER_GB,
+            lambda + scheduled_lambda,
+            commit_cpu,
+            compact_cpu,
         );
         summary.push((width, total));
     }
     println!("\nwidth  $/GB     target");
     for (w, usd) in summary {
-        let target = if w >= 1000 { 0.007 } else { 0.0035 };
+        // With processing on, twice the spine's target.
+        let spine = if w >= 1000 { 0.007 } else { 0.0035 };
+        let target = if processing { 2.0 * spine } else { spine };
         let verdict = if usd <= target { "within" } else { "OVER" };
         println!("{w:>5}  {usd:.4}  {verdict} ${target}");
     }

@@ -151,6 +151,10 @@ pub enum BenchCommand {
         /// Records per batch.
         #[arg(long, default_value_t = 10_000)]
         records: u64,
+        /// With the spec's derived tables over orders and payments (dedup, window, interval
+        /// join): orders with random ids and a batch of their payments per step.
+        #[arg(long)]
+        processing: bool,
     },
     /// Event → queryable latency over a steady stream with commits triggered by landed
     /// batches (p50/p99), on the embedded backend or on moto (`--moto`).
@@ -253,7 +257,8 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             partitions,
             batches,
             records,
-        } => cost::cost(config, partitions, (*batches).max(1), *records).await,
+            processing,
+        } => cost::cost(config, partitions, (*batches).max(1), *records, *processing).await,
         BenchCommand::Freshness {
             seconds,
             rate,

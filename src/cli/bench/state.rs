@@ -66,29 +66,112 @@ impl Stream {
         for _ in 0..n {
             let i = self.next;
             self.next += 1;
-            let p = (i % self.partitions as u64) as i32;
+            let p = (i % self.partitions as u64) as usize;
             let at = self.start_ms + (i * 1000 / self.rate) as i64;
-            let id = format!("{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
-            let created = crate::generate::rfc3339_ms(at);
-            let value = format!(
-                r#"{{"order_id":"{id}","customer_id":"c-{}","amount":"{}.{:02}","currency":"EUR","country":"DE","status":"paid","created_at":"{created}"}}"#,
-                self.rng.below(100_000),
-                1 + self.rng.below(500),
-                self.rng.below(100)
-            );
-            let offset = self.offsets[p as usize];
-            self.offsets[p as usize] += 1;
-            recs.push(SourceRecord {
-                topic: "orders".into(),
-                partition: p,
-                offset,
-                timestamp_ms: at,
-                key: Some(id.into_bytes()),
-                value: Some(value.into_bytes()),
-                raw_value_field: None,
-            });
+            let (order, _) = order(&mut self.rng, p, self.offsets[p], at);
+            self.offsets[p] += 1;
+            recs.push(order);
         }
         esm_event(&recs)
+    }
+}
+
+/// An order with a random 128-bit id at `at` (and its id).
+fn order(rng: &mut Rng, partition: usize, offset: i64, at: i64) -> (SourceRecord, String) {
+    let id = format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64());
+    let value = format!(
+        r#"{{"order_id":"{id}","customer_id":"c-{}","amount":"{}.{:02}","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
+        rng.below(100_000),
+        1 + rng.below(500),
+        rng.below(100),
+        crate::generate::rfc3339_ms(at)
+    );
+    let record = SourceRecord {
+        topic: "orders".into(),
+        partition: partition as i32,
+        offset,
+        timestamp_ms: at,
+        key: Some(id.clone().into_bytes()),
+        value: Some(value.into_bytes()),
+        raw_value_field: None,
+    };
+    (record, id)
+}
+
+/// Orders with random 128-bit ids at `rate` per second of event time, round-robin over
+/// `partitions`, and a payment for each up to 10 minutes after it (on the same partition
+/// numbers of the payments topic): the shipped spec's topics as its derived tables meet them.
+pub(super) struct Shop {
+    rng: Rng,
+    rate: u64,
+    partitions: usize,
+    start_ms: i64,
+    next: u64,
+    /// Next offsets: the orders' partitions, then the payments'.
+    offsets: Vec<i64>,
+    /// Payments waiting for their time: (at, order id).
+    waiting: Vec<(i64, String)>,
+    paid: u64,
+}
+
+impl Shop {
+    pub(super) fn new(seed: u64, rate: u64, partitions: i32, start_ms: i64) -> Shop {
+        let partitions = partitions.max(1) as usize;
+        Shop {
+            rng: Rng::new(seed),
+            rate: rate.max(1),
+            partitions,
+            start_ms,
+            next: 0,
+            offsets: vec![0; 2 * partitions],
+            waiting: Vec::new(),
+            paid: 0,
+        }
+    }
+
+    /// Starts every partition's offsets at `offset` (a topic that has run for a while).
+    pub(super) fn starting_at(mut self, offset: i64) -> Shop {
+        self.offsets.iter_mut().for_each(|o| *o = offset);
+        self
+    }
+
+    /// The next `n` orders, and the payments due before the next order's time.
+    pub(super) fn next(&mut self, n: u64) -> (Vec<SourceRecord>, Vec<SourceRecord>) {
+        let mut orders = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let i = self.next;
+            self.next += 1;
+            let at = self.start_ms + (i * 1000 / self.rate) as i64;
+            let p = (i % self.partitions as u64) as usize;
+            let (record, id) = order(&mut self.rng, p, self.offsets[p], at);
+            orders.push(record);
+            self.offsets[p] += 1;
+            self.waiting.push((at + self.rng.below(600_000) as i64, id));
+        }
+        let end = self.start_ms + (self.next * 1000 / self.rate) as i64;
+        self.waiting.sort_unstable();
+        let due = self.waiting.partition_point(|(at, _)| *at < end);
+        let mut payments = Vec::with_capacity(due);
+        for (at, order) in self.waiting.drain(..due) {
+            let p = (self.paid % self.partitions as u64) as usize;
+            let pid = format!("pay-{}", self.paid);
+            self.paid += 1;
+            let offset = &mut self.offsets[self.partitions + p];
+            payments.push(SourceRecord {
+                topic: "payments".into(),
+                partition: p as i32,
+                offset: *offset,
+                timestamp_ms: at,
+                key: Some(pid.clone().into_bytes()),
+                value: Some(format!(
+                    r#"{{"payment_id":"{pid}","order_id":"{order}","amount":"1.00","method":"card","status":"ok","attempted_at":"{}"}}"#,
+                    crate::generate::rfc3339_ms(at)
+                ).into_bytes()),
+                raw_value_field: None,
+            });
+            *offset += 1;
+        }
+        (orders, payments)
     }
 }
 
@@ -386,12 +469,9 @@ pub(super) async fn join(config: &Config, rate: u64, partitions: i32, hours: f64
     tables.ensure_all(&backend).await?;
     let ingestor = Ingestor::new(&spec, &backend)?;
     let start_ms = crate::clock::now_ms() - ((hours + 1.0) * 3_600_000.0) as i64;
-    let mut rng = Rng::new(11);
-    let mut offsets = vec![0i64; 2 * partitions as usize];
+    let mut shop = Shop::new(11, rate, partitions, start_ms);
     let per_minute = rate * 60;
     let minutes = (hours * 60.0) as u64;
-    // Payments waiting for their minute: (at, order id).
-    let mut waiting: Vec<(i64, String)> = Vec::new();
     println!(
         "join: {rate} orders/s of event time and a payment each within 10 min, {partitions} partitions, one commit round per minute, {hours} h; orders ⋈ payments within 1 h"
     );
@@ -402,47 +482,7 @@ pub(super) async fn join(config: &Config, rate: u64, partitions: i32, hours: f64
     let (mut round_ms, mut new_rows, mut written_rows, mut written_bytes, mut kept) =
         (Vec::new(), 0u64, 0u64, 0u64, 0u64);
     for minute in 0..minutes {
-        let mut orders = Vec::with_capacity(per_minute as usize);
-        for i in 0..per_minute {
-            let at = start_ms + (minute * 60_000 + i * 60_000 / per_minute) as i64;
-            let id = format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64());
-            let p = (i % partitions as u64) as usize;
-            orders.push(SourceRecord {
-                topic: "orders".into(),
-                partition: p as i32,
-                offset: offsets[p],
-                timestamp_ms: at,
-                key: Some(id.clone().into_bytes()),
-                value: Some(format!(
-                    r#"{{"order_id":"{id}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
-                    crate::generate::rfc3339_ms(at)
-                ).into_bytes()),
-                raw_value_field: None,
-            });
-            offsets[p] += 1;
-            waiting.push((at + rng.below(600_000) as i64, id));
-        }
-        let end = start_ms + ((minute + 1) * 60_000) as i64;
-        waiting.sort_unstable();
-        let due = waiting.partition_point(|(at, _)| *at < end);
-        let mut payments = Vec::with_capacity(due);
-        for (i, (at, order)) in waiting.drain(..due).enumerate() {
-            let p = partitions as usize + i % partitions as usize;
-            let pid = format!("pay-{minute}-{i}");
-            payments.push(SourceRecord {
-                topic: "payments".into(),
-                partition: (p - partitions as usize) as i32,
-                offset: offsets[p],
-                timestamp_ms: at,
-                key: Some(pid.clone().into_bytes()),
-                value: Some(format!(
-                    r#"{{"payment_id":"{pid}","order_id":"{order}","amount":"1.00","method":"card","status":"ok","attempted_at":"{}"}}"#,
-                    crate::generate::rfc3339_ms(at)
-                ).into_bytes()),
-                raw_value_field: None,
-            });
-            offsets[p] += 1;
-        }
+        let (orders, payments) = shop.next(per_minute);
         for recs in [&orders, &payments] {
             let parsed: crate::esm::EsmEvent = serde_json::from_str(&esm_event(recs))
                 .map_err(|e| Error::Internal(format!("bench event: {e}")))?;
