@@ -27,6 +27,11 @@ async fn commit_crash_between_tables_is_resumed() {
 }
 
 #[tokio::test]
+async fn a_replace_whose_new_file_is_gone_commits_nothing() {
+    c::a_replace_whose_new_file_is_gone_commits_nothing(&common::moto().await).await;
+}
+
+#[tokio::test]
 async fn compaction_replaces_small_files_in_one_snapshot() {
     c::compaction_replaces_small_files_in_one_snapshot(&common::moto().await).await;
 }

@@ -170,7 +170,9 @@ class Handler(BaseHTTPRequestHandler):
             if len(parts) >= 2:
                 self._count("s3_put")
                 # Processing state (partition state files, join runs and backlogs).
-                if "_state" in parts:
+                # (not a table called `_state`: tables are under `{namespace}.db/`)
+                at = parts.index("_state") if "_state" in parts else -1
+                if at > 0 and not any(p.endswith(".db") for p in parts[:at]):
                     self._count("s3_state_put")
                     self._count("s3_state_bytes", size)
         elif self.command in ("GET", "HEAD"):

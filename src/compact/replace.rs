@@ -71,6 +71,7 @@ pub async fn commit_replace(
         if !removed.iter().all(|p| live.contains(p.as_str())) {
             return Ok(ReplaceOutcome::Stale);
         }
+        added_files_exist(&table, ident, added).await?;
         let (snapshot, written) =
             build_snapshot(&table, &snapshot_files, removed, added, &properties).await?;
         let snapshot_id = snapshot.snapshot_id();
@@ -112,6 +113,29 @@ pub async fn commit_replace(
         table: ident.to_string(),
         attempts: MAX_ATTEMPTS,
     }))
+}
+
+/// Every file a replace adds is still there: a snapshot naming a missing file fails every
+/// reader, and the files a rewrite wrote are unknown to the catalog until it commits — orphan
+/// clean-up of a run that outlasted its grace period could have deleted them.
+async fn added_files_exist(table: &Table, ident: &TableIdent, added: &[DataFile]) -> Result<()> {
+    for f in added {
+        let path = f.file_path();
+        let there = table.file_io().exists(path).await.map_err(|e| {
+            Error::iceberg(format!("check {path} before the replace of {ident}"), e)
+        })?;
+        if !there {
+            return Err(Error::ObjectStore {
+                op: "check before replace",
+                location: path.to_string(),
+                message: format!(
+                    "a file written for a replace of {ident} is gone before its commit (orphan clean-up deletes unreferenced files older than orphan_grace: keep it longer than a compaction takes); nothing committed, the next run rewrites again"
+                ),
+                retryable: true,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The id of the snapshot in the table's history whose summary has `key` = `value`.

@@ -183,3 +183,69 @@ pub async fn compaction_copies_large_row_groups_and_merges_small_ones(h: &Harnes
     // 300 (copied), 20 (re-encoded, flushed before the next copy), 300, 40, 300.
     assert_eq!(groups, [300, 20, 300, 40, 300], "row groups of the output");
 }
+
+/// A replace whose new file is gone before its commit (orphan clean-up of a run that outlasted
+/// its grace period deleted it) commits nothing: a snapshot naming a missing file would fail
+/// every reader. The table keeps its snapshot and its rows.
+pub async fn a_replace_whose_new_file_is_gone_commits_nothing(h: &Harness) {
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
+    use std::collections::{HashMap, HashSet};
+    let tables = h.tables();
+    for i in 0..2 {
+        let ev = event(&records("orders", 0, i * 40..(i + 1) * 40));
+        h.ingestor().handle(&ev).await.expect("ingest");
+        commit_pending(&h.backend, &tables).await.expect("commit");
+    }
+    let expected = json_keys(0, 0..80);
+    let before = check_table(h, "orders", &expected);
+    let ident = tables.ident("orders");
+    let (table, _) = h
+        .backend
+        .catalog
+        .load(&ident)
+        .await
+        .expect("load")
+        .expect("orders exists");
+    let current = table
+        .metadata()
+        .current_snapshot()
+        .expect("snapshot")
+        .clone();
+    let files = streamtable::compact::files::load(&table, &current)
+        .await
+        .expect("files");
+    let old = files.live().next().expect("a live file").entry.data_file();
+    // What a rewrite would add: the file's rows under a path that is no longer there.
+    let gone = DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(format!(
+            "{}.rewritten-then-deleted.parquet",
+            old.file_path()
+        ))
+        .file_format(DataFileFormat::Parquet)
+        .partition(old.partition().clone())
+        .record_count(old.record_count())
+        .file_size_in_bytes(old.file_size_in_bytes())
+        .build()
+        .expect("data file");
+    let removed = HashSet::from([old.file_path().to_string()]);
+    let err = streamtable::compact::replace::commit_replace(
+        &h.backend.catalog,
+        &ident,
+        &removed,
+        &[gone],
+        &HashMap::new(),
+    )
+    .await
+    .expect_err("a replace adding a missing file must not commit");
+    assert!(err.is_retryable(), "the next run rewrites again: {err}");
+    assert!(
+        err.to_string().contains("orphan_grace"),
+        "names the fix: {err}"
+    );
+    let after = check_table(h, "orders", &expected);
+    assert_eq!(
+        before["current_snapshot_id"], after["current_snapshot_id"],
+        "nothing committed"
+    );
+}
