@@ -522,12 +522,25 @@ fn starts_number(b: &[u8], i: usize) -> bool {
         return true;
     };
     match prev {
-        b'-' | b'+' => !i
-            .checked_sub(2)
-            .and_then(|p| b.get(p))
-            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'.' || *c == b'_'),
+        b'-' | b'+' => !is_exponent_sign(b, i - 1),
         c => !(c.is_ascii_alphanumeric() || c == b'_' || c == b'.'),
     }
+}
+
+/// Whether the sign at `s` is a float's exponent sign: right after an `e` or `E` that ends a
+/// token beginning with a digit or a dot (`1e-05`, `.5E+08`) — not after an identifier
+/// (`N6-048` and `x6e-048` are an identifier, a minus and the number `048`).
+fn is_exponent_sign(b: &[u8], s: usize) -> bool {
+    let Some(e) = s.checked_sub(1) else {
+        return false;
+    };
+    if !matches!(b.get(e), Some(b'e' | b'E')) {
+        return false;
+    }
+    let word = |c: &u8| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'.';
+    let start = b[..e].iter().rposition(|c| !word(c)).map_or(0, |p| p + 1);
+    b.get(start)
+        .is_some_and(|c| c.is_ascii_digit() || *c == b'.')
 }
 
 /// Compiles `.proto` source (imports of Google's well-known types only), within the limits

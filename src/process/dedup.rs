@@ -137,6 +137,7 @@ mod tests {
                     horizon: i64::MIN,
                 },
                 entries: Some(Arc::new(fresh)),
+                filter: Default::default(),
             });
         }
         keys

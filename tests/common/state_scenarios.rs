@@ -253,6 +253,7 @@ pub async fn a_state_naming_a_run_elsewhere_is_refused(mut h: Harness) {
             horizon: 0,
         },
         entries: None,
+        filter: Default::default(),
     });
     forged.tables.insert("orders_clean".into(), table);
     let section = forged.seal(|_| None).expect("seal");

@@ -284,6 +284,11 @@ fn a_proto_nested_thousands_deep_is_an_unknown_schema_not_a_crash() {
         check_limits("option x = 1e-09; option y = 2.5E+08; option z = 0x89; w = -010;").is_ok()
     );
     assert!(check_limits("option x = -089;").is_err());
+    // After an identifier a sign is no exponent's (the fuzzer's `N6-048`).
+    for hidden in ["N6-048", "x6e-048", "a+09", "_e-08"] {
+        assert!(check_limits(hidden).is_err(), "{hidden}");
+    }
+    assert!(check_limits("option x = 6e-048; option y = .5e-09; option z = 1.0E+09;").is_ok());
     // A `#` comment (a line comment to the compiler) cannot hide nesting behind a `/*`, and a
     // comment's `}` cannot cancel code's `{`: opening brackets count wherever they are.
     let mut hash = String::from("syntax = \"proto2\";\noption (opt) = { # /*\n");

@@ -214,6 +214,7 @@ fn seal_table(
                 horizon: keys.horizon,
             },
             entries: Some(entries),
+            filter: Default::default(),
         }],
     );
     Ok(())
@@ -295,6 +296,7 @@ pub(super) fn decode_section(raw: &[u8], location: &str, what: &str) -> Result<P
                     horizon,
                 },
                 entries,
+                filter: Default::default(),
             });
         }
         tables.insert(

@@ -62,6 +62,107 @@ pub struct Run {
     pub at: RunRef,
     /// Its entries, sorted by hash; shared with the container's cache.
     pub entries: Option<Arc<Vec<Entry>>>,
+    /// A filter over its hashes, built the first time the run is looked in (never stored).
+    pub filter: LazyFilter,
+}
+
+/// A run's [`Filter`], built on first use; a run's entries never change, so neither does it.
+#[derive(Debug, Clone, Default)]
+pub struct LazyFilter(std::sync::OnceLock<Arc<Filter>>);
+
+impl PartialEq for LazyFilter {
+    /// Derived from the entries: equal runs have equal filters.
+    fn eq(&self, _: &LazyFilter) -> bool {
+        true
+    }
+}
+
+/// A blocked Bloom filter over a run's hashes: 512-bit blocks (a cache line each), the block
+/// chosen by the hash's top bits (so a batch's sorted hashes visit the blocks in order), 4 bits
+/// in it from the low bits; 12–24 bits per entry (the block count is a power of two), under
+/// 0.75% false positives. xxh3-128's bits are uniform, so no hashing again.
+pub struct Filter {
+    blocks: Vec<Block>,
+    /// log2 of the number of blocks.
+    bits: u32,
+    /// Entries it was built from.
+    entries: usize,
+}
+
+#[derive(Clone, Copy)]
+#[repr(align(64))]
+struct Block([u64; 8]);
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Filter({} entries, {} blocks)",
+            self.entries,
+            self.blocks.len()
+        )
+    }
+}
+
+impl Filter {
+    /// Bits per entry.
+    const DENSITY: usize = 12;
+
+    /// The filter of `entries`.
+    pub fn new(entries: &[Entry]) -> Filter {
+        let blocks = (entries.len().saturating_mul(Self::DENSITY))
+            .div_ceil(512)
+            .max(1)
+            .next_power_of_two();
+        let mut f = Filter {
+            blocks: vec![Block([0; 8]); blocks],
+            bits: blocks.trailing_zeros(),
+            entries: entries.len(),
+        };
+        for &(h, _) in entries {
+            let b = f.block(h);
+            let block = &mut f.blocks[b].0;
+            for bit in Self::positions(h) {
+                block[bit >> 6] |= 1 << (bit & 63);
+            }
+        }
+        f
+    }
+
+    fn block(&self, h: u128) -> usize {
+        if self.bits == 0 {
+            0
+        } else {
+            (h >> (128 - self.bits)) as usize
+        }
+    }
+
+    fn positions(h: u128) -> [usize; 4] {
+        let low = h as u64;
+        [0, 9, 18, 27].map(|s| ((low >> s) & 511) as usize)
+    }
+
+    /// False only when `h` is certainly not among the entries.
+    pub fn may_contain(&self, h: u128) -> bool {
+        let block = &self.blocks[self.block(h)].0;
+        Self::positions(h)
+            .iter()
+            .all(|&bit| block[bit >> 6] & (1 << (bit & 63)) != 0)
+    }
+}
+
+impl Run {
+    /// The run's filter (`None` until its entries are loaded).
+    fn filter(&self) -> Option<&Filter> {
+        let entries = self.entries.as_ref()?;
+        let filter = self.filter.0.get_or_init(|| Arc::new(Filter::new(entries)));
+        debug_assert_eq!(
+            filter.entries,
+            entries.len(),
+            "a run's entries never change"
+        );
+        Some(filter)
+    }
 }
 
 /// One dedup's keys in one partition.
@@ -181,11 +282,19 @@ impl Keys {
     pub fn get_sorted(&self, hashes: &[u128]) -> Vec<Option<i64>> {
         debug_assert!(hashes.windows(2).all(|w| w[0] < w[1]), "sorted, distinct");
         let mut out = vec![None; hashes.len()];
-        // Oldest first, the fresh entries last: a newer entry overwrites an older one.
-        let runs = self.runs.iter().filter_map(|r| r.entries.as_deref());
-        for entries in runs.chain(std::iter::once(&self.fresh)) {
-            walk(entries, hashes, |i, t| out[i] = Some(t));
+        // Oldest first, the fresh entries last: a newer entry overwrites an older one. A run's
+        // filter turns away most hashes (a batch's keys are mostly new) before the walk.
+        for r in &self.runs {
+            if let (Some(entries), Some(filter)) = (r.entries.as_deref(), r.filter()) {
+                walk(
+                    entries,
+                    hashes,
+                    |h| filter.may_contain(h),
+                    |i, t| out[i] = Some(t),
+                );
+            }
         }
+        walk(&self.fresh, hashes, |_| true, |i, t| out[i] = Some(t));
         out
     }
 
@@ -268,10 +377,19 @@ impl Keys {
 }
 
 /// Calls `found(i, time)` for each `hashes[i]` (sorted, distinct) that `entries` (sorted by
-/// hash, distinct) holds: one forward pass, each hash found by galloping from the previous one.
-fn walk(entries: &[Entry], hashes: &[u128], mut found: impl FnMut(usize, i64)) {
+/// hash, distinct) holds: one forward pass, each hash that `maybe` lets through found by
+/// galloping from the previous one.
+fn walk(
+    entries: &[Entry],
+    hashes: &[u128],
+    maybe: impl Fn(u128) -> bool,
+    mut found: impl FnMut(usize, i64),
+) {
     let mut lo = 0;
     for (i, &h) in hashes.iter().enumerate() {
+        if !maybe(h) {
+            continue;
+        }
         let rest = &entries[lo..];
         if rest.is_empty() {
             return;
@@ -338,7 +456,28 @@ mod tests {
                 horizon: 0,
             },
             entries: Some(Arc::new(entries)),
+            filter: LazyFilter::default(),
         }
+    }
+
+    #[test]
+    fn a_filter_never_turns_away_an_entry_and_rarely_lets_others_through() {
+        let mut rng = crate::generate::Rng::new(3);
+        let mut hash = || (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
+        for n in [0usize, 1, 7, 1_000, 40_000] {
+            let entries: Vec<Entry> = (0..n).map(|_| (hash(), 0)).collect();
+            let f = Filter::new(&entries);
+            assert!(entries.iter().all(|e| f.may_contain(e.0)), "n = {n}");
+            let others = 20_000;
+            let through = (0..others).filter(|_| f.may_contain(hash())).count();
+            if n >= 1_000 {
+                assert!(
+                    through < others / 25,
+                    "n = {n}: {through} of {others} let through"
+                );
+            }
+        }
+        assert!(Filter::new(&[(0, 0), (u128::MAX, 0)]).may_contain(u128::MAX));
     }
 
     #[test]
@@ -442,6 +581,27 @@ mod tests {
             let keys = Keys {
                 runs: runs.into_iter().map(|m| run(m.into_iter().collect(), false)).collect(),
                 fresh: fresh.into_iter().collect(),
+                ..Default::default()
+            };
+            let probe: Vec<u128> = probe.into_iter().collect();
+            let one_by_one: Vec<Option<i64>> = probe.iter().map(|&h| keys.get(h)).collect();
+            proptest::prop_assert_eq!(keys.get_sorted(&probe), one_by_one);
+        }
+
+        /// The same over hashes spread across the whole range (runs of many filter blocks),
+        /// probing every stored hash and as many others.
+        #[test]
+        fn sorted_lookups_agree_over_filters_of_many_blocks(
+            runs in proptest::collection::vec(
+                proptest::collection::btree_map(proptest::num::u128::ANY, 0i64..1_000, 0..600), 1..5),
+            others in proptest::collection::btree_set(proptest::num::u128::ANY, 0..600),
+        ) {
+            let mut probe: std::collections::BTreeSet<u128> = others;
+            for m in &runs {
+                probe.extend(m.keys().step_by(2));
+            }
+            let keys = Keys {
+                runs: runs.into_iter().map(|m| run(m.into_iter().collect(), true)).collect(),
                 ..Default::default()
             };
             let probe: Vec<u128> = probe.into_iter().collect();
