@@ -480,26 +480,14 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
                 }
                 continue;
             }
-            // An octal literal with an 8 or 9 (`089`) is no number protobuf knows, and the
-            // compiler's lexer does not expect it (a debug build asserts): refused here.
-            b'0' if starts_number(b, i) => {
-                let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
-                let rest = &b[i + 1 + digits..];
-                let float = match rest {
-                    [b'.', ..] => true,
-                    [b'e' | b'E', b'+' | b'-', d, ..] | [b'e' | b'E', d, ..] => d.is_ascii_digit(),
-                    _ => false,
-                };
-                if !float
-                    && b[i + 1..i + 1 + digits]
-                        .iter()
-                        .any(|c| *c == b'8' || *c == b'9')
-                {
-                    return Err(format!(
-                        "the .proto has an octal number with a digit 8 or 9 (at byte {i}), which is no number"
-                    ));
-                }
-                i += digits;
+            // Identifiers and numbers, lexed as the compiler does (an octal literal with an 8
+            // or 9 is refused there).
+            c if c.is_ascii_alphanumeric()
+                || c == b'_'
+                || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) =>
+            {
+                i = words(b, i)?;
+                continue;
             }
             b'{' | b'(' | b'[' | b'<' => {
                 depth += 1;
@@ -515,32 +503,70 @@ pub(crate) fn check_limits(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the `0` at `i` begins a number: after nothing, space or punctuation, or after a sign
-/// that is not an exponent's.
-fn starts_number(b: &[u8], i: usize) -> bool {
-    let Some(&prev) = i.checked_sub(1).and_then(|p| b.get(p)) else {
-        return true;
+/// Lexes the identifiers and numbers that follow each other from `i` (nothing between them) the
+/// way the compiler's lexer cuts them — a number ends where its digits, fraction, exponent and
+/// `f` suffix do, so `86F009` is a float and the number `009`, and `N6-048` an identifier, a
+/// minus and `048` — and returns where they end. An octal literal with an 8 or 9 (`089`) is
+/// refused: no number protobuf knows, and a token the lexer does not expect (a debug build
+/// asserts; a fuzzer found it).
+fn words(b: &[u8], mut i: usize) -> Result<usize, String> {
+    let digits = |from: usize| {
+        b.get(from..)
+            .map_or(0, |r| r.iter().take_while(|c| c.is_ascii_digit()).count())
     };
-    match prev {
-        b'-' | b'+' => !is_exponent_sign(b, i - 1),
-        c => !(c.is_ascii_alphanumeric() || c == b'_' || c == b'.'),
-    }
-}
-
-/// Whether the sign at `s` is a float's exponent sign: right after an `e` or `E` that ends a
-/// token beginning with a digit or a dot (`1e-05`, `.5E+08`) — not after an identifier
-/// (`N6-048` and `x6e-048` are an identifier, a minus and the number `048`).
-fn is_exponent_sign(b: &[u8], s: usize) -> bool {
-    let Some(e) = s.checked_sub(1) else {
-        return false;
+    // The length of an exponent (`e5`, `E-05`) at `at`, 0 if there is none.
+    let exponent = |at: usize| match (b.get(at), b.get(at + 1)) {
+        (Some(b'e' | b'E'), Some(b'+' | b'-')) if b.get(at + 2).is_some_and(u8::is_ascii_digit) => {
+            2 + digits(at + 2)
+        }
+        (Some(b'e' | b'E'), Some(d)) if d.is_ascii_digit() => 1 + digits(at + 1),
+        _ => 0,
     };
-    if !matches!(b.get(e), Some(b'e' | b'E')) {
-        return false;
+    let suffix = |at: usize| usize::from(matches!(b.get(at), Some(b'f' | b'F')));
+    loop {
+        let Some(&c) = b.get(i) else {
+            return Ok(i);
+        };
+        if c.is_ascii_alphabetic() || c == b'_' {
+            i += b[i..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+        } else if c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            let j = i + 1 + digits(i + 1);
+            let j = j + exponent(j);
+            i = j + suffix(j);
+        } else if c == b'0'
+            && matches!(b.get(i + 1), Some(b'x' | b'X'))
+            && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+        {
+            i += 2 + b[i + 2..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit())
+                .count();
+        } else if c.is_ascii_digit() {
+            let n = digits(i);
+            let end = i + n;
+            if b.get(end) == Some(&b'.') {
+                let j = end + 1 + digits(end + 1);
+                let j = j + exponent(j);
+                i = j + suffix(j);
+            } else if exponent(end) > 0 {
+                let j = end + exponent(end);
+                i = j + suffix(j);
+            } else {
+                if c == b'0' && b[i + 1..end].iter().any(|d| *d == b'8' || *d == b'9') {
+                    return Err(format!(
+                        "the .proto has an octal number with a digit 8 or 9 (at byte {i}), which is no number"
+                    ));
+                }
+                // `0f` and `12f` are floats; after `017` an `f` begins an identifier.
+                i = end + if c != b'0' || n == 1 { suffix(end) } else { 0 };
+            }
+        } else {
+            return Ok(i);
+        }
     }
-    let word = |c: &u8| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'.';
-    let start = b[..e].iter().rposition(|c| !word(c)).map_or(0, |p| p + 1);
-    b.get(start)
-        .is_some_and(|c| c.is_ascii_digit() || *c == b'.')
 }
 
 /// Compiles `.proto` source (imports of Google's well-known types only), within the limits

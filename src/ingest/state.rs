@@ -17,7 +17,7 @@ use futures::StreamExt;
 use super::{Ingestor, Planned};
 use crate::checkpoint::{SourcePartition, StoredState};
 use crate::error::{Error, Result};
-use crate::process::state::keys::Entry;
+use crate::process::state::keys::{Entry, LazyFilter};
 use crate::process::state::{PartitionState, StateFile, decode_file};
 use crate::storage::Warehouse;
 
@@ -41,7 +41,10 @@ pub(super) struct Loaded {
 }
 
 /// Run entries kept by a warm container: (state file, partition, block) → entries.
-pub(super) type RunCache = HashMap<(String, String, u32), Arc<Vec<Entry>>>;
+pub(super) type RunCache = HashMap<(String, String, u32), CachedRun>;
+
+/// A run's entries as a warm container keeps them, with its filter once built.
+pub(super) type CachedRun = (Arc<Vec<Entry>>, LazyFilter);
 
 /// The `topic/partition` a section is filed under.
 fn section_key(source: &SourcePartition) -> String {
@@ -155,7 +158,7 @@ pub async fn state_files_in_use(
 async fn load_runs(
     warehouse: &Warehouse,
     files: &mut Files,
-    cache: impl Fn(&(String, String, u32)) -> Option<Arc<Vec<Entry>>>,
+    cache: impl Fn(&(String, String, u32)) -> Option<CachedRun>,
     states: &mut [(&SourcePartition, &mut PartitionState)],
 ) -> Result<()> {
     let mut wanted: Vec<String> = Vec::new();
@@ -180,9 +183,12 @@ async fn load_runs(
                         r.at.file
                     )));
                 }
-                r.entries = cache(&(r.at.file.clone(), key.clone(), r.at.block));
-                if r.entries.is_none() {
-                    wanted.push(r.at.file.clone());
+                match cache(&(r.at.file.clone(), key.clone(), r.at.block)) {
+                    Some((entries, filter)) => {
+                        r.entries = Some(entries);
+                        r.filter = filter;
+                    }
+                    None => wanted.push(r.at.file.clone()),
                 }
             }
         }
@@ -481,7 +487,10 @@ impl Ingestor {
             for t in state.tables.values() {
                 for r in &t.keys.runs {
                     if let Some(e) = &r.entries {
-                        runs.insert((r.at.file.clone(), key.clone(), r.at.block), e.clone());
+                        runs.insert(
+                            (r.at.file.clone(), key.clone(), r.at.block),
+                            (e.clone(), r.filter.clone()),
+                        );
                     }
                 }
             }

@@ -284,11 +284,16 @@ fn a_proto_nested_thousands_deep_is_an_unknown_schema_not_a_crash() {
         check_limits("option x = 1e-09; option y = 2.5E+08; option z = 0x89; w = -010;").is_ok()
     );
     assert!(check_limits("option x = -089;").is_err());
-    // After an identifier a sign is no exponent's (the fuzzer's `N6-048`).
-    for hidden in ["N6-048", "x6e-048", "a+09", "_e-08"] {
+    // Numbers are cut where the compiler cuts them: after an identifier a sign is no
+    // exponent's, and after a float's `f` a number begins (the fuzzer's `N6-048`, `86F009`).
+    for hidden in ["N6-048", "x6e-048", "a+09", "_e-08", "86F009", "1.5f09"] {
         assert!(check_limits(hidden).is_err(), "{hidden}");
     }
     assert!(check_limits("option x = 6e-048; option y = .5e-09; option z = 1.0E+09;").is_ok());
+    assert!(
+        check_limits("a = 017f09; b = 089.5; c = 0089e1; d = a.09; e = 12F; g = 0f; h = 0x1.09;")
+            .is_ok()
+    );
     // A `#` comment (a line comment to the compiler) cannot hide nesting behind a `/*`, and a
     // comment's `}` cannot cancel code's `{`: opening brackets count wherever they are.
     let mut hash = String::from("syntax = \"proto2\";\noption (opt) = { # /*\n");

@@ -67,8 +67,9 @@ pub struct Run {
 }
 
 /// A run's [`Filter`], built on first use; a run's entries never change, so neither does it.
+/// Clones share it (the container's run cache keeps it with the entries).
 #[derive(Debug, Clone, Default)]
-pub struct LazyFilter(std::sync::OnceLock<Arc<Filter>>);
+pub struct LazyFilter(Arc<std::sync::OnceLock<Filter>>);
 
 impl PartialEq for LazyFilter {
     /// Derived from the entries: equal runs have equal filters.
@@ -155,7 +156,7 @@ impl Run {
     /// The run's filter (`None` until its entries are loaded).
     fn filter(&self) -> Option<&Filter> {
         let entries = self.entries.as_ref()?;
-        let filter = self.filter.0.get_or_init(|| Arc::new(Filter::new(entries)));
+        let filter = self.filter.0.get_or_init(|| Filter::new(entries));
         debug_assert_eq!(
             filter.entries,
             entries.len(),
