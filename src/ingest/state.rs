@@ -364,10 +364,13 @@ impl Ingestor {
         let mut filed: BTreeMap<&str, StateFile> = BTreeMap::new();
         // At most 32 KB inline whatever the option: a transaction holds up to
         // MAX_STATES_PER_TRANSACTION state items within DynamoDB's 4 MB.
+        // And at most what the store keeps in its item (DynamoDB: 64 bytes, many partitions
+        // to an item).
         let inline = self
             .options
             .max_inline_state_bytes
-            .min(MAX_INLINE_STATE_CAP);
+            .min(MAX_INLINE_STATE_CAP)
+            .min(self.state.max_inline_state_bytes());
         for ((source, _, _), s) in items.iter().zip(&sealed) {
             if s.has_blocks || s.bytes.len() > inline {
                 filed.entry(source.topic.as_str()).or_default();

@@ -50,6 +50,12 @@ pub trait CheckpointStore: Send + Sync {
         sources: &[SourcePartition],
     ) -> Result<Vec<Option<StoredState>>>;
 
+    /// The largest encoded section a stored state should hold inline (larger ones go to a
+    /// state file); the ingest's own option applies below it.
+    fn max_inline_state_bytes(&self) -> usize {
+        usize::MAX
+    }
+
     /// Every partition of `topic` with a checkpoint, and its stored state (`None`: none).
     async fn topic_states(
         &self,

@@ -128,6 +128,9 @@ impl CheckpointStore for ChaosState {
     async fn groups(&self, sources: &[SourcePartition], stateful: &[bool]) -> Result<Vec<usize>> {
         self.inner.groups(sources, stateful).await
     }
+    fn max_inline_state_bytes(&self) -> usize {
+        self.inner.max_inline_state_bytes()
+    }
     async fn partition_states(
         &self,
         sources: &[SourcePartition],

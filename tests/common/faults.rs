@@ -60,6 +60,9 @@ impl CheckpointStore for FaultyState {
     async fn groups(&self, sources: &[SourcePartition], stateful: &[bool]) -> Result<Vec<usize>> {
         self.inner.groups(sources, stateful).await
     }
+    fn max_inline_state_bytes(&self) -> usize {
+        self.inner.max_inline_state_bytes()
+    }
     async fn partition_states(
         &self,
         sources: &[SourcePartition],

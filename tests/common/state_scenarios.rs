@@ -10,7 +10,7 @@ use super::{Harness, event};
 /// Event time of the first order of the stored state below (2026-12-02T00:20:35Z).
 const FIXTURE_MS: i64 = 1_796_170_835_019;
 
-fn order(partition: i32, offset: i64, at_ms: i64, id: &str) -> SourceRecord {
+pub fn order(partition: i32, offset: i64, at_ms: i64, id: &str) -> SourceRecord {
     SourceRecord {
         topic: "orders".into(),
         partition,
@@ -29,7 +29,7 @@ fn order(partition: i32, offset: i64, at_ms: i64, id: &str) -> SourceRecord {
 }
 
 /// The shipped spec's orders with its dedup (`orders_clean`) and its window.
-fn spec() -> PipelineSpec {
+pub fn orders_spec() -> PipelineSpec {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = std::fs::read_to_string(&path).expect("shipped spec");
     let mut spec = PipelineSpec::parse(&text, &path).expect("spec");
@@ -91,7 +91,7 @@ async fn install_state(h: &Harness, source: &SourcePartition, body: Vec<u8>) {
 /// A batch over four partitions writes one state file, which every partition's item names; the
 /// next batch of two of them writes another holding their new keys only.
 pub async fn a_batch_writes_one_state_file_for_every_partition_it_touched(mut h: Harness) {
-    h.spec = spec();
+    h.spec = orders_spec();
     h.tables().ensure_all(&h.backend).await.expect("tables");
     let sources: Vec<SourcePartition> = (0..4).map(|p| SourcePartition::new("orders", p)).collect();
     let batch = |from: i64, parts: &[i32]| -> Vec<SourceRecord> {
@@ -176,7 +176,7 @@ pub async fn a_batch_writes_one_state_file_for_every_partition_it_touched(mut h:
 /// windows, kept in its item) goes on from it: a copy of one of its orders is dropped, and the
 /// next write stores the keys as a state file.
 pub async fn a_state_of_the_previous_layout_is_read_and_migrated(mut h: Harness) {
-    h.spec = spec();
+    h.spec = orders_spec();
     h.tables().ensure_all(&h.backend).await.expect("tables");
     let source = SourcePartition::new("orders", 0);
     let first: Vec<SourceRecord> = (0..40)
@@ -233,7 +233,7 @@ pub async fn a_state_naming_a_run_elsewhere_is_refused(mut h: Harness) {
     use streamtable::process::state::keys::{Run, RunRef};
     use streamtable::process::state::{PartitionState, TableState};
 
-    h.spec = spec();
+    h.spec = orders_spec();
     h.tables().ensure_all(&h.backend).await.expect("tables");
     let source = SourcePartition::new("orders", 0);
     h.ingestor()

@@ -187,12 +187,30 @@ async fn state_objects(backend: &Backend) -> Result<std::collections::HashMap<St
         .collect())
 }
 
-/// DynamoDB write units a partition's state item of `bytes` (body or location) costs in the
-/// batch's transaction: it is an item of its own (`state#{topic}#{partition}`), billed 2 units
-/// per KB, at least 2, its keys and counters (~120 bytes) included.
-fn state_units(item_bytes: u64) -> u64 {
-    const KEYS_AND_COUNTERS: u64 = 120;
-    2 * (KEYS_AND_COUNTERS + item_bytes).div_ceil(1024).max(1)
+/// DynamoDB write units the states of a batch cost in its transaction: the states of 16
+/// partitions share an item (`state#{topic}#b{partition / 16}`), billed 2 units per KB of it,
+/// at least 2. An entry is its two names, its `seq` and ~15 bytes of offsets and counters plus
+/// its inline section, or 20 bytes naming a state file by hash (a directory of ~100 bytes
+/// once per item); the keys ~30 bytes.
+fn state_units(states: &[&crate::checkpoint::StoredState], partitions: &[i32]) -> u64 {
+    const KEYS: u64 = 30;
+    const DIRECTORY: u64 = 100;
+    const ENTRY: u64 = 2 * 3 + 4 + 16;
+    let mut items: std::collections::BTreeMap<i32, u64> = Default::default();
+    for (s, p) in states.iter().zip(partitions) {
+        let item = items.entry(p.div_euclid(16)).or_insert(KEYS);
+        *item += ENTRY
+            + match (&s.body, &s.location) {
+                (Some(b), _) if !b.is_empty() => b.len() as u64,
+                (_, Some(l)) if l.ends_with(".run") => 20,
+                (_, Some(l)) => l.len() as u64,
+                _ => 0,
+            };
+    }
+    items
+        .values()
+        .map(|bytes| 2 * (bytes + DIRECTORY).div_ceil(1024).max(1))
+        .sum()
 }
 
 /// One step's figures.
@@ -298,18 +316,16 @@ async fn run(config: &Config, shape: Shape) -> Result<()> {
         let sources: Vec<crate::checkpoint::SourcePartition> = (0..partitions)
             .map(|p| crate::checkpoint::SourcePartition::new("orders", p))
             .collect();
-        for s in backend
-            .state
-            .partition_states(&sources)
-            .await?
-            .iter()
-            .flatten()
-        {
-            let item = s.body.as_ref().map_or(0, |b| b.len() as u64)
-                + s.location.as_ref().map_or(0, |l| l.len() as u64);
-            step.written += s.body.as_ref().map_or(0, |b| b.len() as u64);
-            step.units += state_units(item);
+        let stored = backend.state.partition_states(&sources).await?;
+        let (mut states, mut at) = (Vec::new(), Vec::new());
+        for (source, s) in sources.iter().zip(&stored) {
+            if let Some(s) = s {
+                step.written += s.body.as_ref().map_or(0, |b| b.len() as u64);
+                states.push(s);
+                at.push(source.partition);
+            }
         }
+        step.units += state_units(&states, &at);
         // A new key is stored as 16 bytes of hash and 8 of time; its own bytes are the
         // 32-character id and an 8-byte time.
         step.new_keys_bytes += (summary.accepted - summary.deduplicated.min(summary.accepted)) * 24;

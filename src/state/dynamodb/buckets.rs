@@ -27,10 +27,11 @@ pub(super) fn legacy_key(source: &SourcePartition) -> String {
 /// fit, whatever their sizes (items of the layout before, up to 300 KB, are only read).
 pub const MAX_STATES_PER_TRANSACTION: usize = 64;
 
-/// Splits consecutive `sources` into groups of at most 100 transaction items each: the buckets
-/// a group touches, `per_partition` more items per partition (mirror mode), one state item per
-/// stateful partition (at most [`MAX_STATES_PER_TRANSACTION`]: bytes, not items, bound those),
-/// and the pending batch.
+/// Splits consecutive `sources` into groups of at most 100 transaction items each: the
+/// checkpoint and state buckets a group touches, `per_partition` more items per partition
+/// (mirror mode), one more per stateful partition (its item of the state layout before, which
+/// its first write in the bucket replaces; at most [`MAX_STATES_PER_TRANSACTION`]: bytes, not
+/// items, bound those), and the pending batch.
 pub(super) fn split(
     sources: &[SourcePartition],
     per_partition: usize,
@@ -40,21 +41,27 @@ pub(super) fn split(
     let (mut len, mut items, mut states) = (0usize, 1usize, 0usize);
     let mut seen: Vec<String> = Vec::new();
     for (i, s) in sources.iter().enumerate() {
-        let key = bucket_key(s);
-        let new_bucket = usize::from(!seen.contains(&key));
         let state = usize::from(stateful.get(i).copied().unwrap_or(false));
+        let mut keys = vec![bucket_key(s)];
+        if state == 1 {
+            keys.push(super::partition_state::bucket_pk(s));
+        }
+        let new_buckets = keys.iter().filter(|k| !seen.contains(k)).count();
+        // A stateful partition may also replace its item of the layout before.
         let per_partition = per_partition + state;
         if len > 0
-            && (items + new_bucket + per_partition > super::MAX_TRANSACTION_ITEMS
+            && (items + new_buckets + per_partition > super::MAX_TRANSACTION_ITEMS
                 || states + state > MAX_STATES_PER_TRANSACTION)
         {
             sizes.push(len);
             (len, items, states) = (0, 1, 0);
             seen.clear();
         }
-        if !seen.contains(&key) {
-            seen.push(key);
-            items += 1;
+        for key in keys {
+            if !seen.contains(&key) {
+                seen.push(key);
+                items += 1;
+            }
         }
         items += per_partition;
         states += state;
@@ -93,7 +100,7 @@ mod tests {
         // Mirror mode: an item per partition too.
         assert_eq!(split(&topic(100, 1), 1, &[]), vec![97, 3]);
         assert!(split(&[], 0, &[]).is_empty());
-        // A state item per stateful partition, 64 at most per transaction (each at most 32 KB:
+        // Room for an item per stateful partition, 64 at most per transaction (each at most 32 KB:
         // 14 partitions with the old layout's 300 KB states were one transaction over
         // DynamoDB's 4 MB, refused on every retry).
         assert_eq!(split(&topic(14, 1), 0, &[true; 14]), vec![14]);

@@ -9,7 +9,8 @@
 //! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON), `files_location` |
 //! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
 //! | layout | `meta` | `layout` | `version`, `since_ms`, `synced` |
-//! | partition state | `state#{topic}#{partition}` | `state` | `next`, `seq`, `body` (zstd, `process::state`'s layout) or `location`, `bytes`, `updated_at_ms` |
+//! | states of 16 partitions | `state#{topic}#b{partition / 16:06}` | `state` | per partition `q{p}` (seq) and `s{p}` (binary: next offset, bytes, written at, and the state file's hash or a small inline section); `d{id}` (a directory of state files) |
+//! | partition state before | `state#{topic}#{partition}` | `state` | `next`, `seq`, `body` (zstd, `process::state`'s layout) or `location`, `bytes`, `updated_at_ms`; a marker of a newer layout once the bucket holds the state |
 //!
 //! Pending batches live in [`PENDING_SHARDS`] partitions (`shard` = a hash of the topic-partition,
 //! two digits), sorted by age: the commit stage reads the oldest ones with one strongly
@@ -57,6 +58,10 @@ pub struct DynamoStateStore {
     table: String,
     /// The checkpoint layout in force, and when it was read.
     mode: Arc<Mutex<Option<(Instant, checkpoints::Mode)>>>,
+    /// Partitions whose last read found no entry in their state bucket, with the `seq` of
+    /// their item of the layout before (`None`: none): their next write creates the entry and
+    /// replaces that item (see [`partition_state`]).
+    fresh: Arc<Mutex<HashMap<SourcePartition, Option<u64>>>>,
 }
 
 /// Most items of one `TransactWriteItems`.
@@ -112,6 +117,7 @@ impl DynamoStateStore {
             client,
             table: table.into(),
             mode: Arc::new(Mutex::new(None)),
+            fresh: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -302,6 +308,9 @@ impl CheckpointStore for DynamoStateStore {
     ) -> Result<Vec<Option<StoredState>>> {
         self.read_states(sources).await
     }
+    fn max_inline_state_bytes(&self) -> usize {
+        partition_state::MAX_INLINE_STATE_BYTES
+    }
     async fn groups(&self, sources: &[SourcePartition], stateful: &[bool]) -> Result<Vec<usize>> {
         self.group_sizes(sources, stateful).await
     }
@@ -311,11 +320,7 @@ impl CheckpointStore for DynamoStateStore {
             Error::Internal(format!("DynamoDB request: {e}"))
         };
         let mut items = self.advance_items(advances, batch.created_at_ms).await?;
-        for a in advances {
-            if let Some(state) = &a.state {
-                items.push(self.state_put(&a.source, state)?);
-            }
-        }
+        items.extend(self.state_items(advances)?);
         items.push(
             TransactWriteItem::builder()
                 .put(self.pending_put(batch).await?.build().map_err(build)?)
@@ -334,7 +339,10 @@ impl CheckpointStore for DynamoStateStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Advance::Advanced),
+            Ok(_) => {
+                self.states_written(advances);
+                Ok(Advance::Advanced)
+            }
             Err(e) => {
                 if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
                     e.as_service_error()
