@@ -269,3 +269,155 @@ async fn states_share_bucket_items_and_the_layout_before_moves_into_them() {
         64 * 200 + 41
     );
 }
+
+/// The state bucket's conditions, raced: an older release advancing a partition's item of the
+/// layout before between this release's read and its advance makes the advance a conflict
+/// (re-planned from a fresh read, which then moves it); two stores creating one entry, one
+/// wins; half an entry, or an entry whose bucket item was deleted, is refused by name.
+#[tokio::test]
+async fn state_bucket_writes_lose_every_race_they_should() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use streamtable::checkpoint::{
+        Advance, PendingBatch, SourceAdvance, SourcePartition, StoredState,
+    };
+    use streamtable::state::{CheckpointStore, DynamoStateStore};
+
+    let h = common::moto().await;
+    let table = {
+        let at = h
+            .catalog_args
+            .iter()
+            .position(|a| a == "--database")
+            .unwrap();
+        h.catalog_args[at + 1].replace('_', "-")
+    };
+    let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
+    let legacy = |partition: i32, seq: u64| {
+        let (dynamo, table) = (dynamo.clone(), table.clone());
+        async move {
+            dynamo
+                .put_item()
+                .table_name(table)
+                .item("pk", AttributeValue::S(format!("state#orders#{partition}")))
+                .item("sk", AttributeValue::S("state".into()))
+                .item("next", AttributeValue::N("0".into()))
+                .item("seq", AttributeValue::N(seq.to_string()))
+                .item(
+                    "location",
+                    AttributeValue::S(format!("s3://elsewhere/state-{seq}.zst")),
+                )
+                .send()
+                .await
+                .expect("legacy state");
+        }
+    };
+    // An advance that keeps the checkpoint and writes state `seq` (as the idle flush does).
+    let advance = |store: DynamoStateStore, partition: i32, seq: u64| async move {
+        let source = SourcePartition::new("orders", partition);
+        let from = store.checkpoint(&source).await.expect("checkpoint");
+        let state = StoredState {
+            next_offset: from.next_offset,
+            seq,
+            body: None,
+            location: Some(format!(
+                "s3://b/warehouse/_state/partitions/orders/runs/{:032x}.run",
+                u128::from(seq)
+            )),
+            bytes: 10,
+            updated_at_ms: 1,
+        };
+        let batch = PendingBatch {
+            source: source.clone(),
+            first_offset: -(seq as i64),
+            last_offset: -(seq as i64),
+            more: Vec::new(),
+            created_at_ms: 1,
+            files: Vec::new(),
+            files_location: None,
+        };
+        let a = SourceAdvance {
+            source,
+            from,
+            to_next_offset: from.next_offset,
+            state: Some(state),
+        };
+        store.advance(&[a], &batch).await.expect("advance")
+    };
+    let read = |store: DynamoStateStore, partition: i32| async move {
+        store
+            .partition_states(&[SourcePartition::new("orders", partition)])
+            .await
+            .map(|mut v| v.pop().flatten())
+    };
+    let store = || DynamoStateStore::new(dynamo.clone(), table.clone());
+
+    // The layout before at seq 3; an older release moves it to 4 after this release's read.
+    legacy(3, 3).await;
+    let s = store();
+    assert_eq!(read(s.clone(), 3).await.unwrap().map(|s| s.seq), Some(3));
+    legacy(3, 4).await;
+    assert_eq!(advance(s.clone(), 3, 4).await, Advance::Conflict);
+    // Re-planned from a fresh read: moved, and the old item is the marker.
+    assert_eq!(read(s.clone(), 3).await.unwrap().map(|s| s.seq), Some(4));
+    assert_eq!(advance(s.clone(), 3, 5).await, Advance::Advanced);
+    assert_eq!(read(store(), 3).await.unwrap().map(|s| s.seq), Some(5));
+    // The release before, from the state it read at 4: its put conditioned on seq 4 fails.
+    let old = dynamo
+        .put_item()
+        .table_name(&table)
+        .item("pk", AttributeValue::S("state#orders#3".into()))
+        .item("sk", AttributeValue::S("state".into()))
+        .item("seq", AttributeValue::N("5".into()))
+        .condition_expression("seq = :old")
+        .expression_attribute_values(":old", AttributeValue::N("4".into()))
+        .send()
+        .await;
+    assert!(old.is_err(), "the marker moved the old item's seq on");
+
+    // Two stores see no state for partition 5; the first to write wins, the other conflicts.
+    let (a, b) = (store(), store());
+    assert_eq!(read(a.clone(), 5).await.unwrap(), None);
+    assert_eq!(read(b.clone(), 5).await.unwrap(), None);
+    assert_eq!(advance(a.clone(), 5, 1).await, Advance::Advanced);
+    assert_eq!(advance(b.clone(), 5, 1).await, Advance::Conflict);
+    // A zombie with a stale seq, after a newer write.
+    assert_eq!(advance(a.clone(), 5, 2).await, Advance::Advanced);
+    assert_eq!(advance(b.clone(), 5, 2).await, Advance::Conflict);
+
+    // Half an entry: refused, naming the partition.
+    let bucket_key = |pk: &str| {
+        std::collections::HashMap::from([
+            ("pk".to_string(), AttributeValue::S(pk.into())),
+            ("sk".to_string(), AttributeValue::S("state".into())),
+        ])
+    };
+    dynamo
+        .update_item()
+        .table_name(&table)
+        .set_key(Some(bucket_key("state#orders#b000000")))
+        .update_expression("REMOVE s5")
+        .send()
+        .await
+        .expect("remove half an entry");
+    let e = read(store(), 5)
+        .await
+        .expect_err("half an entry")
+        .to_string();
+    assert!(
+        e.contains("state entry of orders-5") && e.contains("damaged"),
+        "{e}"
+    );
+    // The bucket item deleted: the marker says where the state went.
+    dynamo
+        .delete_item()
+        .table_name(&table)
+        .set_key(Some(bucket_key("state#orders#b000000")))
+        .send()
+        .await
+        .expect("delete the bucket");
+    let e = read(store(), 3)
+        .await
+        .expect_err("moved, then lost")
+        .to_string();
+    assert!(e.contains("moved to its state bucket"), "{e}");
+}

@@ -21,10 +21,10 @@ pub(super) fn legacy_key(source: &SourcePartition) -> String {
     format!("source#{}#{}", source.topic, source.partition)
 }
 
-/// Stateful partitions one transaction takes: a state item holds at most 32 KB inline (a
-/// section that adds no dedup keys; otherwise the name of its state file), the pending batch up
-/// to 300 KB, and a DynamoDB transaction at most 4 MB, so 64 states and the pending batch always
-/// fit, whatever their sizes (items of the layout before, up to 300 KB, are only read).
+/// Stateful partitions one transaction takes: a state entry holds at most 64 bytes inline
+/// (otherwise the name of its state file), the pending batch up to 300 KB, and a DynamoDB
+/// transaction at most 4 MB, so 64 states and the pending batch always fit, whatever their
+/// sizes (items of the layout before, up to 300 KB, are only read).
 pub const MAX_STATES_PER_TRANSACTION: usize = 64;
 
 /// Splits consecutive `sources` into groups of at most 100 transaction items each: the

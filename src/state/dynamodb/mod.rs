@@ -58,10 +58,10 @@ pub struct DynamoStateStore {
     table: String,
     /// The checkpoint layout in force, and when it was read.
     mode: Arc<Mutex<Option<(Instant, checkpoints::Mode)>>>,
-    /// Partitions whose last read found no entry in their state bucket, with the `seq` of
-    /// their item of the layout before (`None`: none): their next write creates the entry and
-    /// replaces that item (see [`partition_state`]).
-    fresh: Arc<Mutex<HashMap<SourcePartition, Option<u64>>>>,
+    /// Partitions whose last read found no entry in their state bucket: their next write
+    /// creates the entry and replaces their item of the layout before (see
+    /// [`partition_state`]).
+    fresh: Arc<Mutex<std::collections::HashSet<SourcePartition>>>,
 }
 
 /// Most items of one `TransactWriteItems`.
@@ -117,7 +117,7 @@ impl DynamoStateStore {
             client,
             table: table.into(),
             mode: Arc::new(Mutex::new(None)),
-            fresh: Arc::new(Mutex::new(HashMap::new())),
+            fresh: Arc::new(Mutex::new(std::collections::HashSet::new())),
         }
     }
 

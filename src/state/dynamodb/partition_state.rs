@@ -9,7 +9,9 @@
 //! about bytes: an entry is about 45 bytes, a bucket of 16 stays under 1 KB, and a batch of 64
 //! stateful partitions writes 4 such items (8 units) where one item per partition cost 128.
 //! Sections are kept in the item only up to [`MAX_INLINE_STATE_BYTES`]; others go to the
-//! batch's state file, which the ingest writes anyway.
+//! batch's state file (one PUT for all of a batch's partitions of a topic: cheaper than the
+//! kilobytes 16 inline sections would add to every write of the item, except on a topic of
+//! one partition without dedup, whose window section used to stay in its item).
 //!
 //! Before, each partition had an item of its own (`state#{topic}#{partition}`: `next`, `seq`,
 //! `body` or `location`). It is read while the bucket has no entry for the partition; the
@@ -37,6 +39,15 @@ pub const MAX_INLINE_STATE_BYTES: usize = 64;
 /// The body of the per-partition item once its state has moved to the bucket: a layout no
 /// release before reads.
 const MOVED_MARKER: &[u8] = br#"{"v": 100, "moved_to": "the state bucket of its partition"}"#;
+
+/// Whether `body` is the moved marker.
+fn is_marker(body: &[u8]) -> bool {
+    zstd::bulk::decompress(body, MOVED_MARKER.len()).is_ok_and(|b| b == MOVED_MARKER)
+}
+
+/// The largest inline section an entry takes whatever the caller asks: 16 of them stay far
+/// below DynamoDB's 400 KB item.
+const MAX_ENTRY_BODY_BYTES: usize = 16 * 1024;
 
 /// The key of the state bucket holding `source`.
 pub(super) fn bucket_pk(source: &SourcePartition) -> String {
@@ -201,18 +212,19 @@ impl DynamoStateStore {
         for (i, src) in sources.iter().enumerate() {
             let p = src.partition;
             let entry = match buckets.get(&bucket_pk(src)) {
-                Some(item) => match (
-                    get_n::<u64>(item, &format!("q{p}")),
-                    item.get(&format!("s{p}")),
-                ) {
+                Some(item) => match (item.get(&format!("q{p}")), item.get(&format!("s{p}"))) {
+                    (None, None) => None,
                     (Some(seq), Some(blob)) => {
-                        let blob = blob.as_b().map_err(|_| self.damaged(src))?;
+                        let seq = seq.as_n().ok().and_then(|n| n.parse::<u64>().ok());
+                        let (Some(seq), Ok(blob)) = (seq, blob.as_b()) else {
+                            return Err(self.damaged(src));
+                        };
                         Some(
                             decode_entry(blob.as_ref(), seq, item)
                                 .ok_or_else(|| self.damaged(src))?,
                         )
                     }
-                    _ => None,
+                    _ => return Err(self.damaged(src)),
                 },
                 None => None,
             };
@@ -230,9 +242,8 @@ impl DynamoStateStore {
         }
         for i in missing {
             let src = &sources[i];
-            let state = legacy.get(&legacy_pk(src)).cloned();
-            fresh.insert(src.clone(), state.as_ref().map(|s| s.seq));
-            out[i] = state;
+            fresh.insert(src.clone());
+            out[i] = legacy.get(&legacy_pk(src)).cloned();
         }
         Ok(out)
     }
@@ -270,15 +281,28 @@ impl DynamoStateStore {
                     self.table
                 )));
             };
+            let body = item
+                .get("body")
+                .and_then(|b| b.as_b().ok())
+                .map(|b| b.as_ref().to_vec());
+            if body.as_deref().is_some_and(is_marker) {
+                return Err(Error::State {
+                    op: "read partition state",
+                    message: format!(
+                        "DynamoDB table {}: the state of {pk} was moved to its state bucket \
+                         item, which has no entry for it (was the item deleted?); restore the \
+                         table from a backup, or delete {pk} too to start its state afresh",
+                        self.table
+                    ),
+                    retryable: false,
+                });
+            }
             by_pk.insert(
                 pk.to_string(),
                 StoredState {
                     next_offset,
                     seq,
-                    body: item
-                        .get("body")
-                        .and_then(|b| b.as_b().ok())
-                        .map(|b| b.as_ref().to_vec()),
+                    body,
                     location: get_s(&item, "location").map(str::to_string),
                     bytes: get_n(&item, "bytes").unwrap_or(0),
                     updated_at_ms: get_n(&item, "updated_at_ms").unwrap_or(0),
@@ -316,6 +340,17 @@ impl DynamoStateStore {
             let mut dirs: BTreeMap<String, String> = BTreeMap::new();
             for (i, (source, state)) in group.into_iter().enumerate() {
                 let p = source.partition;
+                if let Some(b) = state
+                    .body
+                    .as_ref()
+                    .filter(|b| b.len() > MAX_ENTRY_BODY_BYTES)
+                {
+                    return Err(Error::Internal(format!(
+                        "the state of {source} is {} bytes inline; a state bucket entry holds at \
+                         most {MAX_ENTRY_BODY_BYTES} (larger states go to a state file)",
+                        b.len()
+                    )));
+                }
                 let (blob, dir) = encode_entry(state);
                 dirs.extend(dir);
                 update = update
@@ -328,10 +363,9 @@ impl DynamoStateStore {
                     );
                 set.push(format!("#q{i}=:q{i}"));
                 set.push(format!("#s{i}=:s{i}"));
-                let legacy = fresh.get(source).copied();
-                if legacy.is_some() || state.seq <= 1 {
+                if fresh.contains(source) || state.seq <= 1 {
                     cond.push(format!("attribute_not_exists(#q{i})"));
-                    items.push(self.marker_put(source, state, legacy.flatten())?);
+                    items.push(self.marker_put(source, state)?);
                 } else {
                     update = update.expression_attribute_values(format!(":o{i}"), n(state.seq - 1));
                     cond.push(format!("#q{i}=:o{i}"));
@@ -342,6 +376,8 @@ impl DynamoStateStore {
                     .expression_attribute_names(format!("#d{j}"), attr)
                     .expression_attribute_values(format!(":d{j}"), s(dir));
                 set.push(format!("#d{j}=:d{j}"));
+                // Two directories of one id would point entries at the wrong files.
+                cond.push(format!("(attribute_not_exists(#d{j}) OR #d{j}=:d{j})"));
             }
             update = update
                 .update_expression(format!("SET {}", set.join(",")))
@@ -355,13 +391,12 @@ impl DynamoStateStore {
         Ok(items)
     }
 
-    /// The put of the moved marker over `source`'s item of the layout before, if it is still
-    /// at `legacy_seq` (absent: `None`).
+    /// The put of the moved marker over `source`'s item of the layout before, if that item is
+    /// still the state `state` follows (`seq - 1`; absent for a first state).
     fn marker_put(
         &self,
         source: &SourcePartition,
         state: &StoredState,
-        legacy_seq: Option<u64>,
     ) -> Result<TransactWriteItem> {
         let body = zstd::bulk::compress(MOVED_MARKER, 1)
             .map_err(|e| Error::Internal(format!("compress state marker: {e}")))?;
@@ -373,11 +408,11 @@ impl DynamoStateStore {
             .item("bytes", n(0))
             .item("updated_at_ms", n(state.updated_at_ms))
             .item("body", AttributeValue::B(Blob::new(body)));
-        put = match legacy_seq {
-            None => put.condition_expression("attribute_not_exists(pk)"),
-            Some(old) => put
-                .condition_expression("seq = :old")
-                .expression_attribute_values(":old", n(old)),
+        put = if state.seq <= 1 {
+            put.condition_expression("attribute_not_exists(pk)")
+        } else {
+            put.condition_expression("seq = :old")
+                .expression_attribute_values(":old", n(state.seq - 1))
         };
         Ok(TransactWriteItem::builder()
             .put(
