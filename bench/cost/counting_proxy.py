@@ -21,6 +21,7 @@ import base64
 import http.client
 import json
 import math
+import os
 import sys
 import threading
 from collections import defaultdict
@@ -100,6 +101,35 @@ def rru(size, consistent=True, transactional=False):
     return units if consistent else units / 2
 
 
+# S3 requests by object kind, for `STREAMTABLE_COST_BREAKDOWN` (not billed separately).
+KINDS = defaultdict(int)
+
+
+def kind_of(path, query):
+    """What an S3 request touches: table metadata, manifest list, manifest, data file,
+    processing state, pending file list, or other; `+part` for multipart requests."""
+    name = path.rsplit("/", 1)[-1]
+    if "_state/" in path and ".db/" not in path.split("_state/")[0]:
+        kind = "state"
+    elif "/_pending/" in path:
+        kind = "pending"
+    elif name.endswith(".metadata.json") or name == "version-hint.text":
+        kind = "metadata"
+    elif name.startswith("snap-") and name.endswith(".avro"):
+        kind = "manifest-list"
+    elif name.endswith(".avro"):
+        kind = "manifest"
+    elif name.endswith(".parquet"):
+        kind = "data"
+    elif not name or "list-type" in query:
+        kind = "list"
+    else:
+        kind = "other"
+    if "uploadId" in query or "uploads" in query:
+        kind += "+part"
+    return kind
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     upstream = None
@@ -150,7 +180,13 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 data = json.dumps(dict(COUNTS), sort_keys=True).encode()
                 if self.command == "POST":
+                    dump = os.environ.get("STREAMTABLE_COST_BREAKDOWN")
+                    if dump:
+                        # Per phase, S3 requests by object kind (see `kind_of`).
+                        with open(dump, "a") as f:
+                            f.write(json.dumps(dict(KINDS), sort_keys=True) + "\n")
                     COUNTS.clear()
+                    KINDS.clear()
             return self._reply(200, [("Content-Type", "application/json")], data)
         target = self.headers.get("X-Amz-Target", "")
         if target.startswith("DynamoDB_"):
@@ -166,6 +202,8 @@ class Handler(BaseHTTPRequestHandler):
     def _s3(self, status, size):
         path, _, query = self.path.partition("?")
         parts = [p for p in path.split("/") if p]
+        with LOCK:
+            KINDS[f"{self.command} {kind_of(path, query)}"] += 1
         if self.command in ("PUT", "POST"):
             if len(parts) >= 2:
                 self._count("s3_put")
