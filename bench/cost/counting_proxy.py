@@ -179,12 +179,13 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/_counts"):
             with LOCK:
                 data = json.dumps(dict(COUNTS), sort_keys=True).encode()
+                dump = os.environ.get("STREAMTABLE_COST_BREAKDOWN")
+                if dump:
+                    # Whenever the counts are read (a phase ends), S3 requests by object kind
+                    # since the last reset (see `kind_of`).
+                    with open(dump, "a") as f:
+                        f.write(json.dumps(dict(KINDS), sort_keys=True) + "\n")
                 if self.command == "POST":
-                    dump = os.environ.get("STREAMTABLE_COST_BREAKDOWN")
-                    if dump:
-                        # Per phase, S3 requests by object kind (see `kind_of`).
-                        with open(dump, "a") as f:
-                            f.write(json.dumps(dict(KINDS), sort_keys=True) + "\n")
                     COUNTS.clear()
                     KINDS.clear()
             return self._reply(200, [("Content-Type", "application/json")], data)
