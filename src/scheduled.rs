@@ -40,7 +40,8 @@ impl ScheduledOptions {
     /// The defaults, overridden by the environment: `STREAMTABLE_COMMIT_INTERVAL_S` (least
     /// seconds between triggered commits), `STREAMTABLE_COMMIT_MAX_ROUNDS`,
     /// `STREAMTABLE_JOIN_MAX_KEPT_ROWS` (rows an interval join keeps per side),
-    /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
+    /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_TIER_RATIO` (size tiers, see
+    /// [`crate::compact::CompactOptions::tier_ratio`]), `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
     /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS` (at least 1),
     /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
     pub fn from_env() -> Result<Self> {
@@ -72,6 +73,17 @@ impl ScheduledOptions {
         }
         if let Some(n) = num("STREAMTABLE_COMPACT_MIN_FILES", 2)? {
             o.compaction.min_input_files = n as usize;
+        }
+        if let Some(v) = var("STREAMTABLE_COMPACT_TIER_RATIO") {
+            match v.trim().parse::<f64>() {
+                Ok(r) if r.is_finite() && r > 0.0 => o.compaction.tier_ratio = Some(r),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "STREAMTABLE_COMPACT_TIER_RATIO={v:?} is not a number above 0 (2 merges a \
+                         compacted file once newer files add up to half its size)"
+                    )));
+                }
+            }
         }
         if let Some(n) = num("STREAMTABLE_COMPACT_MAX_REWRITE_MB", 1)? {
             o.compaction.max_rewrite_bytes_per_run = n.saturating_mul(1024 * 1024);
@@ -449,9 +461,22 @@ mod tests {
             "STREAMTABLE_SNAPSHOT_RETENTION_HOURS" => Some("2".into()),
             "STREAMTABLE_COMPACT_MIN_FILES" => Some("3".into()),
             "STREAMTABLE_COMMIT_MAX_ROUNDS" => Some("4".into()),
+            "STREAMTABLE_COMPACT_TIER_RATIO" => Some("1.5".into()),
             _ => None,
         })
         .expect("valid");
+        assert_eq!(o.compaction.tier_ratio, Some(1.5));
+        assert_eq!(ScheduledOptions::default().compaction.tier_ratio, None);
+        for bad in ["0", "-1", "NaN", "inf", "one"] {
+            let err = ScheduledOptions::from_lookup(|k| {
+                (k == "STREAMTABLE_COMPACT_TIER_RATIO").then(|| bad.to_string())
+            })
+            .expect_err(bad);
+            assert!(
+                err.to_string().contains("STREAMTABLE_COMPACT_TIER_RATIO"),
+                "{err}"
+            );
+        }
         assert_eq!(o.maintenance.snapshot_retention_ms, 7_200_000);
         assert_eq!(o.compaction.min_input_files, 3);
         assert_eq!(o.commit.max_rounds, 4);

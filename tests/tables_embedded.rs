@@ -72,3 +72,9 @@ async fn a_table_whose_catalog_entry_is_gone_is_registered_at_its_head() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it() {
+    c::size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(&common::embedded().await)
+        .await;
+}

@@ -43,6 +43,13 @@ pub struct CompactOptions {
     pub stitch_min_row_group_bytes: u64,
     /// Decoded bytes at which a re-encoded output row group is closed (whatever its rows).
     pub max_row_group_bytes: usize,
+    /// Size tiers: `Some(r)` rewrites a partition's smallest files only, each next one (by
+    /// size) taken while it is at most `r` times the files taken before it together, so a
+    /// compacted file waits until newer files add up to 1/`r` of its size instead of being
+    /// rewritten by every run (with `r` = 2 each byte is then rewritten about
+    /// log₁.₅(target / file) times on its way to the target size, not once per run). `None`:
+    /// every small file (the default).
+    pub tier_ratio: Option<f64>,
 }
 
 impl Default for CompactOptions {
@@ -53,6 +60,7 @@ impl Default for CompactOptions {
             max_rewrite_bytes_per_run: 8 * 1024 * 1024 * 1024,
             stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
             max_row_group_bytes: rewrite::ROW_GROUP_BYTES,
+            tier_ratio: None,
         }
     }
 }
@@ -144,7 +152,14 @@ pub async fn compact_all_until(
         };
         let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
         let table = std::sync::Arc::new(table);
-        for job in plan(&table, current.live(), small_below, options.min_input_files) {
+        let picked = plan(
+            &table,
+            current.live(),
+            small_below,
+            options.min_input_files,
+            options.tier_ratio,
+        );
+        for job in picked {
             jobs.push((name, def, table.clone(), job));
         }
     }
@@ -263,12 +278,38 @@ async fn compact_job(
     Ok(Some(report))
 }
 
-/// Partitions with enough small files, their small files sorted by path.
+/// The size tier of `sizes` (ascending) to rewrite: from the smallest start that gives one of
+/// at least `min_files`, its first file and each next one while that is at most `ratio` times
+/// the sum of those taken (a tiny file does not hold back the others). Empty when no start
+/// does.
+fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
+    for start in 0..sizes.len() {
+        let mut sum = 0u64;
+        let len = sizes[start..]
+            .iter()
+            .take_while(|&&s| {
+                let take = sum == 0 || s as f64 <= ratio * sum as f64;
+                if take {
+                    sum = sum.saturating_add(s.max(1));
+                }
+                take
+            })
+            .count();
+        if len >= min_files.max(1) {
+            return start..start + len;
+        }
+    }
+    0..0
+}
+
+/// Partitions with enough small files (with `tier_ratio`, enough in their smallest tier),
+/// their chosen files sorted by path.
 fn plan<'a>(
     table: &iceberg::table::Table,
     live: impl Iterator<Item = &'a files::FileEntry>,
     small_below: u64,
     min_files: usize,
+    tier_ratio: Option<f64>,
 ) -> Vec<Job> {
     let spec = table.metadata().default_partition_spec();
     let Ok(partition_type) = spec.partition_type(table.metadata().current_schema()) else {
@@ -294,6 +335,21 @@ fn plan<'a>(
         })
         .collect();
     groups.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(ratio) = tier_ratio {
+        for (_, (_, files)) in &mut groups {
+            files.sort_by(|a, b| {
+                (a.data_file().file_size_in_bytes(), a.file_path())
+                    .cmp(&(b.data_file().file_size_in_bytes(), b.file_path()))
+            });
+            let sizes: Vec<u64> = files
+                .iter()
+                .map(|f| f.data_file().file_size_in_bytes())
+                .collect();
+            let picked = tier(&sizes, ratio, min_files);
+            files.truncate(picked.end);
+            files.drain(..picked.start);
+        }
+    }
     groups
         .into_iter()
         .filter(|(_, (_, files))| files.len() >= min_files)
@@ -306,4 +362,32 @@ fn plan<'a>(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_size_tier_takes_the_small_files_and_leaves_a_larger_one_for_later() {
+        // A minute's 20 small files beside the day's compacted file of 30 MB: only the small.
+        let mut sizes = vec![500_000u64; 20];
+        sizes.push(30_000_000);
+        assert_eq!(tier(&sizes, 2.0, 2), 0..20);
+        // Files of about one size go together.
+        assert_eq!(tier(&[10, 12, 15, 19], 2.0, 2), 0..4);
+        // Once newer files add up to half its size, it joins them.
+        assert_eq!(tier(&[10, 10, 10, 60], 2.0, 2), 0..4);
+        assert_eq!(tier(&[10, 10, 10, 61], 2.0, 2), 0..3);
+        // A tiny file does not hold the others back; it joins a later tier.
+        assert_eq!(tier(&[1, 10, 10, 10, 100], 2.0, 2), 1..4);
+        // Too few in any tier: nothing.
+        assert_eq!(tier(&[1, 100, 10_000], 2.0, 2), 0..0);
+        // The stitch test's mix: three of 20 rows, then 300-row files; no tiers takes all.
+        assert_eq!(tier(&[20, 20, 20, 300, 300, 300], 2.0, 2), 0..3);
+        assert_eq!(tier(&[20, 20, 20, 300, 300, 300], f64::INFINITY, 2), 0..6);
+        assert_eq!(tier(&[], 2.0, 2), 0..0);
+        assert_eq!(tier(&[0, 0, 5], 2.0, 2), 0..2);
+        assert_eq!(tier(&[u64::MAX, u64::MAX], 2.0, 2), 0..2);
+    }
 }

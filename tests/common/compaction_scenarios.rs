@@ -249,3 +249,89 @@ pub async fn a_replace_whose_new_file_is_gone_commits_nothing(h: &Harness) {
         "nothing committed"
     );
 }
+
+/// With size tiers (`tier_ratio` 2), a compacted file is left alone while the files beside it
+/// are small against it, and rewritten with them once they add up to half its size; every row is read
+/// exactly once throughout.
+pub async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(h: &Harness) {
+    let tables = h.tables();
+    let tiers = CompactOptions {
+        min_input_files: 2,
+        tier_ratio: Some(2.0),
+        ..opts()
+    };
+    let live = || async {
+        let (table, _) = h
+            .backend
+            .catalog
+            .load(&tables.ident("orders"))
+            .await
+            .expect("load")
+            .expect("table");
+        let mut live = streamtable::maintenance::live_files(&table)
+            .await
+            .expect("live files");
+        live.sort();
+        live
+    };
+    let offset = std::cell::Cell::new(0i64);
+    let land = |rows: i64| {
+        let range = offset.get()..offset.get() + rows;
+        offset.set(offset.get() + rows);
+        let tables = tables.clone();
+        async move {
+            h.ingestor()
+                .handle(&event(&records("orders", 0, range)))
+                .await
+                .expect("ingest");
+            commit_pending(&h.backend, &tables).await.expect("commit");
+        }
+    };
+    let orders = |report: &[streamtable::compact::PartitionCompaction]| {
+        report
+            .iter()
+            .find(|c| c.table == "orders")
+            .map(|c| (c.input_files, c.output_files))
+    };
+    for _ in 0..6 {
+        land(300).await;
+    }
+    let report = compact_all(&h.backend, &tables, &tiers)
+        .await
+        .expect("compact");
+    assert_eq!(orders(&report), Some((6, 1)), "{report:?}");
+    let big = live().await;
+    assert_eq!(big.len(), 1);
+
+    // Two small appends: merged with each other, the compacted file left alone.
+    land(30).await;
+    land(30).await;
+    let report = compact_all(&h.backend, &tables, &tiers)
+        .await
+        .expect("compact");
+    assert_eq!(orders(&report), Some((2, 1)), "{report:?}");
+    let now = live().await;
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(
+        now.contains(&big[0]),
+        "the compacted file is untouched: {now:?}"
+    );
+    check_table(h, "orders", &json_keys(0, 0..offset.get()));
+
+    // Newer files adding up to half its size or more: it is rewritten with them.
+    for _ in 0..7 {
+        land(300).await;
+    }
+    let report = compact_all(&h.backend, &tables, &tiers)
+        .await
+        .expect("compact");
+    let (inputs, outputs) = orders(&report).expect("orders compacted");
+    assert!(inputs >= 8 && outputs == 1, "{report:?}");
+    let now = live().await;
+    assert!(
+        !now.contains(&big[0]),
+        "the compacted file joined the newer ones: {now:?}"
+    );
+    assert!(now.len() <= 2, "{now:?}");
+    check_table(h, "orders", &json_keys(0, 0..offset.get()));
+}
