@@ -76,11 +76,11 @@ impl ScheduledOptions {
         }
         if let Some(v) = var("STREAMTABLE_COMPACT_TIER_RATIO") {
             match v.trim().parse::<f64>() {
-                Ok(r) if r.is_finite() && r > 0.0 => o.compaction.tier_ratio = Some(r),
+                Ok(r) if r.is_finite() && r >= 1.0 => o.compaction.tier_ratio = Some(r),
                 _ => {
                     return Err(Error::Config(format!(
-                        "STREAMTABLE_COMPACT_TIER_RATIO={v:?} is not a number above 0 (2 merges a \
-                         compacted file once newer files add up to half its size)"
+                        "STREAMTABLE_COMPACT_TIER_RATIO={v:?} is not a number of at least 1 (2 \
+                         merges a compacted file once smaller files add up to half its size)"
                     )));
                 }
             }
@@ -467,7 +467,7 @@ mod tests {
         .expect("valid");
         assert_eq!(o.compaction.tier_ratio, Some(1.5));
         assert_eq!(ScheduledOptions::default().compaction.tier_ratio, None);
-        for bad in ["0", "-1", "NaN", "inf", "one"] {
+        for bad in ["0", "0.5", "-1", "NaN", "inf", "one"] {
             let err = ScheduledOptions::from_lookup(|k| {
                 (k == "STREAMTABLE_COMPACT_TIER_RATIO").then(|| bad.to_string())
             })

@@ -43,11 +43,12 @@ pub struct CompactOptions {
     pub stitch_min_row_group_bytes: u64,
     /// Decoded bytes at which a re-encoded output row group is closed (whatever its rows).
     pub max_row_group_bytes: usize,
-    /// Size tiers: `Some(r)` rewrites a partition's smallest files only, each next one (by
-    /// size) taken while it is at most `r` times the files taken before it together, so a
-    /// compacted file waits until newer files add up to 1/`r` of its size instead of being
-    /// rewritten by every run (with `r` = 2 each byte is then rewritten about
-    /// log₁.₅(target / file) times on its way to the target size, not once per run). `None`:
+    /// Size tiers: `Some(r)` (at least 1) rewrites a run of a partition's small files by
+    /// size, each next one taken while it is at most `r` times the files taken before it
+    /// together ([`tier`]), so a compacted file waits until smaller files add up to 1/`r` of
+    /// its size instead of being rewritten by every run (with `r` = 2 each byte is rewritten
+    /// at most about log₁.₅(small bound / first file) times before it leaves the small files,
+    /// not once per run). When no run qualifies, every small file, as without tiers. `None`:
     /// every small file (the default).
     pub tier_ratio: Option<f64>,
 }
@@ -176,7 +177,14 @@ pub async fn compact_all_until(
             .saturating_duration_since(Instant::now())
             .as_secs_f64();
         let time_cap = (left * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
-        if !job.fit_budget(budget.min(time_cap), options.min_input_files) {
+        // With size tiers a cut keeps the smallest files: a large one rewritten with a few
+        // small ones would undo the tier.
+        let smallest_first = options.tier_ratio.is_some();
+        if !job.fit_budget(
+            budget.min(time_cap),
+            options.min_input_files,
+            smallest_first,
+        ) {
             tracing::info!(table = %name, partition = %job.path, "compaction byte budget of this run used up for this partition");
             continue;
         }
@@ -196,19 +204,30 @@ impl Job {
         self.inputs.iter().map(|e| e.file_size_in_bytes()).sum()
     }
 
-    /// Keeps the first inputs (in path order) that fit `budget` bytes; false when fewer than
-    /// `min_files` do.
-    fn fit_budget(&mut self, budget: u64, min_files: usize) -> bool {
+    /// Keeps the first inputs (in path order; with `smallest_first`, by size, kept in path
+    /// order) that fit `budget` bytes; false when fewer than `min_files` do.
+    fn fit_budget(&mut self, budget: u64, min_files: usize, smallest_first: bool) -> bool {
+        let mut order: Vec<usize> = (0..self.inputs.len()).collect();
+        if smallest_first {
+            order.sort_by_key(|&i| self.inputs[i].file_size_in_bytes());
+        }
         let mut total = 0u64;
-        let fit = self
-            .inputs
+        let fit = order
             .iter()
-            .take_while(|e| {
-                total += e.file_size_in_bytes();
+            .take_while(|&&i| {
+                total = total.saturating_add(self.inputs[i].file_size_in_bytes());
                 total <= budget
             })
             .count();
-        self.inputs.truncate(fit);
+        let mut keep = vec![false; self.inputs.len()];
+        for &i in &order[..fit] {
+            keep[i] = true;
+        }
+        let mut i = 0;
+        self.inputs.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
         fit >= min_files.max(2)
     }
 }
@@ -280,8 +299,10 @@ async fn compact_job(
 
 /// The size tier of `sizes` (ascending) to rewrite: from the smallest start that gives one of
 /// at least `min_files`, its first file and each next one while that is at most `ratio` times
-/// the sum of those taken (a tiny file does not hold back the others). Empty when no start
-/// does.
+/// the sum of those taken (so files smaller than the next by more than `ratio` do not hold the
+/// others back; they join once enough files of their size gather, or in the fallback below).
+/// When no start gives one, all of them: a partition that stopped receiving files (yesterday's
+/// day) is merged whole once rather than left in small files.
 fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
     for start in 0..sizes.len() {
         let mut sum = 0u64;
@@ -295,7 +316,7 @@ fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
                 take
             })
             .count();
-        if len >= min_files.max(1) {
+        if len >= min_files.max(2) {
             return start..start + len;
         }
     }
@@ -346,8 +367,10 @@ fn plan<'a>(
                 .map(|f| f.data_file().file_size_in_bytes())
                 .collect();
             let picked = tier(&sizes, ratio, min_files);
-            files.truncate(picked.end);
-            files.drain(..picked.start);
+            if !picked.is_empty() {
+                files.truncate(picked.end);
+                files.drain(..picked.start);
+            }
         }
     }
     groups
@@ -389,5 +412,12 @@ mod tests {
         assert_eq!(tier(&[], 2.0, 2), 0..0);
         assert_eq!(tier(&[0, 0, 5], 2.0, 2), 0..2);
         assert_eq!(tier(&[u64::MAX, u64::MAX], 2.0, 2), 0..2);
+        // At least two files, whatever min_files says.
+        assert_eq!(tier(&[1, 100], 2.0, 1), 0..0);
+        // Tiers of four at min_files 5: none qualifies (the plan then takes them all).
+        assert_eq!(
+            tier(&[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100], 2.0, 5),
+            0..0
+        );
     }
 }
