@@ -155,16 +155,7 @@ pub async fn compaction_copies_large_row_groups_and_merges_small_ones(h: &Harnes
     let after = check_table(h, "orders", &expected);
     assert_eq!(before["checksum"], after["checksum"], "values unchanged");
 
-    let (table, _) = h
-        .backend
-        .catalog
-        .load(&tables.ident("orders"))
-        .await
-        .expect("load")
-        .expect("table");
-    let live = streamtable::maintenance::live_files(&table)
-        .await
-        .expect("live files");
+    let live = h.live_files("orders").await;
     assert_eq!(live.len(), 1);
     let bytes = h
         .backend
@@ -260,20 +251,6 @@ pub async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(h:
         tier_ratio: Some(2.0),
         ..opts()
     };
-    let live = || async {
-        let (table, _) = h
-            .backend
-            .catalog
-            .load(&tables.ident("orders"))
-            .await
-            .expect("load")
-            .expect("table");
-        let mut live = streamtable::maintenance::live_files(&table)
-            .await
-            .expect("live files");
-        live.sort();
-        live
-    };
     let offset = std::cell::Cell::new(0i64);
     let land = |rows: i64| {
         let range = offset.get()..offset.get() + rows;
@@ -300,7 +277,7 @@ pub async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(h:
         .await
         .expect("compact");
     assert_eq!(orders(&report), Some((6, 1)), "{report:?}");
-    let big = live().await;
+    let big = h.live_files("orders").await;
     assert_eq!(big.len(), 1);
 
     // Two small appends: merged with each other, the compacted file left alone.
@@ -310,7 +287,7 @@ pub async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(h:
         .await
         .expect("compact");
     assert_eq!(orders(&report), Some((2, 1)), "{report:?}");
-    let now = live().await;
+    let now = h.live_files("orders").await;
     assert_eq!(now.len(), 2, "{now:?}");
     assert!(
         now.contains(&big[0]),
@@ -327,7 +304,7 @@ pub async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(h:
         .expect("compact");
     let (inputs, outputs) = orders(&report).expect("orders compacted");
     assert!(inputs >= 8 && outputs == 1, "{report:?}");
-    let now = live().await;
+    let now = h.live_files("orders").await;
     assert!(
         !now.contains(&big[0]),
         "the compacted file joined the newer ones: {now:?}"

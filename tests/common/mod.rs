@@ -361,6 +361,22 @@ impl Harness {
     }
 
     /// The checkpoint's next offset for a topic-partition.
+    /// The data files `table`'s current snapshot reads, sorted.
+    pub async fn live_files(&self, table: &str) -> Vec<String> {
+        let (loaded, _) = self
+            .backend
+            .catalog
+            .load(&self.tables().ident(table))
+            .await
+            .expect("load")
+            .expect("table");
+        let mut live = streamtable::maintenance::live_files(&loaded)
+            .await
+            .expect("live files");
+        live.sort();
+        live
+    }
+
     pub async fn next_offset(&self, topic: &str, partition: i32) -> i64 {
         let source = streamtable::checkpoint::SourcePartition::new(topic, partition);
         self.backend

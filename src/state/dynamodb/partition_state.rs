@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use prost::encoding::{decode_varint, encode_varint};
 
 use super::{DynamoStateStore, get_n, get_s, n, s};
 use crate::checkpoint::{SourceAdvance, SourcePartition, StoredState};
@@ -83,27 +84,6 @@ const BODY: u8 = 0x11;
 const LOCATION: u8 = 0x12;
 const HASHED: u8 = 0x13;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(b: &mut &[u8]) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&byte, rest) = b.split_first()?;
-        *b = rest;
-        v |= u64::from(byte & 0x7f).checked_shl(shift)?;
-        if byte < 0x80 {
-            return Some(v);
-        }
-    }
-    None
-}
-
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
@@ -130,9 +110,9 @@ fn split_location(location: &str) -> Option<(&str, [u8; 16])> {
 /// directory's 32-bit id (big-endian) and the file's 128-bit hash. Also the directory attribute to set.
 fn encode_entry(state: &StoredState) -> (Vec<u8>, Option<(String, String)>) {
     let mut out = vec![NONE];
-    put_varint(&mut out, zigzag(state.next_offset));
-    put_varint(&mut out, state.bytes);
-    put_varint(&mut out, zigzag(state.updated_at_ms));
+    encode_varint(zigzag(state.next_offset), &mut out);
+    encode_varint(state.bytes, &mut out);
+    encode_varint(zigzag(state.updated_at_ms), &mut out);
     let mut dir = None;
     if let Some(body) = state.body.as_ref().filter(|b| !b.is_empty()) {
         out[0] = BODY;
@@ -163,9 +143,9 @@ fn decode_entry(
     item: &HashMap<String, AttributeValue>,
 ) -> Option<StoredState> {
     let (&kind, mut rest) = blob.split_first()?;
-    let next_offset = unzigzag(get_varint(&mut rest)?);
-    let bytes = get_varint(&mut rest)?;
-    let updated_at_ms = unzigzag(get_varint(&mut rest)?);
+    let next_offset = unzigzag(decode_varint(&mut rest).ok()?);
+    let bytes = decode_varint(&mut rest).ok()?;
+    let updated_at_ms = unzigzag(decode_varint(&mut rest).ok()?);
     let (body, location) = match kind {
         NONE => (None, None),
         BODY => (Some(rest.to_vec()), None),
