@@ -101,7 +101,8 @@ def rru(size, consistent=True, transactional=False):
     return units if consistent else units / 2
 
 
-# S3 requests by object kind, for `STREAMTABLE_COST_BREAKDOWN` (not billed separately).
+# S3 requests by object kind and DynamoDB write units by item kind, for
+# `STREAMTABLE_COST_BREAKDOWN` (not billed separately).
 KINDS = defaultdict(int)
 
 
@@ -128,6 +129,13 @@ def kind_of(path, query):
     if "uploadId" in query or "uploads" in query:
         kind += "+part"
     return kind
+
+
+def item_kind(key):
+    """What a DynamoDB item holds, for the breakdown: its partition key up to the first `#`
+    (`checkpoints`, `state`, `pending`, `lock`...)."""
+    pk = next((v.get("S", "") for v in key.values() if isinstance(v, dict) and "S" in v), "")
+    return pk.split("#", 1)[0] or "?"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -266,6 +274,8 @@ class Handler(BaseHTTPRequestHandler):
                     if action == "TransactWriteItems" and status != 200:
                         size = b  # a cancelled transaction is still billed
                     self._count("dynamodb_wru", wru(size, tx))
+                    with LOCK:
+                        KINDS[f"WRU {item_kind(k)}"] += wru(size, tx)
             if status == 200:
                 self._reads(action, req, json.loads(data))
             else:

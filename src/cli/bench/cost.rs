@@ -3,7 +3,8 @@
 //!
 //! For each width (Kafka partitions per ESM batch), on a fresh bucket, DynamoDB table and Glue
 //! database: ingest `batches` full batches of orders (offsets from 10⁹, as on a topic that has
-//! run for a while), then one commit, then one compaction. The proxy bills every request as AWS
+//! run for a while), then one commit, then one compaction — `cycles` times, all counted (size
+//! tiers, `STREAMTABLE_COMPACT_TIER_RATIO`, pay off over several runs, not in one). The proxy bills every request as AWS
 //! would (DynamoDB units from item sizes); the counts are scaled to one GB of event JSON and
 //! priced with the README's list prices.
 
@@ -207,16 +208,27 @@ fn processing_events(width: i32, batches: u64, records: u64) -> Vec<Batch> {
 async fn compact(
     backend: &Backend,
     tables: &TableSet,
+    options: &crate::compact::CompactOptions,
 ) -> Result<Vec<crate::compact::PartitionCompaction>> {
-    crate::compact::compact_all(
-        backend,
-        tables,
-        &crate::compact::CompactOptions {
-            min_input_files: 2,
-            ..Default::default()
-        },
-    )
-    .await
+    crate::compact::compact_all(backend, tables, options).await
+}
+
+/// The compaction options of the scheduled stage's environment
+/// (`STREAMTABLE_COMPACT_TIER_RATIO` and the rest), with at least 2 input files unless
+/// `STREAMTABLE_COMPACT_MIN_FILES` says otherwise: a run's files are merged by that run.
+fn compact_options() -> Result<crate::compact::CompactOptions> {
+    let mut options = crate::scheduled::ScheduledOptions::from_env()?.compaction;
+    if std::env::var_os("STREAMTABLE_COMPACT_MIN_FILES").is_none() {
+        options.min_input_files = 2;
+    }
+    Ok(options)
+}
+
+/// Adds one phase's counts to its total over the cycles.
+fn add(total: &mut Counts, more: Counts) {
+    for (k, v) in more {
+        *total.entry(k).or_default() += v;
+    }
 }
 
 /// Runs the benchmark for each width.
@@ -224,9 +236,11 @@ pub(super) async fn cost(
     config: &Config,
     widths: &[i32],
     batches: u64,
+    cycles: u64,
     records: u64,
     processing: bool,
 ) -> Result<()> {
+    let options = compact_options()?;
     let endpoint = std::env::var("AWS_ENDPOINT_URL")
         .ok()
         .filter(|v| !v.is_empty())
@@ -283,28 +297,36 @@ pub(super) async fn cost(
             tables.ensure_all(&backend).await?;
         }
         let ingestor = Ingestor::new(&spec, &backend)?;
+        let counted = batches * cycles;
         let events = if processing {
-            processing_events(width, batches, records)
+            processing_events(width, counted, records)
         } else {
-            spine_events(width, batches, records)
+            spine_events(width, counted, records)
         };
-        let warm = events.len() - batches as usize;
+        let warm = events.len() - counted as usize;
         let json_bytes: usize = events[warm..].iter().map(|b| b.bytes()).sum();
         let per_gb = 1e9 / json_bytes as f64;
 
-        let (mut wall, mut cpu0) = (Vec::new(), cpu_seconds());
+        // Each phase's counts and CPU, summed over the counted cycles.
+        let (mut ingest, mut commit, mut compact_counts) =
+            (Counts::new(), Counts::new(), Counts::new());
+        let (mut cpu, mut commit_cpu, mut compact_cpu) = (0.0, 0.0, 0.0);
+        let (mut commit_s, mut compact_s) = (0.0, 0.0);
+        let (mut files, mut compacted) = (0u64, 0usize);
+        let mut wall = Vec::new();
         let (mut invocations, mut derived_rows) = (0u64, 0u64);
+        let mut cpu0 = cpu_seconds();
         for (i, batch) in events.iter().enumerate() {
             if i == warm {
                 if processing {
-                    // The warm-up's rows committed and compacted, uncounted: the join's state
-                    // and the tables exist, as in a pipeline that has run for a while.
+                    // The warm-up's last rows committed and compacted, uncounted: the join's
+                    // state and the tables exist, as in a pipeline that has run for a while.
                     crate::commit::commit_pending(&backend, &tables).await?;
-                    compact(&backend, &tables).await?;
+                    compact(&backend, &tables, &options).await?;
                 }
                 counts(&endpoint, true).await?;
                 wall.clear();
-                invocations = 0;
+                (invocations, derived_rows) = (0, 0);
                 cpu0 = cpu_seconds();
             }
             for e in batch.events.iter() {
@@ -323,40 +345,60 @@ pub(super) async fn cost(
                 }
                 derived_rows += s.derived_rows;
             }
+            let done = i + 1;
+            if done > warm && (done - warm) % batches as usize == 0 {
+                // The end of a counted cycle: the scheduled stage's commit and compaction.
+                cpu += cpu_seconds() - cpu0;
+                add(&mut ingest, counts(&endpoint, true).await?);
+                let (t, c0) = (Instant::now(), cpu_seconds());
+                files += crate::commit::commit_pending(&backend, &tables)
+                    .await?
+                    .files();
+                (commit_s, commit_cpu) = (
+                    commit_s + t.elapsed().as_secs_f64(),
+                    commit_cpu + cpu_seconds() - c0,
+                );
+                add(&mut commit, counts(&endpoint, true).await?);
+                let (t, c0) = (Instant::now(), cpu_seconds());
+                compacted += compact(&backend, &tables, &options).await?.len();
+                (compact_s, compact_cpu) = (
+                    compact_s + t.elapsed().as_secs_f64(),
+                    compact_cpu + cpu_seconds() - c0,
+                );
+                add(&mut compact_counts, counts(&endpoint, true).await?);
+                cpu0 = cpu_seconds();
+            } else if processing && done < warm && done % batches as usize == 0 {
+                // The warm-up runs the scheduled stage at the same cadence, uncounted.
+                crate::commit::commit_pending(&backend, &tables).await?;
+                compact(&backend, &tables, &options).await?;
+            }
         }
-        let cpu = cpu_seconds() - cpu0;
         if processing && derived_rows == 0 {
             return Err(Error::Internal(
                 "bench cost --processing: the derived tables wrote no rows".into(),
             ));
         }
-        let ingest = counts(&endpoint, true).await?;
-        let (t, cpu0) = (Instant::now(), cpu_seconds());
-        let report = crate::commit::commit_pending(&backend, &tables).await?;
-        let (commit_s, commit_cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
-        let commit = counts(&endpoint, true).await?;
-        let (t, cpu0) = (Instant::now(), cpu_seconds());
-        let compaction = compact(&backend, &tables).await?;
-        let (compact_s, compact_cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
-        let compact = counts(&endpoint, false).await?;
+        let compact = compact_counts;
+        // Scheduled runs: one Lambda request each.
+        let runs = cycles as f64;
 
         // Lambda: one request per invocation, and the CPU measured here at 1024 MB's vCPU
         // share (the scheduled stage's too: one invocation runs the commit and compaction).
         let gb_s = |cpu: f64| cpu / VCPU_AT_1024_MB * LAMBDA_GB_SECOND * per_gb;
         let lambda = invocations as f64 * LAMBDA_REQUEST * per_gb + gb_s(cpu);
-        let scheduled_lambda = LAMBDA_REQUEST * per_gb + gb_s(commit_cpu + compact_cpu);
+        let scheduled_lambda = runs * LAMBDA_REQUEST * per_gb + gb_s(commit_cpu + compact_cpu);
         let ingest_usd = dollars(&ingest) * per_gb + lambda;
         let commit_usd = dollars(&commit) * per_gb + gb_s(commit_cpu);
-        let compact_usd = dollars(&compact) * per_gb + gb_s(compact_cpu) + LAMBDA_REQUEST * per_gb;
+        let compact_usd =
+            dollars(&compact) * per_gb + gb_s(compact_cpu) + runs * LAMBDA_REQUEST * per_gb;
         let total = ingest_usd + commit_usd + compact_usd;
         let mean_wall = wall.iter().sum::<f64>() / wall.len().max(1) as f64;
         println!(
-            "\n{width} partitions: {:.1} MB of event JSON in {batches} batches ({:.1} MB each), {} files committed, \
-             {} partitions compacted; ingest {:.2} s per invocation against moto (CPU {:.0} ms per invocation), commit {:.1} s, compaction {:.1} s",
+            "\n{width} partitions: {:.1} MB of event JSON in {counted} batches ({:.1} MB each), {cycles} scheduled run(s) \
+             (a commit and a compaction after every {batches} batches), {files} files committed, \
+             {compacted} partition compactions; ingest {:.2} s per invocation against moto (CPU {:.0} ms per invocation), commit {:.1} s, compaction {:.1} s",
             json_bytes as f64 / 1e6,
-            json_bytes as f64 / 1e6 / batches as f64,
-            report.files(),
-            compaction.len(),
+            json_bytes as f64 / 1e6 / counted as f64,
             mean_wall,
             cpu * 1e3 / invocations.max(1) as f64,
             commit_s,
@@ -386,7 +428,7 @@ pub(super) async fn cost(
                 "compaction",
                 &compact,
                 per_gb,
-                gb_s(compact_cpu) + LAMBDA_REQUEST * per_gb
+                gb_s(compact_cpu) + runs * LAMBDA_REQUEST * per_gb
             )
         );
         println!(

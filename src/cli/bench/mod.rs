@@ -148,6 +148,10 @@ pub enum BenchCommand {
         /// ESM batches ingested per run (one commit and one compaction follow).
         #[arg(long, default_value_t = 20)]
         batches: u64,
+        /// Scheduled runs counted: `batches` batches, a commit and a compaction, this many
+        /// times (the warm-up of `--processing` runs the scheduled stage at the same cadence).
+        #[arg(long, default_value_t = 1)]
+        cycles: u64,
         /// Records per batch.
         #[arg(long, default_value_t = 10_000)]
         records: u64,
@@ -256,9 +260,20 @@ pub async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
         BenchCommand::Cost {
             partitions,
             batches,
+            cycles,
             records,
             processing,
-        } => cost::cost(config, partitions, (*batches).max(1), *records, *processing).await,
+        } => {
+            cost::cost(
+                config,
+                partitions,
+                (*batches).max(1),
+                (*cycles).max(1),
+                *records,
+                *processing,
+            )
+            .await
+        }
         BenchCommand::Freshness {
             seconds,
             rate,
