@@ -346,7 +346,7 @@ pub(super) async fn cost(
                 derived_rows += s.derived_rows;
             }
             let done = i + 1;
-            if done > warm && (done - warm) % batches as usize == 0 {
+            if done > warm && (done - warm).is_multiple_of(batches as usize) {
                 // The end of a counted cycle: the scheduled stage's commit and compaction.
                 cpu += cpu_seconds() - cpu0;
                 add(&mut ingest, counts(&endpoint, true).await?);
@@ -367,7 +367,7 @@ pub(super) async fn cost(
                 );
                 add(&mut compact_counts, counts(&endpoint, true).await?);
                 cpu0 = cpu_seconds();
-            } else if processing && done < warm && done % batches as usize == 0 {
+            } else if processing && done < warm && done.is_multiple_of(batches as usize) {
                 // The warm-up runs the scheduled stage at the same cadence, uncounted.
                 crate::commit::commit_pending(&backend, &tables).await?;
                 compact(&backend, &tables, &options).await?;
