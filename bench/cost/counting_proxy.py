@@ -134,7 +134,9 @@ def kind_of(path, query):
 def item_kind(key):
     """What a DynamoDB item holds, for the breakdown: its partition key up to the first `#`
     (`checkpoints`, `state`, `pending`, `lock`...)."""
-    pk = next((v.get("S", "") for v in key.values() if isinstance(v, dict) and "S" in v), "")
+    pk = key.get("pk", {}).get("S") or next(
+        (v.get("S", "") for v in key.values() if isinstance(v, dict) and "S" in v), ""
+    )
     return pk.split("#", 1)[0] or "?"
 
 
@@ -203,6 +205,8 @@ class Handler(BaseHTTPRequestHandler):
         if target.startswith("AWSGlue."):
             self._count("glue_requests")
             self._count("glue." + target.split(".", 1)[1])
+            with LOCK:
+                KINDS["Glue " + target.split(".", 1)[1]] += 1
             return self._reply(*self._forward(body))
         status, headers, data = self._forward(body)
         self._s3(status, len(body))
@@ -276,6 +280,12 @@ class Handler(BaseHTTPRequestHandler):
                     self._count("dynamodb_wru", wru(size, tx))
                     with LOCK:
                         KINDS[f"WRU {item_kind(k)}"] += wru(size, tx)
+                        # Item sizes by kind: how far each is from the next billed kilobyte.
+                        KINDS[f"writes {item_kind(k)}"] += 1
+                        KINDS[f"bytes {item_kind(k)}"] += size
+                        KINDS[f"max bytes {item_kind(k)}"] = max(
+                            KINDS[f"max bytes {item_kind(k)}"], size
+                        )
             if status == 200:
                 self._reads(action, req, json.loads(data))
             else:
