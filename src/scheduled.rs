@@ -76,11 +76,13 @@ impl ScheduledOptions {
         }
         if let Some(v) = var("STREAMTABLE_COMPACT_TIER_RATIO") {
             match v.trim().parse::<f64>() {
+                _ if v.trim().eq_ignore_ascii_case("off") => o.compaction.tier_ratio = None,
                 Ok(r) if r.is_finite() && r >= 1.0 => o.compaction.tier_ratio = Some(r),
                 _ => {
                     return Err(Error::Config(format!(
-                        "STREAMTABLE_COMPACT_TIER_RATIO={v:?} is not a number of at least 1 (2 \
-                         merges a compacted file once smaller files add up to half its size)"
+                        "STREAMTABLE_COMPACT_TIER_RATIO={v:?} is not a number of at least 1 (2, \
+                         the default, merges a compacted file once smaller files add up to half \
+                         its size) or \"off\" (every small file, every run)"
                     )));
                 }
             }
@@ -466,7 +468,12 @@ mod tests {
         })
         .expect("valid");
         assert_eq!(o.compaction.tier_ratio, Some(1.5));
-        assert_eq!(ScheduledOptions::default().compaction.tier_ratio, None);
+        assert_eq!(ScheduledOptions::default().compaction.tier_ratio, Some(2.0));
+        let off = ScheduledOptions::from_lookup(|k| {
+            (k == "STREAMTABLE_COMPACT_TIER_RATIO").then(|| "off".to_string())
+        })
+        .expect("off");
+        assert_eq!(off.compaction.tier_ratio, None);
         for bad in ["0", "0.5", "-1", "NaN", "inf", "one"] {
             let err = ScheduledOptions::from_lookup(|k| {
                 (k == "STREAMTABLE_COMPACT_TIER_RATIO").then(|| bad.to_string())

@@ -154,3 +154,85 @@ async fn per_partition_checkpoints_upgrade_to_buckets_exactly_once() {
     expected.extend(keys(0, 100..130));
     assert_eq!(h.landed("orders").await, expected);
 }
+
+/// DynamoDB's billed size of an item: each attribute's name and value (a number at about a
+/// byte per two digits), as its documentation counts them.
+fn item_bytes(
+    item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    item.iter()
+        .map(|(name, v)| {
+            name.len()
+                + match v {
+                    AttributeValue::S(s) => s.len(),
+                    AttributeValue::N(n) => n.len().div_ceil(2) + 1,
+                    AttributeValue::B(b) => b.as_ref().len(),
+                    AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+                    other => format!("{other:?}").len(),
+                }
+        })
+        .sum()
+}
+
+/// A pending batch's item is written in the batch's transaction (2 write units per KB) and
+/// deleted by its commit (1 per KB), which `bench cost` prices at 4 write units and 2: the
+/// shipped spec's orders batch — the files of orders, `orders_clean` and the window's
+/// partials, with their column statistics — stays within 2 KB over 4 partitions and over 64,
+/// whose other 63 offset ranges travel in it too.
+#[tokio::test]
+async fn a_pending_batch_item_of_the_shipped_spec_fits_its_kilobytes() {
+    use common::event;
+    for (width, most) in [(4, 2048), (64, 2048)] {
+        let mut h = common::moto().await;
+        h.spec = common::shipped_spec();
+        h.tables().ensure_all(&h.backend).await.expect("tables");
+        // As the scheduled stage does on a new deployment: nothing to move, buckets from now.
+        h.backend
+            .state
+            .upgrade(streamtable::clock::now_ms())
+            .await
+            .expect("layout");
+        // 10,000 orders of the last 100 s with random ids, round-robin over the partitions of a
+        // topic that has run for a while.
+        let now = streamtable::clock::now_ms();
+        let mut f = streamtable::generate::EventFactory::new(7);
+        let recs: Vec<_> = (0..10_000i64)
+            .map(|i| {
+                let at = now - 100_000 + i * 10;
+                let id = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                streamtable::generate::SourceRecord {
+                    topic: "orders".into(),
+                    partition: (i % i64::from(width)) as i32,
+                    offset: 1_000_000_000 + i / i64::from(width),
+                    timestamp_ms: at,
+                    key: Some(format!("{id:x}").into_bytes()),
+                    value: Some(f.order(id, at).into_bytes()),
+                    raw_value_field: None,
+                }
+            })
+            .collect();
+        h.ingestor().handle(&event(&recs)).await.expect("ingest");
+        let sdk = streamtable::aws::load_config().await;
+        let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+        let items = dynamo
+            .scan()
+            .table_name(state_table(&h))
+            .filter_expression("begins_with(pk, :p)")
+            .expression_attribute_values(
+                ":p",
+                aws_sdk_dynamodb::types::AttributeValue::S("pending#".into()),
+            )
+            .send()
+            .await
+            .expect("scan");
+        let sizes: Vec<usize> = items.items().iter().map(item_bytes).collect();
+        eprintln!("width {width}: pending items of {sizes:?} bytes");
+        assert_eq!(sizes.len(), 1, "one pending item per invocation");
+        assert!(
+            sizes[0] <= most,
+            "width {width}: {} bytes > {most}",
+            sizes[0]
+        );
+    }
+}

@@ -323,3 +323,76 @@ async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it() {
     c::size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(&common::moto().await)
         .await;
 }
+
+/// Every S3 request is billed, so a written object stays one `PutObject` until it outgrows one
+/// 64 MiB part (a compacted file of 60 MiB is one request, not a create, 4 parts and a
+/// complete); past that it streams as a multipart upload and reads back byte for byte.
+/// S3 tells the two apart by the ETag: a multipart object's ends in `-<parts>`.
+#[tokio::test]
+async fn objects_stay_one_put_until_they_outgrow_a_64_mib_part() {
+    use iceberg::io::FileWrite as _;
+    let h = common::moto().await;
+    let sdk = streamtable::aws::load_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build(),
+    );
+    let root = h.backend.warehouse.root().to_string();
+    let (bucket, prefix) = root
+        .trim_start_matches("s3://")
+        .split_once('/')
+        .expect("warehouse root is s3://bucket/prefix");
+    const MIB: usize = 1024 * 1024;
+    for (name, size, parts) in [
+        ("one-put", 60 * MIB, None),
+        ("multipart", 65 * MIB, Some(2)),
+    ] {
+        let location = format!("{root}/large/{name}.bin");
+        let chunk: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8).collect();
+        let mut writer = h
+            .backend
+            .warehouse
+            .file_io()
+            .new_output(&location)
+            .expect("output")
+            .writer()
+            .await
+            .expect("writer");
+        for _ in 0..size / MIB {
+            writer
+                .write(bytes::Bytes::from(chunk.clone()))
+                .await
+                .expect("write");
+        }
+        writer.close().await.expect("close");
+        let key = format!("{prefix}/large/{name}.bin");
+        let head = s3
+            .head_object()
+            .bucket(bucket)
+            .key(&key)
+            .send()
+            .await
+            .expect("head");
+        assert_eq!(head.content_length(), Some(size as i64), "{name}");
+        let etag = head
+            .e_tag()
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_string();
+        let uploaded_parts = etag.split_once('-').map(|(_, n)| n.parse::<usize>().ok());
+        assert_eq!(uploaded_parts, parts.map(Some), "{name}: ETag {etag}");
+        let back = h
+            .backend
+            .warehouse
+            .read(&location)
+            .await
+            .expect("read back");
+        assert_eq!(back.len(), size, "{name}");
+        assert!(
+            back.chunks(MIB).all(|c| c == chunk.as_slice()),
+            "{name}: read back differs"
+        );
+        h.backend.warehouse.delete(&location).await.expect("delete");
+    }
+}

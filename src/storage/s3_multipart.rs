@@ -1,6 +1,6 @@
 //! Writing an S3 object as iceberg's `FileWrite`: buffered, one `PutObject` when it stays under
-//! one part, a multipart upload of 16 MiB parts when it grows (compaction output), aborted on
-//! any failure, so memory stays bounded by one part.
+//! one part, a multipart upload of 64 MiB parts when it grows (compaction output past 64 MiB),
+//! aborted on any failure, so memory stays bounded by one part.
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
@@ -12,8 +12,10 @@ use iceberg::io::FileWrite;
 use super::s3::{fault, put, split_location};
 use crate::aws::SdkFault;
 
-/// Part size of multipart uploads (S3's minimum is 5 MiB).
-const PART_SIZE: usize = 16 * 1024 * 1024;
+/// Part size of multipart uploads (S3's minimum is 5 MiB). Large, because every request is
+/// billed: a compacted file under 64 MiB is one `PutObject` instead of a create, its parts and
+/// a complete; the scheduled Lambda writes one file at a time, so this is its one buffer.
+pub(super) const PART_SIZE: usize = 64 * 1024 * 1024;
 
 pub(super) struct S3Write {
     client: Client,
