@@ -330,7 +330,6 @@ async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it() {
 /// S3 tells the two apart by the ETag: a multipart object's ends in `-<parts>`.
 #[tokio::test]
 async fn objects_stay_one_put_until_they_outgrow_a_64_mib_part() {
-    use iceberg::io::FileWrite as _;
     let h = common::moto().await;
     let sdk = streamtable::aws::load_config().await;
     let s3 = aws_sdk_s3::Client::from_conf(
