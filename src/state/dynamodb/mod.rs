@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | checkpoints of 96 partitions | `checkpoints#{topic}#{partition / 96}` | `checkpoint` | `next` (map: partition → next offset) |
 //! | checkpoint before 0.3 | `source#{topic}#{partition}` | `checkpoint` | `next_offset`, `version`, `updated_at_ms` |
-//! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `files` (JSON), `files_location` |
+//! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `body` (binary, see [`body`]; in mirror mode `files`, JSON, and `more`), `files_location` |
 //! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
 //! | layout | `meta` | `layout` | `version`, `since_ms`, `synced` |
 //! | states of 16 partitions | `state#{topic}#b{partition / 16:06}` | `state` | per partition `q{p}` (seq) and `s{p}` (binary: next offset, bytes, written at, and the state file's hash or a small inline section); `d{id}` (a directory of state files) |
