@@ -253,6 +253,35 @@ pub fn plan(checkpoint: Checkpoint, offsets: &[i64]) -> Plan {
     }
 }
 
+/// The most offset ranges a stored batch names (far more than the partitions one batch can
+/// take): a stored list longer than this is damage, refused before it is expanded.
+pub const MAX_RANGES: usize = 65_536;
+
+/// The most bytes a stored batch's ranges take once expanded (each range holds its topic's
+/// name): 4,096 partitions of a 249-byte topic take 1.2 MB; a stored list that names a
+/// megabyte-long topic for every range is damage, refused before it is expanded.
+pub const MAX_RANGE_BYTES: usize = 16 << 20;
+
+/// Why ranges of these (topic name length, count) cannot be stored or read back, if so.
+pub fn ranges_beyond_limits(topics: impl IntoIterator<Item = (usize, usize)>) -> Option<String> {
+    let (mut count, mut bytes) = (0usize, 0usize);
+    for (topic_len, n) in topics {
+        count = count.saturating_add(n);
+        bytes = bytes.saturating_add(n.saturating_mul(topic_len.saturating_add(48)));
+    }
+    if count > MAX_RANGES {
+        Some(format!(
+            "{count} ranges, more than a batch has ({MAX_RANGES})"
+        ))
+    } else if bytes > MAX_RANGE_BYTES {
+        Some(format!(
+            "ranges of {bytes} bytes with their topic names, more than {MAX_RANGE_BYTES}"
+        ))
+    } else {
+        None
+    }
+}
+
 /// The compact form of a batch's other ranges kept in a state item: `{"topic":[[partition,
 /// first, last], …]}` (about 15 bytes a partition).
 pub fn encode_ranges(ranges: &[SourceRange]) -> String {
@@ -271,6 +300,9 @@ pub fn encode_ranges(ranges: &[SourceRange]) -> String {
 pub fn decode_ranges(text: &str) -> Result<Vec<SourceRange>, String> {
     let by_topic: std::collections::BTreeMap<String, Vec<[i64; 3]>> =
         serde_json::from_str(text).map_err(|e| format!("ranges: {e}"))?;
+    if let Some(why) = ranges_beyond_limits(by_topic.iter().map(|(t, rs)| (t.len(), rs.len()))) {
+        return Err(format!("ranges: {why}"));
+    }
     let mut out = Vec::new();
     for (topic, rs) in by_topic {
         for [p, first, last] in rs {

@@ -219,7 +219,7 @@ pub async fn landed_offsets(
 ) -> Result<BTreeSet<i64>> {
     let mut landed = BTreeSet::new();
     let mut pending_ranges = Vec::new();
-    for b in backend.state.pending().await? {
+    for b in backend.state.pending_complete().await? {
         for r in b.ranges() {
             if r.source == *source && r.first_offset <= hi && r.last_offset >= lo {
                 pending_ranges.push((r.first_offset, r.last_offset));

@@ -236,3 +236,148 @@ async fn a_pending_batch_item_of_the_shipped_spec_fits_its_kilobytes() {
         );
     }
 }
+
+/// Pending bodies compressed against the dictionary are written only once the commit stage
+/// reads them: on a table the release before laid out, ingest writes the first layout (which
+/// that release's commit stage, still running during a rolling deploy, reads); once this
+/// release's scheduled stage marked the layout, the dictionary one. Both commit.
+#[tokio::test]
+async fn dictionary_bodies_wait_for_a_commit_stage_that_reads_them() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use common::{event, keys, records};
+    use streamtable::state::{DynamoStateStore, StateStore};
+
+    let h = common::moto().await;
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let table = state_table(&h);
+    let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
+    // The layout item as the release before writes it.
+    dynamo
+        .put_item()
+        .table_name(&table)
+        .item("pk", AttributeValue::S("meta".into()))
+        .item("sk", AttributeValue::S("layout".into()))
+        .item("version", AttributeValue::N("3".into()))
+        .item("since_ms", AttributeValue::N("0".into()))
+        .item("synced", AttributeValue::Bool(true))
+        .send()
+        .await
+        .expect("layout of the release before");
+    let fresh = || -> std::sync::Arc<dyn StateStore> {
+        std::sync::Arc::new(DynamoStateStore::new(dynamo.clone(), table.clone()))
+    };
+    let first_bytes = || {
+        let (dynamo, table) = (dynamo.clone(), table.clone());
+        async move {
+            let items = dynamo
+                .scan()
+                .table_name(table)
+                .filter_expression("begins_with(pk, :p)")
+                .expression_attribute_values(":p", AttributeValue::S("pending#".into()))
+                .send()
+                .await
+                .expect("scan");
+            let mut tags: Vec<u8> = items
+                .items()
+                .iter()
+                .filter_map(|i| i.get("body")?.as_b().ok()?.as_ref().first().copied())
+                .collect();
+            tags.sort();
+            tags
+        }
+    };
+    h.ingestor_with_state(fresh())
+        .handle(&event(&records("orders", 0, 0..10)))
+        .await
+        .expect("ingest");
+    assert_eq!(first_bytes().await, [0x28], "the first layout");
+    fresh()
+        .upgrade(streamtable::clock::now_ms())
+        .await
+        .expect("the scheduled stage's upgrade");
+    h.ingestor_with_state(fresh())
+        .handle(&event(&records("orders", 0, 10..20)))
+        .await
+        .expect("ingest");
+    assert_eq!(first_bytes().await, [0x01, 0x28], "then the dictionary's");
+    assert_eq!(h.landed("orders").await, keys(0, 0..20), "both read back");
+    let report = streamtable::commit::commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    assert_eq!(report.batches, 2, "{report:?}");
+    assert_eq!(
+        report.tables.iter().map(|t| t.rows).sum::<u64>(),
+        20,
+        "{report:?}"
+    );
+    assert!(first_bytes().await.is_empty(), "both committed");
+}
+
+/// A pending item that cannot be read (damaged, or in a later release's layout after a
+/// rollback) is not an absent one: orphan clean-up deletes nothing while it is there, so the
+/// files it names — whose offsets the checkpoint has already passed — are not lost.
+#[tokio::test]
+async fn orphan_clean_up_waits_while_a_pending_item_cannot_be_read() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use common::{event, records};
+
+    let h = common::moto().await;
+    let tables = h.tables();
+    tables.ensure_all(&h.backend).await.expect("tables");
+    h.backend
+        .state
+        .upgrade(streamtable::clock::now_ms())
+        .await
+        .expect("layout");
+    h.ingestor()
+        .handle(&event(&records("orders", 0, 0..10)))
+        .await
+        .expect("ingest");
+    let files = h.pending_files().await;
+    assert!(!files.is_empty());
+    let paths: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let df: serde_json::Value = serde_json::from_str(&f.data_file).expect("json");
+            df["file_path"].as_str().expect("path").to_string()
+        })
+        .collect();
+    let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
+    let items = dynamo
+        .scan()
+        .table_name(state_table(&h))
+        .filter_expression("begins_with(pk, :p)")
+        .expression_attribute_values(":p", AttributeValue::S("pending#".into()))
+        .send()
+        .await
+        .expect("scan");
+    assert_eq!(items.items().len(), 1);
+    let item = &items.items()[0];
+    dynamo
+        .update_item()
+        .table_name(state_table(&h))
+        .key("pk", item["pk"].clone())
+        .key("sk", item["sk"].clone())
+        .update_expression("SET body = :b")
+        .expression_attribute_values(
+            ":b",
+            AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0x07, 1, 2, 3])),
+        )
+        .send()
+        .await
+        .expect("a body of a layout no release knows");
+    let aggressive = streamtable::maintenance::MaintenanceOptions {
+        orphan_grace_ms: -60_000,
+        ..Default::default()
+    };
+    let err = streamtable::maintenance::maintain_all(&h.backend, &tables, &aggressive)
+        .await
+        .expect_err("orphan clean-up refuses");
+    assert!(err.to_string().contains("cannot be read"), "{err}");
+    for p in &paths {
+        assert!(
+            h.backend.warehouse.stat(p).await.expect("stat").is_some(),
+            "{p} was deleted"
+        );
+    }
+}

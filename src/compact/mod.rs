@@ -126,7 +126,8 @@ pub async fn compact_all(
 
 /// Compacts every table of the set, starting no rewrite after `deadline` and rewriting at most
 /// [`CompactOptions::max_rewrite_bytes_per_run`] in all. A partition with more small files than
-/// the budget has its oldest ones rewritten now and the rest in later runs. A table or partition
+/// the budget has the first by path (with size tiers, the smallest) rewritten now and the rest
+/// in later runs. A table or partition
 /// that fails is reported and the others go on.
 pub async fn compact_all_until(
     backend: &Backend,
@@ -306,8 +307,9 @@ async fn compact_job(
 /// at least `min_files`, its first file and each next one while that is at most `ratio` times
 /// the sum of those taken (so files smaller than the next by more than `ratio` do not hold the
 /// others back; they join once enough files of their size gather, or in the fallback below).
-/// When no start gives one, all of them: a partition that stopped receiving files (yesterday's
-/// day) is merged whole once rather than left in small files.
+/// When no start gives one, all of them — a partition that stopped receiving files (yesterday's
+/// day) is merged whole once rather than left in small files — unless the largest is more than
+/// `ratio` times the rest ([`dominated`]): then none, until enough files gather beside it.
 fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
     for start in 0..sizes.len() {
         let mut sum = 0u64;
@@ -326,6 +328,17 @@ fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
         }
     }
     0..0
+}
+
+/// Whether the largest of `sizes` (ascending) is more than `ratio` times all the others
+/// together: the fallback to every small file would mostly rewrite it.
+fn dominated(sizes: &[u64], ratio: f64) -> bool {
+    match sizes.split_last() {
+        Some((&largest, rest)) if !rest.is_empty() => {
+            largest as f64 > ratio * rest.iter().map(|&s| s as f64).sum::<f64>()
+        }
+        _ => false,
+    }
 }
 
 /// Partitions with enough small files (with `tier_ratio`, enough in their smallest tier),
@@ -375,6 +388,10 @@ fn plan<'a>(
             if !picked.is_empty() {
                 files.truncate(picked.end);
                 files.drain(..picked.start);
+            } else if dominated(&sizes, ratio) {
+                // A compacted file beside a few small ones (fewer than a tier): it waits for
+                // more rather than being rewritten for them.
+                files.clear();
             }
         }
     }
@@ -424,5 +441,22 @@ mod tests {
             tier(&[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100], 2.0, 5),
             0..0
         );
+        assert!(!dominated(
+            &[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100],
+            2.0
+        ));
+    }
+
+    /// Four new small files beside the day's compacted file, one fewer than a tier needs: the
+    /// fallback to every small file would rewrite the compacted file for them on every run
+    /// that sees four; it waits instead.
+    #[test]
+    fn a_compacted_file_is_not_rewritten_for_fewer_files_than_a_tier() {
+        let sizes = [1_000_000, 1_000_000, 1_000_000, 1_000_000, 30_000_000];
+        assert_eq!(tier(&sizes, 2.0, 5), 0..0);
+        assert!(dominated(&sizes, 2.0));
+        assert!(dominated(&[1, 100, 10_000], 2.0));
+        assert!(!dominated(&[10, 10, 10, 60], 2.0));
+        assert!(!dominated(&[5], 2.0) && !dominated(&[], 2.0));
     }
 }

@@ -194,7 +194,7 @@ impl References {
             pending_lists: HashSet::new(),
             next_offsets: HashMap::new(),
         };
-        for batch in backend.state.pending().await? {
+        for batch in backend.state.pending_complete().await? {
             if let Some(l) = &batch.files_location {
                 refs.pending_lists.insert(l.clone());
             }

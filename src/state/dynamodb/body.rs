@@ -20,8 +20,11 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
-use crate::checkpoint::{PendingFile, SourcePartition, SourceRange, decode_ranges};
+use crate::checkpoint::{
+    PendingFile, SourcePartition, SourceRange, decode_ranges, encode_ranges, ranges_beyond_limits,
+};
 use crate::error::{Error, Result};
 
 /// The first byte of a body compressed against [`DICTIONARY_V1`].
@@ -48,38 +51,74 @@ const STATISTICS: [&str; 6] = [
     "upper_bounds",
 ];
 
-/// `data_file` (iceberg's JSON of a `DataFile`) in the order [`DICTIONARY_V1`] predicts: its
-/// statistics by field id (they are maps), every object's fields by name. The same file for
-/// iceberg's reader; unchanged if it is not such JSON.
+/// `data_file` (iceberg's JSON of a `DataFile`) with its statistics in field-id order, the
+/// order [`DICTIONARY_V1`] predicts (they are maps; iceberg writes them in hash order). Every
+/// other byte stays as written — the fields in iceberg's order, the partition's fields in the
+/// partition spec's (iceberg reads a partition by position), every value — so iceberg reads
+/// the same file; unchanged if it is not a JSON object.
 fn in_column_order(data_file: &str) -> String {
-    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(data_file) else {
+    let Ok(Fields(fields)) = serde_json::from_str::<Fields<'_>>(data_file) else {
         return data_file.to_string();
     };
-    for name in STATISTICS {
-        if let Some(list) = v.get_mut(name).and_then(serde_json::Value::as_array_mut) {
-            list.sort_by_key(|e| e.get("key").and_then(serde_json::Value::as_i64));
+    let mut out = String::with_capacity(data_file.len());
+    out.push('{');
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let Ok(key) = serde_json::to_string(name) else {
+            return data_file.to_string();
+        };
+        out.push_str(&key);
+        out.push(':');
+        match serde_json::from_str::<Vec<&RawValue>>(value.get()) {
+            Ok(mut list) if STATISTICS.contains(&name.as_str()) => {
+                list.sort_by_key(|e| serde_json::from_str::<FieldId>(e.get()).ok().map(|k| k.key));
+                out.push('[');
+                for (j, e) in list.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(e.get());
+                }
+                out.push(']');
+            }
+            _ => out.push_str(value.get()),
         }
     }
-    serde_json::to_string(&fields_by_name(v)).unwrap_or_else(|_| data_file.to_string())
+    out.push('}');
+    out
 }
 
-/// `v` with every object's fields inserted in name order (so written in name order whether or
-/// not serde_json keeps insertion order).
-fn fields_by_name(v: serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match v {
-        Value::Object(map) => {
-            let mut fields: Vec<(String, Value)> = map.into_iter().collect();
-            fields.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Object(
-                fields
-                    .into_iter()
-                    .map(|(k, v)| (k, fields_by_name(v)))
-                    .collect(),
-            )
+/// A statistics entry's field id.
+#[derive(Deserialize)]
+struct FieldId {
+    key: i64,
+}
+
+/// A JSON object's fields in their order, each value as written.
+struct Fields<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Fields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> std::result::Result<Fields<'a>, M::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) = map.next_entry::<String, &'a RawValue>()? {
+                    fields.push(entry);
+                }
+                Ok(Fields(fields))
+            }
         }
-        Value::Array(items) => Value::Array(items.into_iter().map(fields_by_name).collect()),
-        other => other,
+        d.deserialize_map(Visit(std::marker::PhantomData))
     }
 }
 
@@ -134,6 +173,9 @@ fn ranges_in_steps(ranges: &[SourceRange]) -> BTreeMap<String, Vec<[i64; 3]>> {
 fn ranges_from_steps(
     steps: BTreeMap<String, Vec<[i64; 3]>>,
 ) -> std::result::Result<Vec<SourceRange>, String> {
+    if let Some(why) = ranges_beyond_limits(steps.iter().map(|(t, rs)| (t.len(), rs.len()))) {
+        return Err(format!("ranges: {why}"));
+    }
     let mut out = Vec::new();
     for (topic, rs) in steps {
         let (mut partition, mut first) = (0i64, 0i64);
@@ -158,8 +200,46 @@ fn ranges_from_steps(
     Ok(out)
 }
 
-/// The compressed body of `files` and `more`.
+/// `more` if every range is one [`decode`] reads back (an impossible range would only be
+/// found unreadable after its transaction moved the checkpoint).
+fn checked(more: &[SourceRange]) -> Result<&[SourceRange]> {
+    let bad = |why: String| Err(Error::Internal(format!("pending batch ranges: {why}")));
+    if let Some(why) = ranges_beyond_limits(more.iter().map(|r| (r.source.topic.len(), 1))) {
+        return bad(why);
+    }
+    for r in more {
+        if r.last_offset < r.first_offset {
+            return bad(format!(
+                "{}: {}..={} cannot be stored",
+                r.source, r.first_offset, r.last_offset
+            ));
+        }
+    }
+    Ok(more)
+}
+
+/// The body of `files` and `more` in the first layout (plain zstd), which every release reads:
+/// what ingest writes until the commit stage reads the dictionary layout.
+pub(super) fn encode_first_layout(files: &[PendingFile], more: &[SourceRange]) -> Result<Vec<u8>> {
+    let more = checked(more)?;
+    let body = Body {
+        files: files.to_vec(),
+        more: if more.is_empty() {
+            String::new()
+        } else {
+            encode_ranges(more)
+        },
+        ranges: BTreeMap::new(),
+    };
+    let json = serde_json::to_vec(&body)
+        .map_err(|e| Error::Internal(format!("serialize pending batch: {e}")))?;
+    zstd::bulk::compress(&json, 9)
+        .map_err(|e| Error::Internal(format!("compress pending batch: {e}")))
+}
+
+/// The compressed body of `files` and `more`, against the dictionary.
 pub(super) fn encode(files: &[PendingFile], more: &[SourceRange]) -> Result<Vec<u8>> {
+    let more = checked(more)?;
     let body = Body {
         files: files
             .iter()
@@ -294,16 +374,153 @@ mod tests {
         assert_eq!((more[0].first_offset, more[0].last_offset), (10, 19));
     }
 
-    /// Statistics come out in field-id order and fields by name — the same JSON values,
-    /// reordered — and what is not a data file's JSON passes through as it is.
+    /// Statistics come out in field-id order and every other byte as written — the fields and
+    /// the partition's fields in their order — and what is not a JSON object passes through.
     #[test]
-    fn data_files_are_written_in_the_order_the_dictionary_predicts() {
-        let hashed = r#"{"file_path":"s3://b/x.parquet","content":0,"upper_bounds":[{"value":[9],"key":3},{"key":1,"value":[7]}],"column_sizes":[{"key":12,"value":5},{"key":2,"value":6}],"partition":{"b":1,"a":null}}"#;
+    fn only_statistics_are_put_in_field_id_order() {
+        let hashed = r#"{"file_path":"s3://b/x.parquet","content":0,"upper_bounds":[{"value":[9],"key":3},{"key":1,"value":[7]}],"column_sizes":[{"key":12,"value":5},{"key":2,"value":6}],"partition":{"b":1,"a":null},"record_count":18446744073709551615,"x":1.50}"#;
         assert_eq!(
             in_column_order(hashed),
-            r#"{"column_sizes":[{"key":2,"value":6},{"key":12,"value":5}],"content":0,"file_path":"s3://b/x.parquet","partition":{"a":null,"b":1},"upper_bounds":[{"key":1,"value":[7]},{"key":3,"value":[9]}]}"#
+            r#"{"file_path":"s3://b/x.parquet","content":0,"upper_bounds":[{"key":1,"value":[7]},{"value":[9],"key":3}],"column_sizes":[{"key":2,"value":6},{"key":12,"value":5}],"partition":{"b":1,"a":null},"record_count":18446744073709551615,"x":1.50}"#
         );
-        assert_eq!(in_column_order("not json {"), "not json {");
+        for odd in [
+            "not json {",
+            "[1,2]",
+            "\"s\"",
+            "{\"a\":1",
+            "{\"column_sizes\":[{\"key\":\"x\"},3]}",
+        ] {
+            let out = in_column_order(odd);
+            assert!(
+                out == odd || serde_json::from_str::<serde_json::Value>(&out).is_ok(),
+                "{odd} -> {out}"
+            );
+        }
+    }
+
+    /// A real data file of a table partitioned on two fields whose names are not in
+    /// alphabetical order (iceberg reads a partition by position) reads back through iceberg
+    /// as the same file after the reordering, statistics and all.
+    #[test]
+    fn a_data_file_reads_back_the_same_through_iceberg() {
+        use iceberg::spec::{
+            DataContentType, DataFileBuilder, DataFileFormat, Datum, FormatVersion, Literal,
+            NestedField, PrimitiveType, Schema, Struct, Transform, Type, UnboundPartitionSpec,
+            deserialize_data_file_from_json, serialize_data_file_to_json,
+        };
+        use std::collections::HashMap;
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::required(2, "at", Type::Primitive(PrimitiveType::Date)).into(),
+                NestedField::optional(3, "name", Type::Primitive(PrimitiveType::String)).into(),
+            ])
+            .build()
+            .expect("schema");
+        let spec = UnboundPartitionSpec::builder()
+            .add_partition_field(1, "id_bucket", Transform::Bucket(8))
+            .expect("field")
+            .add_partition_field(2, "at_day", Transform::Day)
+            .expect("field")
+            .build()
+            .bind(schema.clone())
+            .expect("spec");
+        let partition_type = spec.partition_type(&schema).expect("type");
+        let file = DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_format(DataFileFormat::Parquet)
+            .file_path("s3://b/w/t/data/id_bucket=3/at_day=2026-12-01/f.parquet".into())
+            .file_size_in_bytes(4096)
+            .record_count(100)
+            .partition_spec_id(spec.spec_id())
+            .partition(Struct::from_iter([
+                Some(Literal::int(3)),
+                Some(Literal::date(20423)),
+            ]))
+            .column_sizes(HashMap::from_iter((1..=3).map(|k| (k, 100 * k as u64))))
+            .value_counts(HashMap::from_iter((1..=3).map(|k| (k, 100))))
+            .null_value_counts(HashMap::from_iter((1..=3).map(|k| (k, k as u64 - 1))))
+            .lower_bounds(HashMap::from([
+                (1, Datum::long(-5)),
+                (2, Datum::date(20423)),
+                (3, Datum::string("ab\u{e9}\"")),
+            ]))
+            .upper_bounds(HashMap::from([
+                (1, Datum::long(i64::MAX)),
+                (2, Datum::date(20423)),
+                (3, Datum::string("zz")),
+            ]))
+            .build()
+            .expect("data file");
+        let json = serialize_data_file_to_json(file.clone(), &partition_type, FormatVersion::V2)
+            .expect("json");
+        let reordered = in_column_order(&json);
+        let back =
+            deserialize_data_file_from_json(&reordered, spec.spec_id(), &partition_type, &schema)
+                .expect("iceberg reads it");
+        assert_eq!(back, file);
+        let files = vec![PendingFile {
+            table: "t".into(),
+            data_file: json,
+            rows: 100,
+            bytes: 4096,
+            partitioning: None,
+        }];
+        let (decoded, _) = decode(&encode(&files, &[]).expect("encode")).expect("decode");
+        let again = deserialize_data_file_from_json(
+            &decoded[0].data_file,
+            spec.spec_id(),
+            &partition_type,
+            &schema,
+        )
+        .expect("iceberg reads the stored one");
+        assert_eq!(again, file);
+    }
+
+    /// A body whose ranges would expand past their limits (a forged megabyte-long topic named
+    /// by every step) is refused before it is expanded; so is a range encode cannot store.
+    #[test]
+    fn ranges_beyond_their_limits_are_refused() {
+        let topic = "t".repeat(1 << 20);
+        let json = format!(
+            r#"{{"files":[],"ranges":{{"{topic}":[{}[0,0,0]]}}}}"#,
+            "[0,0,0],".repeat(100_000)
+        );
+        let frame = zstd::bulk::Compressor::with_dictionary(3, DICTIONARY_V1)
+            .and_then(|mut c| c.compress(json.as_bytes()))
+            .expect("compress");
+        let mut body = vec![DICTIONARY_V1_TAG];
+        body.extend_from_slice(&frame);
+        let err = decode(&body).expect_err("refused");
+        assert!(err.contains("ranges"), "{err}");
+        let backwards = SourceRange {
+            source: SourcePartition::new("orders", 1),
+            first_offset: 10,
+            last_offset: 9,
+        };
+        assert!(encode(&[], std::slice::from_ref(&backwards)).is_err());
+        assert!(encode_first_layout(&[], &[backwards]).is_err());
+    }
+
+    /// The first layout, as ingest writes it until the commit stage reads the dictionary, reads
+    /// back too.
+    #[test]
+    fn the_first_layout_is_still_written_and_read() {
+        let files = vec![PendingFile {
+            table: "orders".into(),
+            data_file: "{\"file_path\":\"s3://b/w/orders/data/x.parquet\"}".into(),
+            rows: 10,
+            bytes: 2048,
+            partitioning: None,
+        }];
+        let more = vec![SourceRange {
+            source: SourcePartition::new("orders", 3),
+            first_offset: 5,
+            last_offset: 9,
+        }];
+        let b = encode_first_layout(&files, &more).expect("encode");
+        assert_eq!(b[0], ZSTD_FRAME_TAG);
+        assert_eq!(decode(&b).expect("decode"), (files, more));
     }
 
     /// The dictionary is part of the stored format: an edit would make every body written with
@@ -315,6 +532,6 @@ mod tests {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
             });
-        assert_eq!((DICTIONARY_V1.len(), fnv), (4820, 0x0cd8_6eda_2fba_0e69));
+        assert_eq!((DICTIONARY_V1.len(), fnv), (4820, 0x0417_d153_b160_0fb5));
     }
 }

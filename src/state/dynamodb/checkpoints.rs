@@ -65,10 +65,23 @@ fn lost_race(code: Option<&str>) -> bool {
 impl DynamoStateStore {
     /// Mirror or buckets, from the table's layout item (cached for a minute).
     pub(super) async fn mode(&self) -> Result<Mode> {
-        if let Some((at, mode)) = *self.mode.lock().map_err(|_| poisoned())?
+        Ok(self.layout().await?.0)
+    }
+
+    /// Whether the commit stage reads pending bodies of the dictionary layout (its release
+    /// marked the layout item so: see [`super::BODY_LAYOUT`]); until then ingest writes the
+    /// first layout, which every release reads.
+    pub(super) async fn dictionary_bodies(&self) -> Result<bool> {
+        Ok(self.layout().await?.1)
+    }
+
+    /// The mode and whether bodies may use the dictionary, from the table's layout item
+    /// (cached for a minute).
+    async fn layout(&self) -> Result<(Mode, bool)> {
+        if let Some((at, mode, bodies)) = *self.mode.lock().map_err(|_| poisoned())?
             && at.elapsed() < MODE_TTL
         {
-            return Ok(mode);
+            return Ok((mode, bodies));
         }
         let out = self
             .client
@@ -83,9 +96,12 @@ impl DynamoStateStore {
             get_n::<i64>(i, "version").unwrap_or(0) >= super::LAYOUT_VERSION
                 && i.get("synced").and_then(|v| v.as_bool().ok()).copied() == Some(true)
         });
+        let bodies = out
+            .item()
+            .is_some_and(|i| get_n::<i64>(i, "bodies").unwrap_or(0) >= super::BODY_LAYOUT);
         let mode = if buckets { Mode::Buckets } else { Mode::Mirror };
-        *self.mode.lock().map_err(|_| poisoned())? = Some((Instant::now(), mode));
-        Ok(mode)
+        *self.mode.lock().map_err(|_| poisoned())? = Some((Instant::now(), mode, bodies));
+        Ok((mode, bodies))
     }
 
     /// Items by `pk`, read with strongly consistent `BatchGetItem`s (a stale checkpoint would

@@ -8,7 +8,7 @@
 //! | checkpoint before 0.3 | `source#{topic}#{partition}` | `checkpoint` | `next_offset`, `version`, `updated_at_ms` |
 //! | pending batch | `pending#{shard}` | [`BatchKey::sort_key`] | `topic`, `partition`, `first_offset`, `last_offset`, `created_at_ms`, `body` (binary, see [`body`]; in mirror mode `files`, JSON, and `more`), `files_location` |
 //! | commit intent | `commit` | `intent` | `id`, `created_at_ms`, `batches` (JSON) |
-//! | layout | `meta` | `layout` | `version`, `since_ms`, `synced` |
+//! | layout | `meta` | `layout` | `version`, `since_ms`, `synced`, `bodies` ([`BODY_LAYOUT`]) |
 //! | states of 16 partitions | `state#{topic}#b{partition / 16:06}` | `state` | per partition `q{p}` (seq) and `s{p}` (binary: next offset, bytes, written at, and the state file's hash or a small inline section); `d{id}` (a directory of state files) |
 //! | partition state before | `state#{topic}#{partition}` | `state` | `next`, `seq`, `body` (zstd, `process::state`'s layout) or `location`, `bytes`, `updated_at_ms`; a marker of a newer layout once the bucket holds the state |
 //!
@@ -57,7 +57,7 @@ pub struct DynamoStateStore {
     client: Client,
     table: String,
     /// The checkpoint layout in force, and when it was read.
-    mode: Arc<Mutex<Option<(Instant, checkpoints::Mode)>>>,
+    mode: Arc<Mutex<Option<(Instant, checkpoints::Mode, bool)>>>,
     /// Partitions whose last read found no entry in their state bucket: their next write
     /// creates the entry and replaces their item of the layout before (see
     /// [`partition_state`]).
@@ -73,6 +73,11 @@ pub const PENDING_SHARDS: u64 = 16;
 pub const LEGACY_WINDOW_MS: i64 = 3_600_000;
 /// The layout this release writes (3: checkpoints in buckets).
 const LAYOUT_VERSION: i64 = 3;
+/// The layout item's `bodies` once the commit stage reads pending bodies compressed against
+/// the dictionary ([`body`]): its release's scheduled stage sets it on its first run, and ingest
+/// writes such bodies only then, so that a commit stage of the release before (during a
+/// rolling deploy) never meets one.
+const BODY_LAYOUT: i64 = 1;
 
 fn pending_pk(s: &SourcePartition) -> String {
     let shard = xxhash_rust::xxh3::xxh3_64(s.to_string().as_bytes()) % PENDING_SHARDS;
@@ -151,7 +156,11 @@ impl DynamoStateStore {
             put = put.item("files_location", s(location));
         }
         if self.mode().await? == checkpoints::Mode::Buckets {
-            let body = body::encode(&batch.files, &batch.more)?;
+            let body = if self.dictionary_bodies().await? {
+                body::encode(&batch.files, &batch.more)?
+            } else {
+                body::encode_first_layout(&batch.files, &batch.more)?
+            };
             return Ok(put.item("body", AttributeValue::B(body.into())));
         }
         let files = serde_json::to_string(&batch.files)

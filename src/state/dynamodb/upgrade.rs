@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 
 use super::{
-    DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n, pending_item_key, s,
-    state_error,
+    BODY_LAYOUT, DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n,
+    pending_item_key, s, state_error,
 };
 use crate::aws::SdkFault;
 use crate::checkpoint::{BatchKey, SourcePartition};
@@ -27,6 +27,7 @@ impl DynamoStateStore {
             .item("version", n(LAYOUT_VERSION))
             .item("since_ms", n(since_ms))
             .item("synced", AttributeValue::Bool(synced))
+            .item("bodies", n(BODY_LAYOUT))
             .send()
             .await
             .map_err(|e| state_error("write layout", &self.table, SdkFault::from_sdk(&e)))?;
@@ -234,10 +235,27 @@ impl StateStore for DynamoStateStore {
             .await
             .map_err(|e| state_error("read layout", &self.table, SdkFault::from_sdk(&e)))?;
         let (since, synced) = match out.item() {
-            Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => (
-                get_n::<i64>(item, "since_ms").unwrap_or(0),
-                item.get("synced").and_then(|v| v.as_bool().ok()).copied() == Some(true),
-            ),
+            Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => {
+                if get_n::<i64>(item, "bodies").unwrap_or(0) < BODY_LAYOUT {
+                    // This release's commit stage is running: ingest may write bodies it reads.
+                    self.client
+                        .update_item()
+                        .table_name(&self.table)
+                        .key("pk", s("meta"))
+                        .key("sk", s("layout"))
+                        .update_expression("SET bodies = :b")
+                        .expression_attribute_values(":b", n(BODY_LAYOUT))
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            state_error("write layout", &self.table, SdkFault::from_sdk(&e))
+                        })?;
+                }
+                (
+                    get_n::<i64>(item, "since_ms").unwrap_or(0),
+                    item.get("synced").and_then(|v| v.as_bool().ok()).copied() == Some(true),
+                )
+            }
             _ => {
                 // Per-partition checkpoints of an earlier release stay the authority until no
                 // invocation of that release can run any more; a table without any is in the
