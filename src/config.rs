@@ -252,7 +252,10 @@ impl Backend {
         );
         Ok(Backend {
             warehouse,
-            state: Arc::new(DynamoStateStore::new(dynamo, state_table)),
+            state: Arc::new(
+                DynamoStateStore::new(dynamo, state_table)
+                    .with_dictionary_bodies(dictionary_bodies_from_env()?),
+            ),
             catalog,
             namespace: glue_database.clone(),
             clock: crate::clock::system(),
@@ -350,5 +353,41 @@ mod tests {
             topics: None,
         };
         assert_eq!(c.load_pipeline().expect("valid").tables.len(), 3);
+    }
+}
+
+/// `STREAMTABLE_PENDING_BODIES`: `dictionary` (the default) lets the scheduled stage mark the
+/// state table so that ingest compresses pending items against the dictionary; `first` takes
+/// that back (set it on the scheduled function, let a run and a minute pass, before rolling
+/// back below the release that introduced the dictionary: RELIABILITY.md, P33).
+#[cfg(feature = "aws")]
+fn dictionary_bodies_from_env() -> Result<bool> {
+    dictionary_bodies(std::env::var("STREAMTABLE_PENDING_BODIES").ok().as_deref())
+}
+
+#[cfg(feature = "aws")]
+fn dictionary_bodies(value: Option<&str>) -> Result<bool> {
+    match value.map(str::trim) {
+        None | Some("") | Some("dictionary") => Ok(true),
+        Some("first") => Ok(false),
+        Some(other) => Err(Error::Config(format!(
+            "STREAMTABLE_PENDING_BODIES={other:?} is neither \"dictionary\" (the default) nor \
+             \"first\" (pending items in the layout every release reads, before a rollback)"
+        ))),
+    }
+}
+
+#[cfg(all(test, feature = "aws"))]
+mod pending_bodies_tests {
+    #[test]
+    fn pending_bodies_setting_is_dictionary_first_or_refused_by_name() {
+        assert!(super::dictionary_bodies(None).expect("default"));
+        assert!(super::dictionary_bodies(Some("dictionary")).expect("dictionary"));
+        assert!(!super::dictionary_bodies(Some(" first ")).expect("first"));
+        let err = super::dictionary_bodies(Some("zstd")).expect_err("refused");
+        assert!(
+            err.to_string().contains("STREAMTABLE_PENDING_BODIES"),
+            "{err}"
+        );
     }
 }

@@ -311,6 +311,19 @@ async fn dictionary_bodies_wait_for_a_commit_stage_that_reads_them() {
         "{report:?}"
     );
     assert!(first_bytes().await.is_empty(), "both committed");
+
+    // Before a rollback: the scheduled stage set to `first` takes the dictionary back.
+    std::sync::Arc::new(
+        DynamoStateStore::new(dynamo.clone(), table.clone()).with_dictionary_bodies(false),
+    )
+    .upgrade(streamtable::clock::now_ms())
+    .await
+    .expect("upgrade with STREAMTABLE_PENDING_BODIES=first");
+    h.ingestor_with_state(fresh())
+        .handle(&event(&records("orders", 0, 20..30)))
+        .await
+        .expect("ingest");
+    assert_eq!(first_bytes().await, [0x28], "the first layout again");
 }
 
 /// A pending item that cannot be read (damaged, or in a later release's layout after a

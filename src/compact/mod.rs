@@ -308,8 +308,8 @@ async fn compact_job(
 /// the sum of those taken (so files smaller than the next by more than `ratio` do not hold the
 /// others back; they join once enough files of their size gather, or in the fallback below).
 /// When no start gives one, all of them — a partition that stopped receiving files (yesterday's
-/// day) is merged whole once rather than left in small files — unless the largest is more than
-/// `ratio` times the rest ([`dominated`]): then none, until enough files gather beside it.
+/// day) is merged whole once rather than left in small files — but for the largest ones that
+/// dwarf the rest ([`undominated`]).
 fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
     for start in 0..sizes.len() {
         let mut sum = 0u64;
@@ -330,15 +330,19 @@ fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
     0..0
 }
 
-/// Whether the largest of `sizes` (ascending) is more than `ratio` times all the others
-/// together: the fallback to every small file would mostly rewrite it.
-fn dominated(sizes: &[u64], ratio: f64) -> bool {
-    match sizes.split_last() {
-        Some((&largest, rest)) if !rest.is_empty() => {
-            largest as f64 > ratio * rest.iter().map(|&s| s as f64).sum::<f64>()
+/// How many of `sizes` (ascending) the fallback takes: all but the largest ones that are each
+/// more than `ratio` times all the smaller together (rewriting them would mostly copy them).
+fn undominated(sizes: &[u64], ratio: f64) -> usize {
+    let mut n = sizes.len();
+    while n >= 2 {
+        let rest: f64 = sizes[..n - 1].iter().map(|&s| s as f64).sum();
+        if sizes[n - 1] as f64 > ratio * rest {
+            n -= 1;
+        } else {
+            break;
         }
-        _ => false,
     }
+    n
 }
 
 /// Partitions with enough small files (with `tier_ratio`, enough in their smallest tier),
@@ -388,10 +392,10 @@ fn plan<'a>(
             if !picked.is_empty() {
                 files.truncate(picked.end);
                 files.drain(..picked.start);
-            } else if dominated(&sizes, ratio) {
-                // A compacted file beside a few small ones (fewer than a tier): it waits for
-                // more rather than being rewritten for them.
-                files.clear();
+            } else {
+                // The fallback, every small file, but a compacted file beside fewer small
+                // ones than a tier needs is left out rather than rewritten for them.
+                files.truncate(undominated(&sizes, ratio));
             }
         }
     }
@@ -441,10 +445,10 @@ mod tests {
             tier(&[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100], 2.0, 5),
             0..0
         );
-        assert!(!dominated(
-            &[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100],
-            2.0
-        ));
+        assert_eq!(
+            undominated(&[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100], 2.0),
+            12
+        );
     }
 
     /// Four new small files beside the day's compacted file, one fewer than a tier needs: the
@@ -454,9 +458,14 @@ mod tests {
     fn a_compacted_file_is_not_rewritten_for_fewer_files_than_a_tier() {
         let sizes = [1_000_000, 1_000_000, 1_000_000, 1_000_000, 30_000_000];
         assert_eq!(tier(&sizes, 2.0, 5), 0..0);
-        assert!(dominated(&sizes, 2.0));
-        assert!(dominated(&[1, 100, 10_000], 2.0));
-        assert!(!dominated(&[10, 10, 10, 60], 2.0));
-        assert!(!dominated(&[5], 2.0) && !dominated(&[], 2.0));
+        assert_eq!(undominated(&sizes, 2.0), 4, "the four wait for a fifth");
+        // A closed day's files in steps of ~9x, no tier of 5 among them: the small ones are
+        // merged, the largest left as it is.
+        assert_eq!(tier(&[1, 1, 1, 1, 9, 9, 9, 9, 100], 2.0, 5), 0..0);
+        assert_eq!(undominated(&[1, 1, 1, 1, 9, 9, 9, 9, 100], 2.0), 8);
+        assert_eq!(undominated(&[1, 100, 10_000], 2.0), 1);
+        assert_eq!(undominated(&[10, 10, 10, 60], 2.0), 4);
+        assert_eq!((undominated(&[5], 2.0), undominated(&[], 2.0)), (1, 0));
+        assert_eq!(undominated(&[0, 0, 0, 7], 2.0), 3);
     }
 }

@@ -16,6 +16,9 @@
 //!
 //! Any other first byte is refused as unreadable, naming it (a newer release's body): the item
 //! is kept, and blocks its partition's later batches, until a release that reads it runs.
+//! Ingest writes the dictionary layout only once the scheduled stage of a release that reads
+//! it has marked the state table's layout item (see [`super::BODY_LAYOUT`]), and goes back to
+//! the first one when that stage runs with `STREAMTABLE_PENDING_BODIES=first`.
 
 use std::collections::BTreeMap;
 
@@ -254,7 +257,11 @@ pub(super) fn encode(files: &[PendingFile], more: &[SourceRange]) -> Result<Vec<
     let json = serde_json::to_vec(&body)
         .map_err(|e| Error::Internal(format!("serialize pending batch: {e}")))?;
     let frame = zstd::bulk::Compressor::with_dictionary(LEVEL, DICTIONARY_V1)
-        .and_then(|mut c| c.compress(&json))
+        .and_then(|mut c| {
+            // 4 bytes that tell damage (or a wrong dictionary) from a body.
+            c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+            c.compress(&json)
+        })
         .map_err(|e| Error::Internal(format!("compress pending batch: {e}")))?;
     let mut out = Vec::with_capacity(frame.len() + 1);
     out.push(DICTIONARY_V1_TAG);

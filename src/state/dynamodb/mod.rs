@@ -57,6 +57,9 @@ pub struct DynamoStateStore {
     client: Client,
     table: String,
     /// The checkpoint layout in force, and when it was read.
+    /// Whether this store's [`StateStore::upgrade`] lets ingest write dictionary bodies
+    /// (`STREAMTABLE_PENDING_BODIES`; see [`BODY_LAYOUT`]).
+    allow_dictionary_bodies: bool,
     mode: Arc<Mutex<Option<(Instant, checkpoints::Mode, bool)>>>,
     /// Partitions whose last read found no entry in their state bucket: their next write
     /// creates the entry and replaces their item of the layout before (see
@@ -122,8 +125,18 @@ impl DynamoStateStore {
             client,
             table: table.into(),
             mode: Arc::new(Mutex::new(None)),
+            allow_dictionary_bodies: true,
             fresh: Arc::new(Mutex::new(std::collections::HashSet::new())),
         }
+    }
+
+    /// This store, whose [`StateStore::upgrade`] (the scheduled stage's) lets ingest write
+    /// pending bodies against the dictionary when `allow`, and otherwise takes that back: ingest
+    /// returns to the first layout within a minute (the layout is cached that long), which every
+    /// release reads — the way to prepare a rollback below the release that introduced it.
+    pub fn with_dictionary_bodies(mut self, allow: bool) -> Self {
+        self.allow_dictionary_bodies = allow;
+        self
     }
 
     fn corrupt(&self, what: String) -> Error {

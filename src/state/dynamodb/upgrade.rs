@@ -18,6 +18,15 @@ use crate::error::{Error, Result};
 use crate::state::{CommitLog, StateStore};
 
 impl DynamoStateStore {
+    /// The layout item's `bodies` this store's upgrade keeps.
+    fn body_layout(&self) -> i64 {
+        if self.allow_dictionary_bodies {
+            BODY_LAYOUT
+        } else {
+            0
+        }
+    }
+
     async fn write_layout(&self, since_ms: i64, synced: bool) -> Result<()> {
         self.client
             .put_item()
@@ -27,7 +36,7 @@ impl DynamoStateStore {
             .item("version", n(LAYOUT_VERSION))
             .item("since_ms", n(since_ms))
             .item("synced", AttributeValue::Bool(synced))
-            .item("bodies", n(BODY_LAYOUT))
+            .item("bodies", n(self.body_layout()))
             .send()
             .await
             .map_err(|e| state_error("write layout", &self.table, SdkFault::from_sdk(&e)))?;
@@ -236,15 +245,16 @@ impl StateStore for DynamoStateStore {
             .map_err(|e| state_error("read layout", &self.table, SdkFault::from_sdk(&e)))?;
         let (since, synced) = match out.item() {
             Some(item) if get_n::<i64>(item, "version").unwrap_or(0) >= LAYOUT_VERSION => {
-                if get_n::<i64>(item, "bodies").unwrap_or(0) < BODY_LAYOUT {
-                    // This release's commit stage is running: ingest may write bodies it reads.
+                if get_n::<i64>(item, "bodies").unwrap_or(0) != self.body_layout() {
+                    // This release's commit stage is running: ingest may write bodies it reads
+                    // (or, before a rollback, must not).
                     self.client
                         .update_item()
                         .table_name(&self.table)
                         .key("pk", s("meta"))
                         .key("sk", s("layout"))
                         .update_expression("SET bodies = :b")
-                        .expression_attribute_values(":b", n(BODY_LAYOUT))
+                        .expression_attribute_values(":b", n(self.body_layout()))
                         .send()
                         .await
                         .map_err(|e| {
