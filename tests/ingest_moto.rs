@@ -155,6 +155,26 @@ async fn per_partition_checkpoints_upgrade_to_buckets_exactly_once() {
     assert_eq!(h.landed("orders").await, expected);
 }
 
+/// The pending items in state table `table`, as DynamoDB holds them.
+async fn pending_items(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    dynamo
+        .scan()
+        .table_name(table)
+        .filter_expression("begins_with(pk, :p)")
+        .expression_attribute_values(
+            ":p",
+            aws_sdk_dynamodb::types::AttributeValue::S("pending#".into()),
+        )
+        .send()
+        .await
+        .expect("scan")
+        .items
+        .unwrap_or_default()
+}
+
 /// DynamoDB's billed size of an item: each attribute's name and value (a number at about a
 /// byte per two digits), as its documentation counts them.
 fn item_bytes(
@@ -215,18 +235,11 @@ async fn a_pending_batch_item_of_the_shipped_spec_fits_its_kilobytes() {
         h.ingestor().handle(&event(&recs)).await.expect("ingest");
         let sdk = streamtable::aws::load_config().await;
         let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-        let items = dynamo
-            .scan()
-            .table_name(state_table(&h))
-            .filter_expression("begins_with(pk, :p)")
-            .expression_attribute_values(
-                ":p",
-                aws_sdk_dynamodb::types::AttributeValue::S("pending#".into()),
-            )
-            .send()
+        let sizes: Vec<usize> = pending_items(&dynamo, &state_table(&h))
             .await
-            .expect("scan");
-        let sizes: Vec<usize> = items.items().iter().map(item_bytes).collect();
+            .iter()
+            .map(item_bytes)
+            .collect();
         eprintln!("width {width}: pending items of {sizes:?} bytes");
         assert_eq!(sizes.len(), 1, "one pending item per invocation");
         assert!(
@@ -269,16 +282,8 @@ async fn dictionary_bodies_wait_for_a_commit_stage_that_reads_them() {
     let first_bytes = || {
         let (dynamo, table) = (dynamo.clone(), table.clone());
         async move {
-            let items = dynamo
-                .scan()
-                .table_name(table)
-                .filter_expression("begins_with(pk, :p)")
-                .expression_attribute_values(":p", AttributeValue::S("pending#".into()))
-                .send()
+            let mut tags: Vec<u8> = pending_items(&dynamo, &table)
                 .await
-                .expect("scan");
-            let mut tags: Vec<u8> = items
-                .items()
                 .iter()
                 .filter_map(|i| i.get("body")?.as_b().ok()?.as_ref().first().copied())
                 .collect();
@@ -356,16 +361,9 @@ async fn orphan_clean_up_waits_while_a_pending_item_cannot_be_read() {
         })
         .collect();
     let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
-    let items = dynamo
-        .scan()
-        .table_name(state_table(&h))
-        .filter_expression("begins_with(pk, :p)")
-        .expression_attribute_values(":p", AttributeValue::S("pending#".into()))
-        .send()
-        .await
-        .expect("scan");
-    assert_eq!(items.items().len(), 1);
-    let item = &items.items()[0];
+    let items = pending_items(&dynamo, &state_table(&h)).await;
+    assert_eq!(items.len(), 1);
+    let item = &items[0];
     dynamo
         .update_item()
         .table_name(state_table(&h))

@@ -99,48 +99,48 @@ pub trait CheckpointStore: Send + Sync {
     /// Every readable pending batch, oldest first (pages through
     /// [`CheckpointStore::pending_page`]).
     async fn pending(&self) -> Result<Vec<PendingBatch>> {
-        let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.pending_page(after.as_deref(), 1000).await?;
-            out.extend(page.batches);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return Ok(out),
-            }
-        }
+        all_pending(self, false).await
     }
 
     /// Every pending batch, oldest first, or an error naming the first one that cannot be read
     /// (damaged, or in a layout of a newer release): for orphan clean-up and replay, which must
     /// see every batch — an unreadable one is not absent, and the files it names not orphans.
     async fn pending_complete(&self) -> Result<Vec<PendingBatch>> {
-        let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.pending_page(after.as_deref(), 1000).await?;
-            if let Some((key, why)) = page.unreadable.first() {
-                return Err(crate::error::Error::State {
-                    op: "read pending",
-                    message: format!(
-                        "pending batch {} cannot be read ({why}); nothing that could be its files \
-                         is deleted or replayed until it can (deploy the release that wrote it; \
-                         README, \"When something is wrong\")",
-                        key.sort_key()
-                    ),
-                    retryable: false,
-                });
-            }
-            out.extend(page.batches);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return Ok(out),
-            }
-        }
+        all_pending(self, true).await
     }
 
     /// The given batches, those still pending, oldest first.
     async fn batches(&self, keys: &[BatchKey]) -> Result<PendingPage>;
+}
+
+/// Every pending batch of `store`, page by page; with `complete`, an error at the first one
+/// that cannot be read instead of leaving it out.
+async fn all_pending<S: CheckpointStore + ?Sized>(
+    store: &S,
+    complete: bool,
+) -> Result<Vec<PendingBatch>> {
+    let mut out = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.pending_page(after.as_deref(), 1000).await?;
+        if complete && let Some((key, why)) = page.unreadable.first() {
+            return Err(crate::error::Error::State {
+                op: "read pending",
+                message: format!(
+                    "pending batch {} cannot be read ({why}); nothing that could be its files \
+                     is deleted or replayed until it can (deploy the release that wrote it; \
+                     README, \"When something is wrong\")",
+                    key.sort_key()
+                ),
+                retryable: false,
+            });
+        }
+        out.extend(page.batches);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// A commit about to happen: which pending batches it covers. Written before any table is

@@ -74,9 +74,15 @@ fn in_column_order(data_file: &str) -> String {
         };
         out.push_str(&key);
         out.push(':');
-        match serde_json::from_str::<Vec<&RawValue>>(value.get()) {
-            Ok(mut list) if STATISTICS.contains(&name.as_str()) => {
-                list.sort_by_key(|e| serde_json::from_str::<FieldId>(e.get()).ok().map(|k| k.key));
+        let list = STATISTICS
+            .contains(&name.as_str())
+            .then(|| serde_json::from_str::<Vec<&RawValue>>(value.get()).ok())
+            .flatten();
+        match list {
+            Some(mut list) => {
+                list.sort_by_cached_key(|e| {
+                    serde_json::from_str::<FieldId>(e.get()).ok().map(|k| k.key)
+                });
                 out.push('[');
                 for (j, e) in list.iter().enumerate() {
                     if j > 0 {
@@ -86,7 +92,7 @@ fn in_column_order(data_file: &str) -> String {
                 }
                 out.push(']');
             }
-            _ => out.push_str(value.get()),
+            None => out.push_str(value.get()),
         }
     }
     out.push('}');
@@ -141,13 +147,20 @@ struct Body {
     ranges: BTreeMap<String, Vec<[i64; 3]>>,
 }
 
+impl Body {
+    fn json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self)
+            .map_err(|e| Error::Internal(format!("serialize pending batch: {e}")))
+    }
+}
+
 /// `ranges` per topic, by partition, each as `[partition − the one before, first offset − the
 /// one before, last offset − first offset]` (from 0 and 0): a topic's partitions are
 /// consecutive and at similar offsets, so 63 ranges take a few bytes each, not 25.
 fn ranges_in_steps(ranges: &[SourceRange]) -> BTreeMap<String, Vec<[i64; 3]>> {
-    let mut by_topic: BTreeMap<String, Vec<&SourceRange>> = BTreeMap::new();
+    let mut by_topic: BTreeMap<&str, Vec<&SourceRange>> = BTreeMap::new();
     for r in ranges {
-        by_topic.entry(r.source.topic.clone()).or_default().push(r);
+        by_topic.entry(&r.source.topic).or_default().push(r);
     }
     by_topic
         .into_iter()
@@ -167,7 +180,7 @@ fn ranges_in_steps(ranges: &[SourceRange]) -> BTreeMap<String, Vec<[i64; 3]>> {
                     step
                 })
                 .collect();
-            (topic, steps)
+            (topic.to_string(), steps)
         })
         .collect()
 }
@@ -234,9 +247,7 @@ pub(super) fn encode_first_layout(files: &[PendingFile], more: &[SourceRange]) -
         },
         ranges: BTreeMap::new(),
     };
-    let json = serde_json::to_vec(&body)
-        .map_err(|e| Error::Internal(format!("serialize pending batch: {e}")))?;
-    zstd::bulk::compress(&json, 9)
+    zstd::bulk::compress(&body.json()?, 9)
         .map_err(|e| Error::Internal(format!("compress pending batch: {e}")))
 }
 
@@ -254,8 +265,7 @@ pub(super) fn encode(files: &[PendingFile], more: &[SourceRange]) -> Result<Vec<
         more: String::new(),
         ranges: ranges_in_steps(more),
     };
-    let json = serde_json::to_vec(&body)
-        .map_err(|e| Error::Internal(format!("serialize pending batch: {e}")))?;
+    let json = body.json()?;
     let frame = zstd::bulk::Compressor::with_dictionary(LEVEL, DICTIONARY_V1)
         .and_then(|mut c| {
             // 4 bytes that tell damage (or a wrong dictionary) from a body.

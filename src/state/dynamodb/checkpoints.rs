@@ -68,17 +68,12 @@ impl DynamoStateStore {
         Ok(self.layout().await?.0)
     }
 
-    /// Whether the commit stage reads pending bodies of the dictionary layout (its release
-    /// marked the layout item so: see [`super::BODY_LAYOUT`]); until then ingest writes the
-    /// first layout, which every release reads.
-    pub(super) async fn dictionary_bodies(&self) -> Result<bool> {
-        Ok(self.layout().await?.1)
-    }
-
-    /// The mode and whether bodies may use the dictionary, from the table's layout item
+    /// The mode, and whether the commit stage reads pending bodies of the dictionary layout
+    /// (its release marked the layout item so: see [`super::BODY_LAYOUT`]; until then ingest
+    /// writes the first layout, which every release reads), from the table's layout item
     /// (cached for a minute).
-    async fn layout(&self) -> Result<(Mode, bool)> {
-        if let Some((at, mode, bodies)) = *self.mode.lock().map_err(|_| poisoned())?
+    pub(super) async fn layout(&self) -> Result<(Mode, bool)> {
+        if let Some((at, mode, bodies)) = *self.layout.lock().map_err(|_| poisoned())?
             && at.elapsed() < MODE_TTL
         {
             return Ok((mode, bodies));
@@ -100,7 +95,7 @@ impl DynamoStateStore {
             .item()
             .is_some_and(|i| get_n::<i64>(i, "bodies").unwrap_or(0) >= super::BODY_LAYOUT);
         let mode = if buckets { Mode::Buckets } else { Mode::Mirror };
-        *self.mode.lock().map_err(|_| poisoned())? = Some((Instant::now(), mode, bodies));
+        *self.layout.lock().map_err(|_| poisoned())? = Some((Instant::now(), mode, bodies));
         Ok((mode, bodies))
     }
 

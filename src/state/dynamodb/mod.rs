@@ -60,7 +60,7 @@ pub struct DynamoStateStore {
     /// Whether this store's [`StateStore::upgrade`] lets ingest write dictionary bodies
     /// (`STREAMTABLE_PENDING_BODIES`; see [`BODY_LAYOUT`]).
     allow_dictionary_bodies: bool,
-    mode: Arc<Mutex<Option<(Instant, checkpoints::Mode, bool)>>>,
+    layout: Arc<Mutex<Option<(Instant, checkpoints::Mode, bool)>>>,
     /// Partitions whose last read found no entry in their state bucket: their next write
     /// creates the entry and replaces their item of the layout before (see
     /// [`partition_state`]).
@@ -124,7 +124,7 @@ impl DynamoStateStore {
         DynamoStateStore {
             client,
             table: table.into(),
-            mode: Arc::new(Mutex::new(None)),
+            layout: Arc::new(Mutex::new(None)),
             allow_dictionary_bodies: true,
             fresh: Arc::new(Mutex::new(std::collections::HashSet::new())),
         }
@@ -168,8 +168,9 @@ impl DynamoStateStore {
         if let Some(location) = &batch.files_location {
             put = put.item("files_location", s(location));
         }
-        if self.mode().await? == checkpoints::Mode::Buckets {
-            let body = if self.dictionary_bodies().await? {
+        let (mode, dictionary_bodies) = self.layout().await?;
+        if mode == checkpoints::Mode::Buckets {
+            let body = if dictionary_bodies {
                 body::encode(&batch.files, &batch.more)?
             } else {
                 body::encode_first_layout(&batch.files, &batch.more)?
