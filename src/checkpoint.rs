@@ -71,6 +71,25 @@ pub struct PendingFile {
     /// absent in files recorded before 0.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitioning: Option<Vec<String>>,
+    /// Rows carried in one of the batch's state files instead of a file of their own; the
+    /// commit stage writes them into the table. Then `data_file` is empty, so that a release
+    /// that does not know carried rows refuses the batch (keeps it pending) instead of
+    /// registering a file that does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<CarriedRows>,
+}
+
+/// Where a pending file's rows are carried: a state file and the part of its rows
+/// ([`crate::process::state::decode_rows`]), a Parquet file of the table's rows as ingest
+/// encoded them. Small derived-table files (a window's partial rows: tens of rows a batch) ride
+/// in the state file the batch writes anyway, which saves a PUT per batch; the commit stage
+/// puts the round's into one file per partition value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedRows {
+    /// The state file (`{warehouse}/_state/partitions/{topic}/runs/{hash}.run`).
+    pub file: String,
+    /// The part of its rows.
+    pub part: u32,
 }
 
 /// The offsets one batch took from one topic-partition.

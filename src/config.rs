@@ -254,7 +254,7 @@ impl Backend {
             warehouse,
             state: Arc::new(
                 DynamoStateStore::new(dynamo, state_table)
-                    .with_dictionary_bodies(dictionary_bodies_from_env()?),
+                    .with_body_layout(body_layout_from_env()?),
             ),
             catalog,
             namespace: glue_database.clone(),
@@ -356,35 +356,44 @@ mod tests {
     }
 }
 
-/// `STREAMTABLE_PENDING_BODIES`: `dictionary` (the default) lets the scheduled stage mark the
-/// state table so that ingest compresses pending items against the dictionary; `first` takes
-/// that back (set it on the scheduled function, let a run and a minute pass, before rolling
-/// back below the release that introduced the dictionary: RELIABILITY.md, P33).
+/// `STREAMTABLE_PENDING_BODIES`: `carried` (the default) lets the scheduled stage mark the
+/// state table so that ingest compresses pending items against the dictionary and carries small
+/// derived files in state files; `dictionary` takes the carried rows back, `first` both (set it
+/// on the scheduled function, let a run and a minute pass, and wait until no pending batch is
+/// older, before rolling back below the release that introduced it: RELIABILITY.md, P33, P35).
 #[cfg(feature = "aws")]
-fn dictionary_bodies_from_env() -> Result<bool> {
-    dictionary_bodies(std::env::var("STREAMTABLE_PENDING_BODIES").ok().as_deref())
+fn body_layout_from_env() -> Result<i64> {
+    body_layout(std::env::var("STREAMTABLE_PENDING_BODIES").ok().as_deref())
 }
 
 #[cfg(feature = "aws")]
-fn dictionary_bodies(value: Option<&str>) -> Result<bool> {
+fn body_layout(value: Option<&str>) -> Result<i64> {
+    use crate::state::dynamodb::{BODY_LAYOUT, CARRIED_ROWS_LAYOUT};
     match value.map(str::trim) {
-        None | Some("") | Some("dictionary") => Ok(true),
-        Some("first") => Ok(false),
+        None | Some("") | Some("carried") => Ok(CARRIED_ROWS_LAYOUT),
+        Some("dictionary") => Ok(BODY_LAYOUT),
+        Some("first") => Ok(0),
         Some(other) => Err(Error::Config(format!(
-            "STREAMTABLE_PENDING_BODIES={other:?} is neither \"dictionary\" (the default) nor \
-             \"first\" (pending items in the layout every release reads, before a rollback)"
+            "STREAMTABLE_PENDING_BODIES={other:?} is none of \"carried\" (the default), \
+             \"dictionary\" (no rows carried in state files) and \"first\" (pending items in \
+             the layout every release reads), the last two before a rollback"
         ))),
     }
 }
 
 #[cfg(all(test, feature = "aws"))]
 mod pending_bodies_tests {
+    use crate::state::dynamodb::{BODY_LAYOUT, CARRIED_ROWS_LAYOUT};
+
     #[test]
-    fn pending_bodies_setting_is_dictionary_first_or_refused_by_name() {
-        assert!(super::dictionary_bodies(None).expect("default"));
-        assert!(super::dictionary_bodies(Some("dictionary")).expect("dictionary"));
-        assert!(!super::dictionary_bodies(Some(" first ")).expect("first"));
-        let err = super::dictionary_bodies(Some("zstd")).expect_err("refused");
+    fn pending_bodies_setting_is_carried_dictionary_first_or_refused_by_name() {
+        let layout = |v| super::body_layout(v).expect("a setting");
+        assert!(layout(None) >= BODY_LAYOUT, "dictionary bodies by default");
+        assert_eq!(layout(None), CARRIED_ROWS_LAYOUT, "and carried rows");
+        assert_eq!(layout(Some("carried")), CARRIED_ROWS_LAYOUT);
+        assert_eq!(layout(Some("dictionary")), BODY_LAYOUT);
+        assert_eq!(layout(Some(" first ")), 0);
+        let err = super::body_layout(Some("zstd")).expect_err("refused");
         assert!(
             err.to_string().contains("STREAMTABLE_PENDING_BODIES"),
             "{err}"

@@ -146,3 +146,12 @@ async fn a_state_naming_a_run_elsewhere_is_refused() {
     common::state_scenarios::a_state_naming_a_run_elsewhere_is_refused(common::embedded().await)
         .await;
 }
+
+#[tokio::test]
+async fn a_window_s_partials_ride_in_the_state_file_and_land_with_the_commit() {
+    common::state_scenarios::a_window_s_partials_ride_in_the_state_file_and_land_with_the_commit(
+        common::embedded().await,
+        common::embedded().await,
+    )
+    .await;
+}

@@ -77,6 +77,15 @@ async fn a_state_naming_a_run_elsewhere_is_refused() {
     common::state_scenarios::a_state_naming_a_run_elsewhere_is_refused(common::moto().await).await;
 }
 
+#[tokio::test]
+async fn a_window_s_partials_ride_in_the_state_file_and_land_with_the_commit() {
+    common::state_scenarios::a_window_s_partials_ride_in_the_state_file_and_land_with_the_commit(
+        common::moto().await,
+        common::moto().await,
+    )
+    .await;
+}
+
 /// The states of a batch's partitions share items, 16 partitions to one under a kilobyte (a
 /// batch of 64 stateful partitions writes 4, where it wrote 64), and a state in the
 /// per-partition item of the layout before is read, carried on (its dedup keys too) and moved:
@@ -420,4 +429,79 @@ async fn state_bucket_writes_lose_every_race_they_should() {
         .expect_err("moved, then lost")
         .to_string();
     assert!(e.contains("moved to its state bucket"), "{e}");
+}
+
+/// Ingest carries a window's partials in the state file only once the scheduled stage of a
+/// release that reads carried rows has marked the state table, and stops again when that stage
+/// runs with `STREAMTABLE_PENDING_BODIES=dictionary` (before a rollback): a commit stage of a
+/// release before never meets carried rows.
+#[tokio::test]
+async fn partials_ride_in_state_files_only_once_the_commit_stage_reads_them() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use streamtable::state::StateStore;
+    use streamtable::state::dynamodb::{BODY_LAYOUT, DynamoStateStore};
+
+    let mut h = common::moto().await;
+    h.spec = common::state_scenarios::orders_spec();
+    h.tables().ensure_all(&h.backend).await.expect("tables");
+    let at = h
+        .catalog_args
+        .iter()
+        .position(|a| a == "--database")
+        .expect("--database");
+    let table = h.catalog_args[at + 1].replace('_', "-");
+    let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
+    // The layout item as the release before writes it: dictionary bodies, no carried rows.
+    dynamo
+        .put_item()
+        .table_name(&table)
+        .item("pk", AttributeValue::S("meta".into()))
+        .item("sk", AttributeValue::S("layout".into()))
+        .item("version", AttributeValue::N("3".into()))
+        .item("since_ms", AttributeValue::N("0".into()))
+        .item("synced", AttributeValue::Bool(true))
+        .item("bodies", AttributeValue::N(BODY_LAYOUT.to_string()))
+        .send()
+        .await
+        .expect("layout of the release before");
+    let fresh = || -> std::sync::Arc<dyn StateStore> {
+        std::sync::Arc::new(DynamoStateStore::new(dynamo.clone(), table.clone()))
+    };
+    // Two minutes of orders per batch over 2 partitions: each closes windows.
+    let batch = |i: i64| -> Vec<streamtable::generate::SourceRecord> {
+        (0..2)
+            .flat_map(|p| {
+                (0..20).map(move |o| {
+                    let offset = i * 20 + o;
+                    let at = 1_796_170_835_019 + i * 120_000 + o * 6_000;
+                    common::state_scenarios::order(p, offset, at, &format!("g-{p}-{offset}"))
+                })
+            })
+            .collect()
+    };
+    let carried = |i: i64, state: std::sync::Arc<dyn StateStore>| {
+        let e = common::event(&batch(i));
+        let ingestor = h.ingestor_with_state(state);
+        async move { ingestor.handle(&e).await.expect("ingest").files_carried }
+    };
+    assert_eq!(carried(0, fresh()).await, 0, "not before the upgrade");
+    assert_eq!(carried(1, fresh()).await, 0, "not before the upgrade");
+    fresh().upgrade(streamtable::clock::now_ms()).await.expect("upgrade");
+    let after = carried(2, fresh()).await;
+    assert!(
+        after >= 1,
+        "the partials (and the dedup's small file) ride along: {after}"
+    );
+    std::sync::Arc::new(
+        DynamoStateStore::new(dynamo.clone(), table.clone()).with_body_layout(BODY_LAYOUT),
+    )
+    .upgrade(streamtable::clock::now_ms())
+    .await
+    .expect("upgrade with STREAMTABLE_PENDING_BODIES=dictionary");
+    assert_eq!(carried(3, fresh()).await, 0, "taken back");
+    let report = streamtable::commit::commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    assert_eq!(report.batches, 4, "{report:?}");
+    assert!(report.blocked.is_empty(), "{:?}", report.blocked);
 }

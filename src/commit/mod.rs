@@ -18,6 +18,7 @@
 //! scheduled stage always reaches compaction and maintenance; what is left is reported as the
 //! backlog.
 
+mod carried;
 #[cfg(feature = "sql")]
 pub mod join;
 pub mod lease;
@@ -343,6 +344,7 @@ async fn commit_intent(
             }
             entry.files.extend(files.files);
             entry.data_files.extend(files.data_files);
+            entry.carried.extend(files.carried);
         }
     }
     let mut out = Vec::new();
@@ -626,10 +628,18 @@ async fn commit_table(
         .collect();
     props.insert(COMMIT_ID_PROPERTY.to_string(), commit_id.to_string());
     props.extend(files.properties.clone());
+    let mut data_files = files.data_files.to_vec();
+    if !files.carried.is_empty() {
+        let layout = tables.catalog_layout(name, &table)?;
+        let location = table.metadata().location().trim_end_matches('/').to_string();
+        let intent = commit_id.split('/').next().unwrap_or(commit_id);
+        data_files
+            .extend(carried::write(backend, &layout, &location, intent, &files.carried).await?);
+    }
     let tx = Transaction::new(&table);
     let append = tx
         .fast_append()
-        .add_data_files(files.data_files.to_vec())
+        .add_data_files(data_files)
         .set_snapshot_properties(props);
     let tx = append
         .apply(tx)

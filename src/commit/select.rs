@@ -10,13 +10,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use bytes::Bytes;
 
 use iceberg::spec::{DataFile, deserialize_data_file_from_json};
 use iceberg::table::Table;
 use serde::Serialize;
 
 use super::CommitOptions;
-use crate::checkpoint::{BatchKey, PendingBatch, PendingFile};
+use crate::checkpoint::{BatchKey, CarriedRows, PendingBatch, PendingFile};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::schema::describe_partitioning;
@@ -49,6 +53,9 @@ impl fmt::Display for BlockedBatch {
 pub(super) struct TableFiles {
     pub files: Vec<PendingFile>,
     pub data_files: Vec<DataFile>,
+    /// Rows carried in state files, in the table's current schema: the commit writes them
+    /// into the table ([`super::carried`]).
+    pub carried: Vec<RecordBatch>,
     /// Highest offset per topic-partition.
     pub offsets: BTreeMap<String, i64>,
     /// More snapshot summary properties (a join's state).
@@ -72,6 +79,8 @@ pub(super) struct Selector<'a> {
     options: &'a CommitOptions,
     table_status: HashMap<String, std::result::Result<Table, String>>,
     blocked: BTreeMap<String, BlockedBatch>,
+    /// The rows each state file read this run carries, by part.
+    carried: HashMap<String, std::result::Result<Arc<Vec<Bytes>>, String>>,
 }
 
 impl<'a> Selector<'a> {
@@ -88,6 +97,7 @@ impl<'a> Selector<'a> {
             options,
             table_status: HashMap::new(),
             blocked: BTreeMap::new(),
+            carried: HashMap::new(),
         }
     }
 
@@ -212,13 +222,86 @@ impl<'a> Selector<'a> {
                 Ok(Err(why)) => return Err(Blocked::Refused((Some(f.table.clone()), why))),
                 Err(e) => return Err(Blocked::Transient(e)),
             };
-            let data_file = check_file(&table, &f)
-                .map_err(|why| Blocked::Refused((Some(f.table.clone()), why)))?;
+            let refused = |why| Blocked::Refused((Some(f.table.clone()), why));
+            check_partitioning(&table, &f).map_err(refused)?;
+            if let Some(c) = &f.carried {
+                let rows = self.carried_rows(c, &f, &table).await?;
+                let entry = out.entry(f.table.clone()).or_default();
+                entry.carried.push(rows);
+                entry.files.push(f);
+                continue;
+            }
+            let data_file = check_file(&table, &f).map_err(refused)?;
             let entry = out.entry(f.table.clone()).or_default();
             entry.data_files.push(data_file);
             entry.files.push(f);
         }
         Ok(out)
+    }
+
+    /// The rows `f` has carried in a state file, in `table`'s current schema: the part it
+    /// names, checked to be a Parquet file of `f.rows` rows of the table in one of the
+    /// warehouse's state files. A state file that is gone or damaged blocks the batch (its rows
+    /// are nowhere else), naming the file.
+    async fn carried_rows(
+        &mut self,
+        c: &CarriedRows,
+        f: &PendingFile,
+        table: &Table,
+    ) -> std::result::Result<RecordBatch, Blocked> {
+        let refused = |why: String| Blocked::Refused((Some(f.table.clone()), why));
+        let states = format!(
+            "{}/_state/partitions/",
+            self.backend.warehouse.root().trim_end_matches('/')
+        );
+        if !c.file.starts_with(&states)
+            || !c.file.ends_with(".run")
+            || c.file.split('/').any(|part| part == "..")
+        {
+            return Err(refused(format!(
+                "its rows are carried in {}, which is not a state file under {states}; refusing to read it",
+                c.file
+            )));
+        }
+        if !self.carried.contains_key(&c.file) {
+            let parts = match self.backend.warehouse.read(&c.file).await {
+                Ok(bytes) => crate::process::state::decode_rows(&bytes, &c.file)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string()),
+                Err(e) if e.is_retryable() => return Err(Blocked::Transient(e)),
+                Err(e) => Err(format!(
+                    "the state file carrying its rows cannot be read: {e}"
+                )),
+            };
+            self.carried.insert(c.file.clone(), parts);
+        }
+        let parts = match &self.carried[&c.file] {
+            Ok(parts) => parts,
+            Err(why) => return Err(refused(why.clone())),
+        };
+        let part = parts.get(c.part as usize).ok_or_else(|| {
+            refused(format!(
+                "state file {} carries {} parts of rows, not part {}",
+                c.file,
+                parts.len(),
+                c.part
+            ))
+        })?;
+        let layout = self
+            .tables
+            .catalog_layout(&f.table, table)
+            .map_err(|e| refused(e.to_string()))?;
+        let what = format!("part {} of state file {}", c.part, c.file);
+        let rows = super::carried::decode(part, &layout.arrow_schema)
+            .map_err(|e| refused(format!("{what}: {e}")))?;
+        if rows.num_rows() as u64 != f.rows {
+            return Err(refused(format!(
+                "{what} holds {} rows, not the {} its batch recorded",
+                rows.num_rows(),
+                f.rows
+            )));
+        }
+        Ok(rows)
     }
 }
 
@@ -239,22 +322,25 @@ impl fmt::Display for Blocked {
     }
 }
 
-/// Parses a pending file for `table`, refusing one written for another partitioning or lying
-/// outside the table's `data/` directory (a forged or corrupt item could otherwise register any
-/// object as table data).
+/// Refuses a pending file written for another partitioning than `table`'s.
+fn check_partitioning(table: &Table, f: &PendingFile) -> std::result::Result<(), String> {
+    let metadata = table.metadata();
+    let have = describe_partitioning(metadata.default_partition_spec(), metadata.current_schema());
+    match &f.partitioning {
+        Some(written) if written != &have => Err(format!(
+            "a file was written for partition_by = {written:?} but the table is partitioned by {have:?}; \
+             set partition_by back to {written:?} until these batches are committed"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Parses a pending file for `table`, refusing one lying outside the table's `data/`
+/// directory (a forged or corrupt item could otherwise register any object as table data).
 fn check_file(table: &Table, f: &PendingFile) -> std::result::Result<DataFile, String> {
     let metadata = table.metadata();
     let spec = metadata.default_partition_spec();
     let schema = metadata.current_schema();
-    let have = describe_partitioning(spec, schema);
-    if let Some(written) = &f.partitioning
-        && written != &have
-    {
-        return Err(format!(
-            "a file was written for partition_by = {written:?} but the table is partitioned by {have:?}; \
-             set partition_by back to {written:?} until these batches are committed"
-        ));
-    }
     let partition_type = spec
         .partition_type(schema)
         .map_err(|e| format!("partition type: {e}"))?;

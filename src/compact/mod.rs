@@ -6,7 +6,7 @@
 //! every row exactly once before and after.
 
 pub mod files;
-mod project;
+pub(crate) mod project;
 pub mod replace;
 pub mod rewrite;
 mod row_group;

@@ -130,7 +130,7 @@ impl Ingestor {
                     continue; // no window to close yet
                 }
                 let rows: u64 = files.iter().map(|f| f.data_file.record_count()).sum();
-                self.write_files(&files).await?;
+                self.write_files(&files, &Default::default()).await?;
                 let mut pending = Vec::with_capacity(files.len());
                 for f in &files {
                     let layout = self
@@ -143,6 +143,7 @@ impl Ingestor {
                         rows: f.data_file.record_count(),
                         bytes: f.bytes.len() as u64,
                         partitioning: Some(layout.partitioning()),
+                        carried: None,
                     });
                 }
                 let key = -(seq as i64);
@@ -157,8 +158,13 @@ impl Ingestor {
                 };
                 let mut one = std::collections::HashMap::from([(source.clone(), state)]);
                 let mut new = self
-                    .write_states(&[(source.clone(), checkpoint.next_offset, seq)], &mut one)
+                    .write_states(
+                        &[(source.clone(), checkpoint.next_offset, seq)],
+                        &mut one,
+                        Vec::new(),
+                    )
                     .await?
+                    .0
                     .pop()
                     .ok_or_else(|| Error::Internal(format!("no state written for {source}")))?;
                 // Still idle: the flush is not a landing.

@@ -251,11 +251,12 @@ impl Ingestor {
                 continue;
             };
             let (files, counts) = self.encode_group(&planned, &mut loaded.states).await?;
-            self.write_files(&files).await?;
-            let batch = self.pending_batch(&planned, &files).await?;
+            let carry = self.carriable(&files).await?;
+            let (writes, carried) = self.state_writes(&planned, &mut loaded, carry).await?;
+            self.write_files(&files, &carried).await?;
+            let batch = self.pending_batch(&planned, &files, &carried).await?;
             let mut advances: Vec<SourceAdvance> = Vec::with_capacity(planned.len());
             let mut state_bytes_max = 0;
-            let writes = self.state_writes(&planned, &mut loaded).await?;
             for (p, state) in planned.iter().zip(writes) {
                 state_bytes_max = state.as_ref().map_or(0, |s| s.bytes).max(state_bytes_max);
                 advances.push(SourceAdvance {
@@ -274,8 +275,14 @@ impl Ingestor {
                     summary.state_bytes_max = state_bytes_max;
                     self.drop_replaced_states(&loaded, &advances).await;
                     self.remember_states(loaded, &advances);
-                    summary.files_written = files.len() as u64;
-                    summary.bytes_written = files.iter().map(|f| f.bytes.len() as u64).sum();
+                    summary.files_written = (files.len() - carried.len()) as u64;
+                    summary.files_carried = carried.len() as u64;
+                    summary.bytes_written = files
+                        .iter()
+                        .enumerate()
+                        .filter(|(at, _)| !carried.contains_key(at))
+                        .map(|(_, f)| f.bytes.len() as u64)
+                        .sum();
                     summary.dead_letters_by_kind = counts
                         .rejected_by_kind
                         .iter()

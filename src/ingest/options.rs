@@ -24,6 +24,10 @@ pub struct IngestOptions {
     /// to at most this many bytes; otherwise (and whenever it adds keys) it goes into the
     /// batch's state file in the warehouse, and the item names the file.
     pub max_inline_state_bytes: usize,
+    /// A derived table's file of at most this many bytes rides in the batch's state file
+    /// (when the batch writes one, and the commit stage reads carried rows) instead of being
+    /// written on its own: the commit stage writes the round's into the table. 0: never.
+    pub max_carried_file_bytes: usize,
 }
 
 impl IngestOptions {
@@ -36,11 +40,13 @@ impl IngestOptions {
             zstd_level: 1,
             max_partitions_per_batch: MAX_PARTITIONS_PER_BATCH,
             max_inline_state_bytes: super::state::MAX_INLINE_STATE_BYTES,
+            max_carried_file_bytes: super::pending::MAX_CARRIED_FILE_BYTES,
         }
     }
 
-    /// The defaults for `spec`, overridden by `STREAMTABLE_INGEST_MAX_ATTEMPTS` and
-    /// `STREAMTABLE_INGEST_ZSTD_LEVEL` (1 to 22).
+    /// The defaults for `spec`, overridden by `STREAMTABLE_INGEST_MAX_ATTEMPTS`,
+    /// `STREAMTABLE_INGEST_ZSTD_LEVEL` (1 to 22) and `STREAMTABLE_CARRIED_FILE_BYTES` (0 to
+    /// 262,144; 0 writes every file on its own).
     pub fn from_env(spec: &PipelineSpec) -> Result<IngestOptions> {
         Self::from_lookup(spec, |k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
@@ -69,6 +75,12 @@ impl IngestOptions {
         }
         if let Some(n) = num("STREAMTABLE_INGEST_ZSTD_LEVEL", 1..=22)? {
             o.zstd_level = n as i32;
+        }
+        if let Some(n) = num(
+            "STREAMTABLE_CARRIED_FILE_BYTES",
+            0..=super::pending::MAX_CARRIED_BATCH_BYTES as i64,
+        )? {
+            o.max_carried_file_bytes = n as usize;
         }
         Ok(o)
     }

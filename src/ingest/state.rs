@@ -15,7 +15,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::{Ingestor, Planned};
-use crate::checkpoint::{SourcePartition, StoredState};
+use crate::checkpoint::{CarriedRows, SourcePartition, StoredState};
 use crate::error::{Error, Result};
 use crate::process::state::keys::{Entry, LazyFilter};
 use crate::process::state::{PartitionState, StateFile, decode_file};
@@ -320,12 +320,15 @@ impl Ingestor {
 
     /// The stored forms of the states of `planned` after the batch (by position; `None` for a
     /// partition without state): one state file per topic holding every section, written
-    /// first, unless no section adds keys and each fits the item.
+    /// first, unless no section adds keys and each fits the item. The files of `carry` (by
+    /// their position in the batch's files) ride in the first of those state files when there
+    /// is one: returned by position, they are not to be written on their own.
     pub(super) async fn state_writes(
         &self,
         planned: &[Planned<'_>],
         loaded: &mut Loaded,
-    ) -> Result<Vec<Option<StoredState>>> {
+        carry: Vec<(usize, bytes::Bytes)>,
+    ) -> Result<(Vec<Option<StoredState>>, HashMap<usize, CarriedRows>)> {
         let mut items: Vec<(SourcePartition, i64, u64)> = Vec::new();
         let mut at: Vec<Option<usize>> = Vec::with_capacity(planned.len());
         for p in planned {
@@ -337,21 +340,24 @@ impl Ingestor {
                 at.push(None);
             }
         }
-        let written = self.write_states(&items, &mut loaded.states).await?;
-        Ok(at
+        let (written, carried) = self.write_states(&items, &mut loaded.states, carry).await?;
+        let states = at
             .into_iter()
             .map(|i| i.map(|i| written[i].clone()))
-            .collect())
+            .collect();
+        Ok((states, carried))
     }
 
     /// Seals the states of `items` (partition, next offset, seq) in `states`, writes their
-    /// state files, and returns their stored forms in order. The states' new runs name their
-    /// files afterwards.
+    /// state files, and returns their stored forms in order, with where the rows of `carry`
+    /// went (none when no state file is written). The states' new runs name their files
+    /// afterwards.
     pub(super) async fn write_states(
         &self,
         items: &[(SourcePartition, i64, u64)],
         states: &mut HashMap<SourcePartition, PartitionState>,
-    ) -> Result<Vec<StoredState>> {
+        carry: Vec<(usize, bytes::Bytes)>,
+    ) -> Result<(Vec<StoredState>, HashMap<usize, CarriedRows>)> {
         let mut sealed = Vec::with_capacity(items.len());
         for (source, _, _) in items {
             let state = states
@@ -379,6 +385,13 @@ impl Ingestor {
         for ((source, _, _), s) in items.iter().zip(&sealed) {
             if let Some(f) = filed.get_mut(source.topic.as_str()) {
                 f.add(&section_key(source), s)?;
+            }
+        }
+        // The batch's small derived files ride in its first state file.
+        let mut parts: Vec<(usize, &str, u32)> = Vec::new();
+        if let Some((topic, file)) = filed.iter_mut().next() {
+            for (at, rows) in carry {
+                parts.push((at, *topic, file.add_rows(rows)));
             }
         }
         let mut locations: HashMap<&str, String> = HashMap::new();
@@ -420,7 +433,15 @@ impl Ingestor {
                 updated_at_ms: now,
             });
         }
-        Ok(out)
+        let mut carried = HashMap::with_capacity(parts.len());
+        for (at, topic, part) in parts {
+            let file = locations
+                .get(topic)
+                .ok_or_else(|| Error::Internal(format!("no state file of {topic}")))?
+                .clone();
+            carried.insert(at, CarriedRows { file, part });
+        }
+        Ok((out, carried))
     }
 }
 

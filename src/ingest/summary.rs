@@ -19,6 +19,9 @@ pub struct IngestSummary {
     pub files_written: u64,
     /// Bytes of Parquet written.
     pub bytes_written: u64,
+    /// Small derived-table files carried in the batch's state file instead of written on their
+    /// own (the commit stage writes their rows; see [`crate::checkpoint::CarriedRows`]).
+    pub files_carried: u64,
     /// Topic-partitions in the event.
     pub partitions: u64,
     /// Conditional writes lost to another invocation.
@@ -43,6 +46,7 @@ impl IngestSummary {
         self.already_seen += o.already_seen;
         self.dead_lettered += o.dead_lettered;
         self.files_written += o.files_written;
+        self.files_carried += o.files_carried;
         self.bytes_written += o.bytes_written;
         self.partitions += o.partitions;
         self.conflicts += o.conflicts;

@@ -82,9 +82,17 @@ pub(super) async fn remove_partition_states(
                     .await?,
                 );
             }
+            // And while a pending batch's rows are carried in it (read once a file would go).
+            let mut carrying: Option<HashSet<String>> = None;
             for o in candidates {
                 let state_object = o.location.ends_with(".state") || o.location.ends_with(".run");
                 if !state_object || named.contains(&o.location) {
+                    continue;
+                }
+                if carrying.is_none() {
+                    carrying = Some(carrying_files(backend).await?);
+                }
+                if carrying.as_ref().is_some_and(|c| c.contains(&o.location)) {
                     continue;
                 }
                 if delete_if_still_old(backend, &o.location, options).await? {
@@ -94,6 +102,21 @@ pub(super) async fn remove_partition_states(
         }
     }
     Ok(deleted)
+}
+
+/// The state files pending batches carry rows in ([`crate::checkpoint::CarriedRows`]): the
+/// commit has not written those rows yet. Every pending batch is read, or none (an unreadable
+/// one is an error: its rows may be in any of them).
+async fn carrying_files(backend: &Backend) -> Result<HashSet<String>> {
+    let mut out = HashSet::new();
+    for batch in backend.state.pending_complete().await? {
+        for f in resolve_files(backend, &batch).await? {
+            if let Some(c) = f.carried {
+                out.insert(c.file);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Interval joins' state objects (`_state/join/{table}/…`) that no retained snapshot of the

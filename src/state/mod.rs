@@ -56,6 +56,12 @@ pub trait CheckpointStore: Send + Sync {
         usize::MAX
     }
 
+    /// Whether the commit stage reads rows carried in state files
+    /// ([`crate::checkpoint::CarriedRows`]); until it does, ingest writes every file on its own.
+    async fn reads_carried_rows(&self) -> Result<bool> {
+        Ok(true)
+    }
+
     /// Every partition of `topic` with a checkpoint, and its stored state (`None`: none).
     async fn topic_states(
         &self,

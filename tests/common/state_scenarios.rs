@@ -279,3 +279,152 @@ pub async fn a_state_naming_a_run_elsewhere_is_refused(mut h: Harness) {
         "nothing landed"
     );
 }
+
+/// A window's partial rows of a batch (a few rows) ride in the state file the batch writes
+/// anyway instead of a file of their own, and the commit writes a round's into the table: the
+/// view reads what it reads when every batch writes its own file (`plain`); orphan clean-up
+/// keeps a carrying state file while its batch is pending, even once no state names it; and a
+/// batch whose carrying file is gone stays pending, blocked, naming the file.
+pub async fn a_window_s_partials_ride_in_the_state_file_and_land_with_the_commit(
+    mut h: Harness,
+    mut plain: Harness,
+) {
+    let now = streamtable::clock::now_ms();
+    for x in [&mut h, &mut plain] {
+        x.spec = orders_spec();
+        x.tables().ensure_all(&x.backend).await.expect("tables");
+        x.backend.state.upgrade(now).await.expect("layout");
+    }
+    let plain_ingestor = plain
+        .ingestor()
+        .with_options(streamtable::ingest::IngestOptions {
+            max_carried_file_bytes: 0,
+            ..plain.ingestor().options().clone()
+        });
+    // 24 batches over 4 partitions, a minute of event time each: every batch closes windows.
+    let batch = |i: i64| -> Vec<SourceRecord> {
+        (0..4)
+            .flat_map(|p| {
+                (0..25).map(move |o| {
+                    let offset = i * 25 + o;
+                    let at = FIXTURE_MS + i * 60_000 + o * 2_000;
+                    order(p, offset, at, &format!("c-{p}-{offset}"))
+                })
+            })
+            .collect()
+    };
+    let mut carried = 0;
+    for i in 0..24 {
+        let e = event(&batch(i));
+        let s = h.ingestor().handle(&e).await.expect("ingest");
+        carried += s.files_carried;
+        let p = plain_ingestor.handle(&e).await.expect("ingest");
+        assert_eq!(p.files_carried, 0);
+        assert_eq!(
+            s.files_written + s.files_carried,
+            p.files_written,
+            "the same files, {} of them carried",
+            s.files_carried
+        );
+    }
+    assert!(carried >= 20, "a window's partials ride along: {carried}");
+    let partials = "orders_per_minute_partials";
+    let pending = h.pending_files().await;
+    let of_partials: Vec<_> = pending.iter().filter(|f| f.table == partials).collect();
+    assert!(of_partials.len() >= 20, "{}", of_partials.len());
+    // And the dedup's small files of these small batches (100 rows).
+    assert_eq!(
+        pending.iter().filter(|f| f.carried.is_some()).count() as u64,
+        carried
+    );
+    assert!(
+        of_partials
+            .iter()
+            .all(|f| f.carried.is_some() && f.data_file.is_empty())
+    );
+    let carrying: std::collections::BTreeSet<String> = of_partials
+        .iter()
+        .filter_map(|f| f.carried.as_ref().map(|c| c.file.clone()))
+        .collect();
+    assert!(
+        plain
+            .pending_files()
+            .await
+            .iter()
+            .all(|f| f.carried.is_none())
+    );
+
+    // Orphan clean-up before the commit keeps every carrying file, named by a state or not.
+    let aggressive = streamtable::maintenance::MaintenanceOptions {
+        orphan_grace_ms: -1,
+        ..Default::default()
+    };
+    let tables = h.tables();
+    streamtable::maintenance::maintain_all(&h.backend, &tables, &aggressive)
+        .await
+        .expect("maintenance");
+    for f in &carrying {
+        assert!(
+            h.backend.warehouse.stat(f).await.expect("stat").is_some(),
+            "{f} carries a pending batch's rows"
+        );
+    }
+    for x in [&h, &plain] {
+        let report = streamtable::commit::commit_pending(&x.backend, &x.tables())
+            .await
+            .expect("commit");
+        assert!(report.blocked.is_empty(), "{:?}", report.blocked);
+    }
+    let view = "SELECT window_start, window_end, country, orders, revenue FROM orders_per_minute ORDER BY window_start, country";
+    let (got, want) = (
+        super::query_rows(&h, view).await,
+        super::query_rows(&plain, view).await,
+    );
+    assert!(want.len() >= 20, "{want:?}");
+    assert_eq!(got, want, "the same windows either way");
+    let clean = "SELECT order_id, amount, created_at FROM orders_clean ORDER BY order_id";
+    let (got, want) = (
+        super::query_rows(&h, clean).await,
+        super::query_rows(&plain, clean).await,
+    );
+    assert_eq!(want.len(), 2400);
+    assert_eq!(got, want, "the same deduplicated orders either way");
+    // The round's carried rows went into one file per partition value.
+    assert!(
+        h.live_files(partials).await.len() < plain.live_files(partials).await.len(),
+        "fewer, larger files"
+    );
+    // Committed, the files no state names go; those a state names stay.
+    streamtable::maintenance::maintain_all(&h.backend, &tables, &aggressive)
+        .await
+        .expect("maintenance");
+    let mut gone = 0;
+    for f in &carrying {
+        gone += usize::from(h.backend.warehouse.stat(f).await.expect("stat").is_none());
+    }
+    assert!(gone > 0, "some carrying files were kept only for their batches");
+
+    // A batch whose carrying file is gone is blocked, naming the file, and stays pending.
+    h.ingestor()
+        .handle(&event(&batch(24)))
+        .await
+        .expect("ingest");
+    let lost = h
+        .pending_files()
+        .await
+        .into_iter()
+        .find_map(|f| f.carried)
+        .expect("carried rows")
+        .file;
+    h.backend.warehouse.delete(&lost).await.expect("delete");
+    let report = streamtable::commit::commit_pending(&h.backend, &tables)
+        .await
+        .expect("commit");
+    assert_eq!(report.blocked.len(), 1, "{:?}", report.blocked);
+    assert!(
+        report.blocked[0].reason.contains(&lost),
+        "{}",
+        report.blocked[0].reason
+    );
+    assert_eq!(h.backend.state.pending().await.expect("pending").len(), 1);
+}

@@ -244,6 +244,7 @@ pub(super) async fn add_files(
             rows: f.data_file.record_count(),
             bytes: f.bytes.len() as u64,
             partitioning: None,
+            carried: None,
         });
         files.data_files.push(f.data_file);
     }

@@ -9,6 +9,12 @@
 //! section its partition (u16 length + UTF-8 `topic/partition`), its length (u64) and its
 //! bytes. Integers are little-endian. A run stored in the file its section is in names no file
 //! (the file's name is its content's hash); when read, it takes the file's location.
+//!
+//! After the sections, a file may carry *rows*: small derived-table files (a window's partial
+//! rows) that the batch did not write as objects of their own — the commit stage writes them
+//! into its table (see [`crate::checkpoint::CarriedRows`]): `RW\x01`, the number of parts (u32),
+//! then per part its length (u64) and its bytes (a Parquet file). Readers of the state stop
+//! after the sections, so releases that do not know rows read such a file's state unchanged.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +33,9 @@ pub(super) const SECTION_MAGIC: &[u8; 3] = b"ST\x04";
 
 /// What a state file starts with (decompressed).
 const FILE_MAGIC: &[u8; 4] = b"STF\x04";
+
+/// What the rows after the sections start with.
+const ROWS_MAGIC: &[u8; 3] = b"RW\x01";
 
 /// Bytes of one stored key entry.
 pub(super) const ENTRY_BYTES: usize = 24;
@@ -326,6 +335,7 @@ pub(super) fn decode_section(raw: &[u8], location: &str, what: &str) -> Result<P
 pub struct StateFile {
     raw: Vec<u8>,
     sections: u32,
+    rows: Vec<bytes::Bytes>,
 }
 
 impl StateFile {
@@ -351,8 +361,27 @@ impl StateFile {
         self.sections == 0
     }
 
+    /// Carries `rows` (a Parquet file's bytes) after the sections; returns its part number.
+    pub fn add_rows(&mut self, rows: bytes::Bytes) -> u32 {
+        self.rows.push(rows);
+        (self.rows.len() - 1) as u32
+    }
+
     /// The file's bytes (compressed) and the hash its name carries (hex, 128 bits).
-    pub fn finish(self) -> Result<(Vec<u8>, String)> {
+    pub fn finish(mut self) -> Result<(Vec<u8>, String)> {
+        if !self.rows.is_empty() {
+            if self.raw.is_empty() {
+                return Err(Error::Internal(
+                    "a state file carries rows but holds no section".into(),
+                ));
+            }
+            self.raw.extend(ROWS_MAGIC);
+            self.raw.extend(u32_of(self.rows.len(), "carried parts")?.to_le_bytes());
+            for part in &self.rows {
+                self.raw.extend((part.len() as u64).to_le_bytes());
+                self.raw.extend(part.iter());
+            }
+        }
         let bytes = zstd::bulk::compress(&self.raw, 1)
             .map_err(|e| Error::Internal(format!("compress state file: {e}")))?;
         let hash = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes));
@@ -363,11 +392,46 @@ impl StateFile {
 /// Every section of the state file at `location` (its bytes), by partition (`topic/partition`).
 pub fn decode_file(bytes: &[u8], location: &str) -> Result<BTreeMap<String, PartitionState>> {
     let what = format!("state file {location}");
+    let raw = super::unzstd(bytes, &what)?;
+    let (sections, _) = sections(&raw, &what)?;
+    let mut out = BTreeMap::new();
+    for (key, section) in sections {
+        let state = decode_section(section, location, &format!("{what}, partition {key}"))?;
+        out.insert(key.to_string(), state);
+    }
+    Ok(out)
+}
+
+/// The rows the state file at `location` (its bytes) carries after its sections, by part
+/// number: none in a file written without them.
+pub fn decode_rows(bytes: &[u8], location: &str) -> Result<Vec<bytes::Bytes>> {
+    let what = format!("state file {location}");
     let bad = |m: &str| Error::Internal(format!("{what}: damaged ({m})"));
     let raw = super::unzstd(bytes, &what)?;
+    let (_, mut rest) = sections(&raw, &what)?;
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    rest = rest.strip_prefix(ROWS_MAGIC).ok_or_else(|| bad("rows"))?;
+    let count = take_u32(&mut rest).ok_or_else(|| bad("rows count"))?;
+    let mut parts = Vec::new();
+    for _ in 0..count {
+        let n = take_u64(&mut rest)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| bad("rows length"))?;
+        let (part, tail) = rest.split_at_checked(n).ok_or_else(|| bad("rows"))?;
+        rest = tail;
+        parts.push(bytes::Bytes::copy_from_slice(part));
+    }
+    Ok(parts)
+}
+
+/// A decompressed state file's sections (partition, bytes) and what follows them.
+fn sections<'a>(raw: &'a [u8], what: &str) -> Result<(Vec<(&'a str, &'a [u8])>, &'a [u8])> {
+    let bad = |m: &str| Error::Internal(format!("{what}: damaged ({m})"));
     let mut rest = raw.strip_prefix(FILE_MAGIC).ok_or_else(|| bad("magic"))?;
     let count = take_u32(&mut rest).ok_or_else(|| bad("count"))?;
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for _ in 0..count {
         let [a, b] = take::<2>(&mut rest).ok_or_else(|| bad("partition"))?;
         let len = usize::from(u16::from_le_bytes([a, b]));
@@ -379,10 +443,9 @@ pub fn decode_file(bytes: &[u8], location: &str) -> Result<BTreeMap<String, Part
             .ok_or_else(|| bad("section length"))?;
         let (section, tail) = rest.split_at_checked(n).ok_or_else(|| bad("section"))?;
         rest = tail;
-        let state = decode_section(section, location, &format!("{what}, partition {key}"))?;
-        out.insert(key.to_string(), state);
+        out.push((key, section));
     }
-    Ok(out)
+    Ok((out, rest))
 }
 
 /// A state stored in its item (layout 4 inline, or 1–3).

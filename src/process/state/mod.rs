@@ -22,7 +22,7 @@ pub mod keys;
 mod seen;
 
 pub use compat::{Adoption, PlanSig, StateChanges, adopt};
-pub use file::{SealedSection, StateFile, decode_file, decode_inline};
+pub use file::{SealedSection, StateFile, decode_file, decode_inline, decode_rows};
 pub use keys::Keys;
 
 /// The newest layout of the earlier, whole-state form (read, never written).
@@ -293,6 +293,50 @@ mod tests {
         // Damage is an error naming the state, never a panic.
         let e = decode_file(&bytes[..bytes.len() / 2], &location).unwrap_err();
         assert!(e.to_string().contains(&location), "{e}");
+    }
+
+    #[test]
+    fn a_state_file_carries_rows_after_its_sections_and_its_state_reads_unchanged() {
+        let mut s = PartitionState {
+            max_event_time: Some(1_700_000_000_000_000),
+            ..Default::default()
+        };
+        let mut t = TableState::default();
+        t.keys.add(vec![(3, 30)]);
+        s.tables.insert("orders_clean".into(), t);
+        let sealed = s.seal(|_| Some(3_600_000_000)).unwrap();
+        let file_of = |rows: &[&'static [u8]]| {
+            let mut file = StateFile::default();
+            file.add("orders/0", &sealed).unwrap();
+            for (i, r) in rows.iter().enumerate() {
+                assert_eq!(file.add_rows(bytes::Bytes::from_static(r)), i as u32);
+            }
+            file.finish().unwrap().0
+        };
+        let (plain, carrying) = (file_of(&[]), file_of(&[b"PAR1 one", b"", b"PAR1 three"]));
+        let location = "w/_state/partitions/orders/runs/x.run";
+        // The state is what a file without rows holds: releases that do not know rows stop
+        // reading after the sections.
+        assert_eq!(
+            decode_file(&carrying, location).unwrap()["orders/0"].tables,
+            decode_file(&plain, location).unwrap()["orders/0"].tables
+        );
+        let parts = decode_rows(&carrying, location).unwrap();
+        assert_eq!(
+            parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>(),
+            vec![&b"PAR1 one"[..], b"", b"PAR1 three"]
+        );
+        assert!(decode_rows(&plain, location).unwrap().is_empty());
+        // Rows without a section are refused; damaged rows are an error naming the file.
+        let mut empty = StateFile::default();
+        empty.add_rows(bytes::Bytes::from_static(b"x"));
+        assert!(empty.finish().is_err());
+        let raw = unzstd(&carrying, "t").unwrap();
+        for cut in [raw.len() - 1, raw.len() - 12] {
+            let damaged = zstd::bulk::compress(&raw[..cut], 1).unwrap();
+            let e = decode_rows(&damaged, location).unwrap_err();
+            assert!(e.to_string().contains(location), "{e}");
+        }
     }
 
     #[test]

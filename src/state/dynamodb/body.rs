@@ -323,6 +323,7 @@ mod tests {
             rows: 10,
             bytes: 2048,
             partitioning: Some(vec!["day(created_at)".into()]),
+            carried: None,
         }];
         let more = vec![SourceRange {
             source: SourcePartition::new("orders", 3),
@@ -482,6 +483,7 @@ mod tests {
             rows: 100,
             bytes: 4096,
             partitioning: None,
+            carried: None,
         }];
         let (decoded, _) = decode(&encode(&files, &[]).expect("encode")).expect("decode");
         let again = deserialize_data_file_from_json(
@@ -529,6 +531,7 @@ mod tests {
             rows: 10,
             bytes: 2048,
             partitioning: None,
+            carried: None,
         }];
         let more = vec![SourceRange {
             source: SourcePartition::new("orders", 3),

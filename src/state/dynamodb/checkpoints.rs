@@ -68,11 +68,11 @@ impl DynamoStateStore {
         Ok(self.layout().await?.0)
     }
 
-    /// The mode, and whether the commit stage reads pending bodies of the dictionary layout
+    /// The mode, and the layout item's `bodies`: what the commit stage reads of pending bodies
     /// (its release marked the layout item so: see [`super::BODY_LAYOUT`]; until then ingest
     /// writes the first layout, which every release reads), from the table's layout item
     /// (cached for a minute).
-    pub(super) async fn layout(&self) -> Result<(Mode, bool)> {
+    pub(super) async fn layout(&self) -> Result<(Mode, i64)> {
         if let Some((at, mode, bodies)) = *self.layout.lock().map_err(|_| poisoned())?
             && at.elapsed() < MODE_TTL
         {
@@ -93,7 +93,7 @@ impl DynamoStateStore {
         });
         let bodies = out
             .item()
-            .is_some_and(|i| get_n::<i64>(i, "bodies").unwrap_or(0) >= super::BODY_LAYOUT);
+            .map_or(0, |i| get_n::<i64>(i, "bodies").unwrap_or(0));
         let mode = if buckets { Mode::Buckets } else { Mode::Mirror };
         *self.layout.lock().map_err(|_| poisoned())? = Some((Instant::now(), mode, bodies));
         Ok((mode, bodies))

@@ -57,10 +57,11 @@ pub struct DynamoStateStore {
     client: Client,
     table: String,
     /// The checkpoint layout in force, and when it was read.
-    /// Whether this store's [`StateStore::upgrade`] lets ingest write dictionary bodies
-    /// (`STREAMTABLE_PENDING_BODIES`; see [`BODY_LAYOUT`]).
-    allow_dictionary_bodies: bool,
-    layout: Arc<Mutex<Option<(Instant, checkpoints::Mode, bool)>>>,
+    /// The layout item's `bodies` this store's [`StateStore::upgrade`] sets, which says what
+    /// ingest may write (`STREAMTABLE_PENDING_BODIES`; see [`BODY_LAYOUT`] and
+    /// [`CARRIED_ROWS_LAYOUT`]).
+    body_layout: i64,
+    layout: Arc<Mutex<Option<(Instant, checkpoints::Mode, i64)>>>,
     /// Partitions whose last read found no entry in their state bucket: their next write
     /// creates the entry and replaces their item of the layout before (see
     /// [`partition_state`]).
@@ -80,7 +81,11 @@ const LAYOUT_VERSION: i64 = 3;
 /// the dictionary ([`body`]): its release's scheduled stage sets it on its first run, and ingest
 /// writes such bodies only then, so that a commit stage of the release before (during a
 /// rolling deploy) never meets one.
-const BODY_LAYOUT: i64 = 1;
+pub const BODY_LAYOUT: i64 = 1;
+/// The layout item's `bodies` once the commit stage also reads rows carried in state files
+/// ([`crate::checkpoint::CarriedRows`]): ingest carries small derived files only then (a
+/// commit stage of a release before would keep such a batch pending, refused).
+pub const CARRIED_ROWS_LAYOUT: i64 = 2;
 
 fn pending_pk(s: &SourcePartition) -> String {
     let shard = xxhash_rust::xxh3::xxh3_64(s.to_string().as_bytes()) % PENDING_SHARDS;
@@ -125,7 +130,7 @@ impl DynamoStateStore {
             client,
             table: table.into(),
             layout: Arc::new(Mutex::new(None)),
-            allow_dictionary_bodies: true,
+            body_layout: CARRIED_ROWS_LAYOUT,
             fresh: Arc::new(Mutex::new(std::collections::HashSet::new())),
         }
     }
@@ -134,8 +139,16 @@ impl DynamoStateStore {
     /// pending bodies against the dictionary when `allow`, and otherwise takes that back: ingest
     /// returns to the first layout within a minute (the layout is cached that long), which every
     /// release reads — the way to prepare a rollback below the release that introduced it.
-    pub fn with_dictionary_bodies(mut self, allow: bool) -> Self {
-        self.allow_dictionary_bodies = allow;
+    pub fn with_dictionary_bodies(self, allow: bool) -> Self {
+        self.with_body_layout(if allow { CARRIED_ROWS_LAYOUT } else { 0 })
+    }
+
+    /// This store, whose [`StateStore::upgrade`] sets the layout item's `bodies` to `layout`:
+    /// 0 the first layout, [`BODY_LAYOUT`] bodies against the dictionary,
+    /// [`CARRIED_ROWS_LAYOUT`] those and rows carried in state files. Ingest follows within a
+    /// minute; a lower value prepares a rollback below the release that introduced the higher.
+    pub fn with_body_layout(mut self, layout: i64) -> Self {
+        self.body_layout = layout;
         self
     }
 
@@ -168,9 +181,9 @@ impl DynamoStateStore {
         if let Some(location) = &batch.files_location {
             put = put.item("files_location", s(location));
         }
-        let (mode, dictionary_bodies) = self.layout().await?;
+        let (mode, bodies) = self.layout().await?;
         if mode == checkpoints::Mode::Buckets {
-            let body = if dictionary_bodies {
+            let body = if bodies >= BODY_LAYOUT {
                 body::encode(&batch.files, &batch.more)?
             } else {
                 body::encode_first_layout(&batch.files, &batch.more)?
@@ -330,6 +343,9 @@ impl CheckpointStore for DynamoStateStore {
         sources: &[SourcePartition],
     ) -> Result<Vec<Option<StoredState>>> {
         self.read_states(sources).await
+    }
+    async fn reads_carried_rows(&self) -> Result<bool> {
+        Ok(self.layout().await?.1 >= CARRIED_ROWS_LAYOUT)
     }
     fn max_inline_state_bytes(&self) -> usize {
         partition_state::MAX_INLINE_STATE_BYTES

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 
 use super::{
-    BODY_LAYOUT, DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n,
+    DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n,
     pending_item_key, s, state_error,
 };
 use crate::aws::SdkFault;
@@ -20,11 +20,7 @@ use crate::state::{CommitLog, StateStore};
 impl DynamoStateStore {
     /// The layout item's `bodies` this store's upgrade keeps.
     fn body_layout(&self) -> i64 {
-        if self.allow_dictionary_bodies {
-            BODY_LAYOUT
-        } else {
-            0
-        }
+        self.body_layout
     }
 
     async fn write_layout(&self, since_ms: i64, synced: bool) -> Result<()> {
