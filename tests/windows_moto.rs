@@ -486,7 +486,10 @@ async fn partials_ride_in_state_files_only_once_the_commit_stage_reads_them() {
     };
     assert_eq!(carried(0, fresh()).await, 0, "not before the upgrade");
     assert_eq!(carried(1, fresh()).await, 0, "not before the upgrade");
-    fresh().upgrade(streamtable::clock::now_ms()).await.expect("upgrade");
+    fresh()
+        .upgrade(streamtable::clock::now_ms())
+        .await
+        .expect("upgrade");
     let after = carried(2, fresh()).await;
     assert!(
         after >= 1,

@@ -63,12 +63,19 @@ pub(super) async fn write(
     intent: &str,
     rows: &[RecordBatch],
 ) -> Result<Vec<DataFile>> {
-    let all = concat_batches(&layout.arrow_schema, rows).map_err(|e| {
-        Error::Internal(format!("table {}: carried rows: {e}", layout.name))
-    })?;
+    let all = concat_batches(&layout.arrow_schema, rows)
+        .map_err(|e| Error::Internal(format!("table {}: carried rows: {e}", layout.name)))?;
     let mut out = Vec::new();
     let stem = format!("carried-{intent}");
-    for f in encode(layout, &all, table_location, &stem, &micro_file_properties()).await? {
+    for f in encode(
+        layout,
+        &all,
+        table_location,
+        &stem,
+        &micro_file_properties(),
+    )
+    .await?
+    {
         backend
             .warehouse
             .write(&f.location, f.bytes.clone())

@@ -631,7 +631,11 @@ async fn commit_table(
     let mut data_files = files.data_files.to_vec();
     if !files.carried.is_empty() {
         let layout = tables.catalog_layout(name, &table)?;
-        let location = table.metadata().location().trim_end_matches('/').to_string();
+        let location = table
+            .metadata()
+            .location()
+            .trim_end_matches('/')
+            .to_string();
         let intent = commit_id.split('/').next().unwrap_or(commit_id);
         data_files
             .extend(carried::write(backend, &layout, &location, intent, &files.carried).await?);

@@ -402,7 +402,10 @@ pub async fn a_window_s_partials_ride_in_the_state_file_and_land_with_the_commit
     for f in &carrying {
         gone += usize::from(h.backend.warehouse.stat(f).await.expect("stat").is_none());
     }
-    assert!(gone > 0, "some carrying files were kept only for their batches");
+    assert!(
+        gone > 0,
+        "some carrying files were kept only for their batches"
+    );
 
     // A batch whose carrying file is gone is blocked, naming the file, and stays pending.
     h.ingestor()

@@ -376,7 +376,8 @@ impl StateFile {
                 ));
             }
             self.raw.extend(ROWS_MAGIC);
-            self.raw.extend(u32_of(self.rows.len(), "carried parts")?.to_le_bytes());
+            self.raw
+                .extend(u32_of(self.rows.len(), "carried parts")?.to_le_bytes());
             for part in &self.rows {
                 self.raw.extend((part.len() as u64).to_le_bytes());
                 self.raw.extend(part.iter());
@@ -426,8 +427,11 @@ pub fn decode_rows(bytes: &[u8], location: &str) -> Result<Vec<bytes::Bytes>> {
     Ok(parts)
 }
 
+/// A state file's sections as (partition, bytes), and what follows them.
+type Sections<'a> = (Vec<(&'a str, &'a [u8])>, &'a [u8]);
+
 /// A decompressed state file's sections (partition, bytes) and what follows them.
-fn sections<'a>(raw: &'a [u8], what: &str) -> Result<(Vec<(&'a str, &'a [u8])>, &'a [u8])> {
+fn sections<'a>(raw: &'a [u8], what: &str) -> Result<Sections<'a>> {
     let bad = |m: &str| Error::Internal(format!("{what}: damaged ({m})"));
     let mut rest = raw.strip_prefix(FILE_MAGIC).ok_or_else(|| bad("magic"))?;
     let count = take_u32(&mut rest).ok_or_else(|| bad("count"))?;

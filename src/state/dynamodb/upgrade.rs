@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 
 use super::{
-    DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n,
-    pending_item_key, s, state_error,
+    DynamoStateStore, LAYOUT_VERSION, LEGACY_WINDOW_MS, get_n, get_s, n, pending_item_key, s,
+    state_error,
 };
 use crate::aws::SdkFault;
 use crate::checkpoint::{BatchKey, SourcePartition};
