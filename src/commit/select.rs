@@ -292,7 +292,7 @@ impl<'a> Selector<'a> {
             .catalog_layout(&f.table, table)
             .map_err(|e| refused(e.to_string()))?;
         let what = format!("part {} of state file {}", c.part, c.file);
-        let rows = super::carried::decode(part, &layout.arrow_schema)
+        let rows = super::carried::decode(part, &layout.arrow_schema, f.rows)
             .map_err(|e| refused(format!("{what}: {e}")))?;
         if rows.num_rows() as u64 != f.rows {
             return Err(refused(format!(

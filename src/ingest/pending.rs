@@ -16,7 +16,7 @@ use crate::spec::DEAD_LETTER_TABLE;
 pub const MAX_CARRIED_FILE_BYTES: usize = 32 * 1024;
 
 /// Most bytes of files one batch carries in its state file (which cold containers read).
-pub const MAX_CARRIED_BATCH_BYTES: usize = 256 * 1024;
+pub const MAX_CARRIED_BATCH_BYTES: usize = crate::process::state::MAX_CARRIED_BYTES;
 
 impl Ingestor {
     /// The files of a batch that may ride in its state file, by position (see

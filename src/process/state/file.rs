@@ -37,6 +37,12 @@ const FILE_MAGIC: &[u8; 4] = b"STF\x04";
 /// What the rows after the sections start with.
 const ROWS_MAGIC: &[u8; 3] = b"RW\x01";
 
+/// Most bytes of rows one state file carries (all parts together).
+pub const MAX_CARRIED_BYTES: usize = 256 * 1024;
+
+/// Most parts of rows one state file carries.
+const MAX_CARRIED_PARTS: u32 = 4096;
+
 /// Bytes of one stored key entry.
 pub(super) const ENTRY_BYTES: usize = 24;
 
@@ -414,12 +420,22 @@ pub fn decode_rows(bytes: &[u8], location: &str) -> Result<Vec<bytes::Bytes>> {
         return Ok(Vec::new());
     }
     rest = rest.strip_prefix(ROWS_MAGIC).ok_or_else(|| bad("rows"))?;
-    let count = take_u32(&mut rest).ok_or_else(|| bad("rows count"))?;
+    let count = take_u32(&mut rest)
+        .filter(|n| *n <= MAX_CARRIED_PARTS)
+        .ok_or_else(|| bad("rows count"))?;
     let mut parts = Vec::new();
+    let mut total = 0usize;
     for _ in 0..count {
         let n = take_u64(&mut rest)
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| bad("rows length"))?;
+        total = total.saturating_add(n);
+        if total > MAX_CARRIED_BYTES {
+            return Err(bad(&format!(
+                "more rows than a batch carries ({} KB)",
+                MAX_CARRIED_BYTES >> 10
+            )));
+        }
         let (part, tail) = rest.split_at_checked(n).ok_or_else(|| bad("rows"))?;
         rest = tail;
         parts.push(bytes::Bytes::copy_from_slice(part));

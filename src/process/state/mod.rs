@@ -22,7 +22,9 @@ pub mod keys;
 mod seen;
 
 pub use compat::{Adoption, PlanSig, StateChanges, adopt};
-pub use file::{SealedSection, StateFile, decode_file, decode_inline, decode_rows};
+pub use file::{
+    MAX_CARRIED_BYTES, SealedSection, StateFile, decode_file, decode_inline, decode_rows,
+};
 pub use keys::Keys;
 
 /// The newest layout of the earlier, whole-state form (read, never written).
@@ -337,6 +339,27 @@ mod tests {
             let e = decode_rows(&damaged, location).unwrap_err();
             assert!(e.to_string().contains(location), "{e}");
         }
+        // A forged rows part that would inflate (millions of empty parts, or parts past what a
+        // batch carries) is refused before anything is allocated for it.
+        let at = raw.len() - (3 + 4 + 3 * 8 + 8 + 10);
+        let mut forged = raw[..at].to_vec();
+        forged.extend(b"RW\x01");
+        forged.extend(u32::MAX.to_le_bytes());
+        forged.extend(vec![0u8; 1 << 20]);
+        let e = decode_rows(&zstd::bulk::compress(&forged, 1).unwrap(), location).unwrap_err();
+        assert!(e.to_string().contains("rows count"), "{e}");
+        let mut forged = raw[..at].to_vec();
+        forged.extend(b"RW\x01");
+        forged.extend(2u32.to_le_bytes());
+        forged.extend((MAX_CARRIED_BYTES as u64).to_le_bytes());
+        forged.extend(vec![7u8; MAX_CARRIED_BYTES]);
+        forged.extend(1u64.to_le_bytes());
+        forged.push(7);
+        let e = decode_rows(&zstd::bulk::compress(&forged, 1).unwrap(), location).unwrap_err();
+        assert!(
+            e.to_string().contains("more rows than a batch carries"),
+            "{e}"
+        );
     }
 
     #[test]
