@@ -244,7 +244,13 @@ async fn run(config: &Config, shape: Shape) -> Result<()> {
     let backend = Backend::connect(&BackendConfig::Embedded { home: home.clone() }).await?;
     let tables = TableSet::new(&spec, &backend.namespace)?;
     tables.ensure_all(&backend).await?;
+    // The window's partials written on their own, so that the state files measured below hold
+    // the state alone (they otherwise carry a batch's partials: table rows, not state).
     let ingestor = Ingestor::new(&spec, &backend)?;
+    let ingestor = ingestor.with_options(crate::ingest::IngestOptions {
+        max_carried_file_bytes: 0,
+        ..ingestor.options().clone()
+    });
     // The topic's table alone on the same stream, for the ratio.
     let raw_spec = state_spec(config, true)?;
     let raw_home = tempdir("bench-state-raw")?;
