@@ -247,10 +247,11 @@ async fn run(config: &Config, shape: Shape) -> Result<()> {
     // The window's partials written on their own, so that the state files measured below hold
     // the state alone (they otherwise carry a batch's partials: table rows, not state).
     let ingestor = Ingestor::new(&spec, &backend)?;
-    let ingestor = ingestor.with_options(crate::ingest::IngestOptions {
+    let options = crate::ingest::IngestOptions {
         max_carried_file_bytes: 0,
         ..ingestor.options().clone()
-    });
+    };
+    let ingestor = ingestor.with_options(options);
     // The topic's table alone on the same stream, for the ratio.
     let raw_spec = state_spec(config, true)?;
     let raw_home = tempdir("bench-state-raw")?;
