@@ -67,16 +67,6 @@ async fn wider_than_one_transaction_lands_in_groups() {
     scenarios::wider_than_one_transaction_lands_in_groups(&common::moto().await).await;
 }
 
-/// The DynamoDB table of a moto harness (its Glue database, with dashes).
-fn state_table(h: &common::Harness) -> String {
-    let at = h
-        .catalog_args
-        .iter()
-        .position(|a| a == "--database")
-        .expect("--database");
-    h.catalog_args[at + 1].replace('_', "-")
-}
-
 /// Upgrading from per-partition checkpoints (before 0.3) to buckets loses and repeats nothing:
 /// until the layout is synced the per-partition items stay the authority (an invocation of the
 /// old release still in flight advances them); an hour after the upgrade they are copied into
@@ -88,7 +78,7 @@ async fn per_partition_checkpoints_upgrade_to_buckets_exactly_once() {
     use streamtable::state::{DynamoStateStore, StateStore};
 
     let h = common::moto().await;
-    let table = state_table(&h);
+    let table = common::state_table(&h);
     let sdk = streamtable::aws::load_config().await;
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
     let legacy = |next: i64, version: i64| {
@@ -235,7 +225,7 @@ async fn a_pending_batch_item_of_the_shipped_spec_fits_its_kilobytes() {
         h.ingestor().handle(&event(&recs)).await.expect("ingest");
         let sdk = streamtable::aws::load_config().await;
         let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-        let sizes: Vec<usize> = pending_items(&dynamo, &state_table(&h))
+        let sizes: Vec<usize> = pending_items(&dynamo, &common::state_table(&h))
             .await
             .iter()
             .map(item_bytes)
@@ -256,26 +246,15 @@ async fn a_pending_batch_item_of_the_shipped_spec_fits_its_kilobytes() {
 /// release's scheduled stage marked the layout, the dictionary one. Both commit.
 #[tokio::test]
 async fn dictionary_bodies_wait_for_a_commit_stage_that_reads_them() {
-    use aws_sdk_dynamodb::types::AttributeValue;
     use common::{event, keys, records};
     use streamtable::state::{DynamoStateStore, StateStore};
 
     let h = common::moto().await;
     h.tables().ensure_all(&h.backend).await.expect("tables");
-    let table = state_table(&h);
+    let table = common::state_table(&h);
     let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
     // The layout item as the release before writes it.
-    dynamo
-        .put_item()
-        .table_name(&table)
-        .item("pk", AttributeValue::S("meta".into()))
-        .item("sk", AttributeValue::S("layout".into()))
-        .item("version", AttributeValue::N("3".into()))
-        .item("since_ms", AttributeValue::N("0".into()))
-        .item("synced", AttributeValue::Bool(true))
-        .send()
-        .await
-        .expect("layout of the release before");
+    common::put_layout_of_release_before(&dynamo, &table, None).await;
     let fresh = || -> std::sync::Arc<dyn StateStore> {
         std::sync::Arc::new(DynamoStateStore::new(dynamo.clone(), table.clone()))
     };
@@ -361,12 +340,12 @@ async fn orphan_clean_up_waits_while_a_pending_item_cannot_be_read() {
         })
         .collect();
     let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
-    let items = pending_items(&dynamo, &state_table(&h)).await;
+    let items = pending_items(&dynamo, &common::state_table(&h)).await;
     assert_eq!(items.len(), 1);
     let item = &items[0];
     dynamo
         .update_item()
-        .table_name(state_table(&h))
+        .table_name(common::state_table(&h))
         .key("pk", item["pk"].clone())
         .key("sk", item["sk"].clone())
         .update_expression("SET body = :b")

@@ -437,33 +437,16 @@ async fn state_bucket_writes_lose_every_race_they_should() {
 /// release before never meets carried rows.
 #[tokio::test]
 async fn partials_ride_in_state_files_only_once_the_commit_stage_reads_them() {
-    use aws_sdk_dynamodb::types::AttributeValue;
     use streamtable::state::StateStore;
     use streamtable::state::dynamodb::{BODY_LAYOUT, DynamoStateStore};
 
     let mut h = common::moto().await;
     h.spec = common::state_scenarios::orders_spec();
     h.tables().ensure_all(&h.backend).await.expect("tables");
-    let at = h
-        .catalog_args
-        .iter()
-        .position(|a| a == "--database")
-        .expect("--database");
-    let table = h.catalog_args[at + 1].replace('_', "-");
+    let table = common::state_table(&h);
     let dynamo = aws_sdk_dynamodb::Client::new(&streamtable::aws::load_config().await);
     // The layout item as the release before writes it: dictionary bodies, no carried rows.
-    dynamo
-        .put_item()
-        .table_name(&table)
-        .item("pk", AttributeValue::S("meta".into()))
-        .item("sk", AttributeValue::S("layout".into()))
-        .item("version", AttributeValue::N("3".into()))
-        .item("since_ms", AttributeValue::N("0".into()))
-        .item("synced", AttributeValue::Bool(true))
-        .item("bodies", AttributeValue::N(BODY_LAYOUT.to_string()))
-        .send()
-        .await
-        .expect("layout of the release before");
+    common::put_layout_of_release_before(&dynamo, &table, Some(BODY_LAYOUT)).await;
     let fresh = || -> std::sync::Arc<dyn StateStore> {
         std::sync::Arc::new(DynamoStateStore::new(dynamo.clone(), table.clone()))
     };

@@ -149,6 +149,38 @@ pub async fn moto() -> Harness {
     }
 }
 
+/// The DynamoDB table of a moto harness (its Glue database, with dashes).
+pub fn state_table(h: &Harness) -> String {
+    let at = h
+        .catalog_args
+        .iter()
+        .position(|a| a == "--database")
+        .expect("--database");
+    h.catalog_args[at + 1].replace('_', "-")
+}
+
+/// Writes the state table's layout item as a release before writes it: the bucket layout,
+/// synced, with `bodies` (`None`: a release before `bodies` existed).
+pub async fn put_layout_of_release_before(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+    bodies: Option<i64>,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let mut put = dynamo
+        .put_item()
+        .table_name(table)
+        .item("pk", AttributeValue::S("meta".into()))
+        .item("sk", AttributeValue::S("layout".into()))
+        .item("version", AttributeValue::N("3".into()))
+        .item("since_ms", AttributeValue::N("0".into()))
+        .item("synced", AttributeValue::Bool(true));
+    if let Some(b) = bodies {
+        put = put.item("bodies", AttributeValue::N(b.to_string()));
+    }
+    put.send().await.expect("layout of the release before");
+}
+
 pub async fn create_state_table(dynamo: &aws_sdk_dynamodb::Client, name: &str) {
     use aws_sdk_dynamodb::types::{
         AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
