@@ -56,6 +56,23 @@ pub fn system() -> Arc<dyn Clock> {
     Arc::new(SystemClock)
 }
 
+/// RFC 3339 UTC text of epoch milliseconds, to the millisecond (`2026-12-02T00:20:35.019Z`); the
+/// epoch for a time chrono cannot represent.
+pub fn rfc3339_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// RFC 3339 UTC text of epoch microseconds (event times and watermarks), to the millisecond; the
+/// number itself for a time chrono cannot represent, so a message never hides it.
+pub fn rfc3339_us(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_else(|| format!("{us} µs"))
+}
+
 /// Milliseconds since the Unix epoch on the system clock (0 if the clock is before it).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -76,6 +93,18 @@ pub fn jitter(ceiling_ms: u64) -> std::time::Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_read_as_rfc3339_in_milliseconds_and_microseconds_alike() {
+        assert_eq!(rfc3339_ms(1_796_170_835_019), "2026-12-02T00:20:35.019Z");
+        assert_eq!(
+            rfc3339_us(1_796_170_835_019_999),
+            "2026-12-02T00:20:35.019Z"
+        );
+        // Beyond chrono's range: the epoch for an event's own time, the number in a message.
+        assert_eq!(rfc3339_ms(i64::MAX), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_us(i64::MIN), format!("{} µs", i64::MIN));
+    }
 
     #[test]
     fn a_manual_clock_moves_only_when_told() {

@@ -247,13 +247,8 @@ const METHOD_SUCCESS: [u64; 4] = [955, 921, 978, 962];
 pub const SENSORS: u64 = 1000;
 const SITES: [&str; 5] = ["berlin", "lisbon", "oslo", "austin", "osaka"];
 
-/// RFC 3339 UTC text of epoch milliseconds.
-pub fn rfc3339_ms(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string()
-}
+/// RFC 3339 UTC text of epoch milliseconds (the events' timestamps).
+pub use crate::clock::rfc3339_ms;
 
 /// Generates the demo's business events.
 #[derive(Debug, Clone)]

@@ -116,9 +116,9 @@ impl Processor {
                         (t > k.saturating_add(time.max_ahead_us)).then(|| {
                             format!(
                                 "event time {} is more than {} ahead of the record's Kafka timestamp (or of the time it was ingested, if earlier) {}: the stateful tables of {source} do not believe it (it would move the watermark there); the topic's own table has the record",
-                                super::window::iso(t),
+                                crate::clock::rfc3339_us(t),
                                 super::window::tvf::human(time.max_ahead_us / 1000),
-                                super::window::iso(k)
+                                crate::clock::rfc3339_us(k)
                             )
                         })
                     })

@@ -291,9 +291,9 @@ pub(super) fn dead_letters(
                 "interval join {name}: {}.{} {} is behind the watermark of {} ({}); rows of {} it could match may have been forgotten, so it is not joined (it is in table {})",
                 spec.table,
                 spec.time_column,
-                crate::process::window::iso(t),
+                crate::clock::rfc3339_us(t),
                 spec.table,
-                crate::process::window::iso(wm),
+                crate::clock::rfc3339_us(wm),
                 other.table,
                 spec.table
             ),

@@ -21,7 +21,7 @@ mod run;
 mod session;
 pub(crate) mod tvf;
 
-pub(crate) use run::{PartitionInput, iso, run};
+pub(crate) use run::{PartitionInput, run};
 pub(crate) use tvf::WindowKind;
 
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::acc::typed;
 use super::{Output, WindowPlan, tvf::human};
+use crate::clock::rfc3339_us;
 use crate::process::cell::{Cell, CellRef, build};
 use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
@@ -177,7 +178,7 @@ pub(crate) fn run(
                     Some(acc) => acc.updated(agg, v.args.get(k).and_then(Option::as_ref)),
                     None => Err(format!(
                         "derived table {table}: the stored window [{}, …) does not fit the plan",
-                        iso(start)
+                        rfc3339_us(start)
                     )),
                 };
                 match updated {
@@ -227,10 +228,10 @@ pub(crate) fn run(
                 i,
                 format!(
                     "derived table {table}: event time {} is late for window [{}, {}): the partition's watermark was {}, past the window's end plus the allowed lateness ({})",
-                    iso(t),
-                    iso(start),
-                    iso(start.saturating_add(size)),
-                    iso(wm),
+                    rfc3339_us(t),
+                    rfc3339_us(start),
+                    rfc3339_us(start.saturating_add(size)),
+                    rfc3339_us(wm),
                     human(lateness_ms)
                 ),
             ));
@@ -393,7 +394,7 @@ pub(super) fn partial_rows(
                     .iter()
                     .map(|w| {
                         w.accs.get(*a).map(Acc::partial).ok_or_else(|| {
-                            format!("window [{}, …) has no accumulator {a}", iso(w.start))
+                            format!("window [{}, …) has no accumulator {a}", rfc3339_us(w.start))
                         })
                     })
                     .collect::<Result<_, _>>()?;
@@ -438,11 +439,4 @@ pub(super) fn partial_rows(
         columns.push(new_null_array(f.data_type(), n));
     }
     RecordBatch::try_new(layout.arrow_schema.clone(), columns).map_err(|e| e.to_string())
-}
-
-/// `2026-11-30T10:00:00Z` for µs since the epoch.
-pub(crate) fn iso(us: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_else(|| format!("{us} µs"))
 }

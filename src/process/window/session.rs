@@ -16,10 +16,11 @@
 use std::sync::Arc;
 
 use super::run::{
-    FLINK_UNIT_US, MAX_OPEN_WINDOWS, PartitionInput, WindowOutput, iso, last_instant, partial_rows,
+    FLINK_UNIT_US, MAX_OPEN_WINDOWS, PartitionInput, WindowOutput, last_instant, partial_rows,
     row_values, too_many_open,
 };
 use super::{WindowPlan, tvf::human};
+use crate::clock::rfc3339_us;
 use crate::process::cell::Cell;
 use crate::process::state::{Acc, OpenWindow, WindowState};
 use crate::schema::TableLayout;
@@ -76,9 +77,9 @@ pub(crate) fn run(
                 i,
                 format!(
                     "derived table {table}: event time {} is late for its session: the partition's watermark was {}, and sessions that ended at or before {} (the watermark minus the allowed lateness, {}, plus 1 ms) may have been emitted",
-                    iso(t),
-                    iso(wm),
-                    iso(bound),
+                    rfc3339_us(t),
+                    rfc3339_us(wm),
+                    rfc3339_us(bound),
                     human(lateness_ms)
                 ),
             ));
@@ -116,7 +117,7 @@ pub(crate) fn run(
                     (Some(a), Some(b)) => a.merged(b, agg),
                     _ => Err(format!(
                         "derived table {table}: the stored session from {} does not fit the plan",
-                        iso(s.start)
+                        rfc3339_us(s.start)
                     )),
                 };
                 match merged {
