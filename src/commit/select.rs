@@ -81,6 +81,9 @@ pub(super) struct Selector<'a> {
     blocked: BTreeMap<String, BlockedBatch>,
     /// The rows each state file read this run carries, by part.
     carried: HashMap<String, std::result::Result<Arc<Vec<Bytes>>, String>>,
+    /// Parts decoded this run, by (state file, part, table): a round resolves its batches
+    /// twice (to pick them, then to commit them).
+    decoded: HashMap<(String, u32, String), RecordBatch>,
 }
 
 impl<'a> Selector<'a> {
@@ -98,6 +101,7 @@ impl<'a> Selector<'a> {
             table_status: HashMap::new(),
             blocked: BTreeMap::new(),
             carried: HashMap::new(),
+            decoded: HashMap::new(),
         }
     }
 
@@ -250,6 +254,12 @@ impl<'a> Selector<'a> {
         table: &Table,
     ) -> std::result::Result<RecordBatch, Blocked> {
         let refused = |why: String| Blocked::Refused((Some(f.table.clone()), why));
+        let at = (c.file.clone(), c.part, f.table.clone());
+        if let Some(rows) = self.decoded.get(&at)
+            && rows.num_rows() as u64 == f.rows
+        {
+            return Ok(rows.clone());
+        }
         let states = format!(
             "{}/_state/partitions/",
             self.backend.warehouse.root().trim_end_matches('/')
@@ -301,6 +311,7 @@ impl<'a> Selector<'a> {
                 f.rows
             )));
         }
+        self.decoded.insert(at, rows.clone());
         Ok(rows)
     }
 }
