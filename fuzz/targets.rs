@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use streamtable::config::{Backend, BackendConfig};
+use streamtable::backend::{Backend, BackendConfig};
 use streamtable::esm::{EsmEvent, EsmRecord};
 use streamtable::ingest::Ingestor;
 use streamtable::spec::PipelineSpec;
@@ -101,7 +101,12 @@ fn fixture() -> &'static Fixture {
             pipeline(),
             registry.display()
         );
-        let spec = PipelineSpec::parse(&text, Path::new("pipeline.toml")).expect("spec");
+        let spec = PipelineSpec::parse(
+            &text,
+            Path::new("pipeline.toml"),
+            &streamtable::process::Planner,
+        )
+        .expect("spec");
         // The Avro topic's writer schema (id 1), as its producer would register it, and the
         // Protobuf topic's .proto (id 2).
         let avro = spec
@@ -260,7 +265,7 @@ fn record_event(bytes: &[u8]) -> Option<EsmEvent> {
 /// Arbitrary text as a pipeline spec: refused with a message, or valid and then usable (every
 /// table gets a layout and a decoder).
 pub fn pipeline_spec(text: &str) {
-    match PipelineSpec::parse(text, Path::new("fuzz.toml")) {
+    match PipelineSpec::parse(text, Path::new("fuzz.toml"), &streamtable::process::Planner) {
         Ok(spec) => {
             for t in &spec.tables {
                 streamtable::schema::TableLayout::for_table(t).unwrap_or_else(|e| {
@@ -299,12 +304,13 @@ pub fn registry_schema(bytes: &[u8]) {
             "orders-proto",
         )
     };
-    let _ = streamtable::registry::columns::of_schema(format, text, None);
+    let _ = streamtable::registry::mapping::of_schema(format, text, None);
     static SPEC: OnceLock<PipelineSpec> = OnceLock::new();
     let spec = SPEC.get_or_init(|| {
         PipelineSpec::parse(
             &format!("{}{REGISTRY_TABLES}", pipeline()),
             Path::new("pipeline.toml"),
+            &streamtable::process::Planner,
         )
         .expect("spec")
     });

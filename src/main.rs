@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use streamtable::Error;
-use streamtable::cli::{self, analyst, bench, demo};
+use streamtable::cli::{self, analyst, demo};
 use streamtable::config::Config;
 
 #[derive(Parser)]
@@ -85,22 +85,14 @@ enum Command {
     Register(cli::RegisterArgs),
     /// Render the dashboards (infra/dashboards/*.sql) as one self-contained HTML file.
     Dashboard(analyst::DashboardArgs),
-    /// Benchmarks that print numbers.
-    Bench {
-        #[command(subcommand)]
-        which: bench::BenchCommand,
-    },
 }
 
 fn config(args: &Args) -> Result<Config, Error> {
-    let pipeline = args.pipeline.as_ref().map(|p| p.display().to_string());
-    let home = args.home.as_ref().map(|p| p.display().to_string());
-    Config::from_lookup(|k| match k {
-        "STREAMTABLE_PIPELINE" if pipeline.is_some() => pipeline.clone(),
-        "STREAMTABLE_HOME" if home.is_some() => home.clone(),
-        "STREAMTABLE_BACKEND" if args.backend.is_some() => args.backend.clone(),
-        _ => std::env::var(k).ok().filter(|v| !v.is_empty()),
-    })
+    cli::config_from_flags(
+        args.pipeline.as_deref(),
+        args.home.as_deref(),
+        args.backend.as_deref(),
+    )
 }
 
 #[global_allocator]
@@ -126,7 +118,6 @@ async fn main() -> ExitCode {
             Command::Status { json } => cli::status::run(&config, *json).await,
             Command::Register(r) => cli::register(&config, r).await,
             Command::Dashboard(d) => analyst::dashboard(&config, d).await,
-            Command::Bench { which } => bench::run(&config, which).await,
         }
     }
     .await;

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
+use crate::backend::Backend;
 use crate::clock::now_ms;
-use crate::config::{Backend, Config};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, TimeTravel};
 
@@ -149,7 +150,7 @@ pub async fn dashboard(config: &Config, args: &DashboardArgs) -> Result<()> {
         results.iter().map(|(d, _)| d.y.len()).sum::<usize>(),
         crate::cli::table_list::overview(&backend).await?.len(),
         backend.namespace,
-        crate::generate::rfc3339_ms(now_ms())
+        crate::clock::rfc3339_ms(now_ms())
     );
     let html = crate::cli::dashboard::render_html(&results, &subtitle)?;
     std::fs::write(&args.out, html).map_err(|e| Error::io("write dashboard", &args.out, e))?;

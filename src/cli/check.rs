@@ -4,10 +4,12 @@
 
 use std::fmt::Write;
 
-use crate::config::{Backend, BackendConfig, Config};
+use crate::backend::{Backend, BackendConfig};
+use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::kafka;
 use crate::process::Processor;
-use crate::spec::{ColumnSpec, ColumnType, Format, KAFKA_COLUMNS, PartitionField, PipelineSpec};
+use crate::spec::{ColumnSpec, ColumnType, Format, PartitionField, PipelineSpec};
 use crate::tables::{TableSet, check_partition_spec, plan_for};
 
 /// Loads, plans and prints the spec of `config`, then what it changes in the catalog's tables
@@ -89,7 +91,7 @@ pub async fn state_plan(
         if !processor.is_stateful(&t.name) {
             continue;
         }
-        let mut changes = crate::process::state::StateChanges::default();
+        let mut changes = crate::process::partition_state::StateChanges::default();
         for (source, stored) in backend.state.topic_states(&t.topic).await? {
             let Some(stored) = stored else { continue };
             let state =
@@ -260,7 +262,7 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         }
         out.push_str("  columns:\n");
         columns(&mut out, &t.columns, true);
-        let _ = writeln!(out, "    + {}\n", KAFKA_COLUMNS.join(", "));
+        let _ = writeln!(out, "    + {}\n", kafka::NAMES.join(", "));
     }
     for d in &spec.derived {
         let over = match &d.join {
@@ -289,7 +291,7 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         let _ = writeln!(
             out,
             "    + {} ({})",
-            KAFKA_COLUMNS.join(", "),
+            kafka::NAMES.join(", "),
             if d.join.is_some() {
                 "of the joined row's left side"
             } else {
@@ -335,10 +337,10 @@ mod tests {
 
     #[test]
     fn the_plan_shows_sources_sql_schemas_and_how_each_table_runs() {
-        let spec = PipelineSpec::load(Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/infra/pipeline.toml"
-        )))
+        let spec = PipelineSpec::load(
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/infra/pipeline.toml")),
+            &crate::process::Planner,
+        )
         .expect("spec");
         let text = render(&spec, &Processor::new(&spec).expect("plans"));
         for expected in [
@@ -367,7 +369,8 @@ topic = "t"
 format = "protobuf"
 columns = [{ name = "a", type = "string" }]
 "#;
-        let spec = PipelineSpec::parse(table, Path::new("t.toml")).expect("spec");
+        let spec = PipelineSpec::parse(table, Path::new("t.toml"), &crate::process::Planner)
+            .expect("spec");
         let text = render(&spec, &Processor::new(&spec).expect("plans"));
         assert!(
             text.contains("decoded from Protobuf behind a schema registry (no [registry] url: Confluent-framed records are unknown_schema dead letters unless STREAMTABLE_REGISTRY_URL is set;"),
@@ -376,6 +379,7 @@ columns = [{ name = "a", type = "string" }]
         let spec = PipelineSpec::parse(
             &format!("[registry]\nurl = \"https://sr.example.com\"\n{table}"),
             Path::new("t.toml"),
+            &crate::process::Planner,
         )
         .expect("spec");
         let text = render(&spec, &Processor::new(&spec).expect("plans"));

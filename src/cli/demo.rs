@@ -10,10 +10,11 @@ use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
+use crate::backend::{Backend, BackendConfig};
 use crate::checkpoint::SourcePartition;
 use crate::cli::{Disorder, synthetic_stream};
 use crate::clock::now_ms;
-use crate::config::{Backend, BackendConfig, Config};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::generate::avro::AvroProducer;
 use crate::generate::{EventFactory, kafka_event};
@@ -322,13 +323,7 @@ async fn seed_currency_rates(backend: &Backend, tables: &TableSet) -> Result<()>
         "0. reference table {NAME}: {} rates",
         crate::generate::CURRENCY_RATES.len()
     );
-    crate::process::reference::append_rows(
-        backend,
-        tables,
-        NAME,
-        &crate::generate::currency_rates()?,
-    )
-    .await
+    crate::references::append_rows(backend, tables, NAME, &crate::generate::currency_rates()?).await
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! The command line (`streamtable …`): the commands' bodies, the demo, the analyst's commands,
-//! dashboards and benchmarks. The binary (`src/main.rs`) only parses arguments and maps errors
-//! to exit codes. Compiled with the `cli` feature; the Lambda functions do not link it.
+//! The command line (`streamtable …`): the commands' bodies, the demo, the analyst's commands
+//! and dashboards. The binary (`src/main.rs`) only parses arguments and maps errors to exit
+//! codes. Compiled with the `cli` feature; the Lambda functions do not link it. The benchmarks
+//! are a binary of their own (`crates/bench`).
 
 pub mod analyst;
-pub mod bench;
 pub mod check;
 pub mod dashboard;
 pub mod demo;
@@ -12,13 +12,31 @@ pub mod table_list;
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{Backend, Config};
+use crate::backend::Backend;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, Rng, SourceRecord, esm_event};
 use crate::ingest::Ingestor;
 
 /// Exit code for a retryable fault (EX_TEMPFAIL): run the command again later.
 pub const EXIT_RETRYABLE: u8 = 75;
+
+/// The configuration from the environment, with the command line's global flags (`--pipeline`,
+/// `--home`, `--backend`) in place of their variables.
+pub fn config_from_flags(
+    pipeline: Option<&Path>,
+    home: Option<&Path>,
+    backend: Option<&str>,
+) -> Result<Config> {
+    let pipeline = pipeline.map(|p| p.display().to_string());
+    let home = home.map(|p| p.display().to_string());
+    Config::from_lookup(|k| match k {
+        "STREAMTABLE_PIPELINE" if pipeline.is_some() => pipeline.clone(),
+        "STREAMTABLE_HOME" if home.is_some() => home.clone(),
+        "STREAMTABLE_BACKEND" if backend.is_some() => backend.map(str::to_string),
+        _ => std::env::var(k).ok().filter(|v| !v.is_empty()),
+    })
+}
 
 /// Reads and parses an ESM event file.
 pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
@@ -231,17 +249,6 @@ pub fn synthetic_stream(
     let mut out = Vec::with_capacity(count as usize);
     for i in 0..count {
         let n = first_id + i;
-        // Readings are keyed by their sensor, as a producer keying by sensor_id would: a
-        // sensor's readings share a partition (sessions per sensor are exact).
-        let p = if topic == "readings" {
-            ((n % crate::generate::SENSORS) % partitions as u64) as usize
-        } else {
-            (i % partitions as u64) as usize
-        };
-        let offset = next_offsets.get(p).copied().unwrap_or(0);
-        if let Some(o) = next_offsets.get_mut(p) {
-            *o += 1;
-        }
         let mut at = if disorder.step_ms > 0 {
             start_ms
                 + n as i64 * disorder.step_ms
@@ -265,6 +272,17 @@ pub fn synthetic_stream(
             } else {
                 disorder.late_by_ms / 3
             };
+        }
+        // Readings are keyed by their sensor, as a producer keying by sensor_id would: a
+        // sensor's readings share a partition (sessions per sensor are exact).
+        let p = if topic == "readings" {
+            (crate::generate::sensor_of(n, at) % partitions as u64) as usize
+        } else {
+            (i % partitions as u64) as usize
+        };
+        let offset = next_offsets.get(p).copied().unwrap_or(0);
+        if let Some(o) = next_offsets.get_mut(p) {
+            *o += 1;
         }
         let record = SourceRecord {
             topic: topic.to_string(),

@@ -4,8 +4,9 @@
 
 use std::fmt::Write;
 
+use crate::backend::Backend;
 use crate::cli::table_list::{human_duration, render_last_run};
-use crate::config::{Backend, Config};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::status::Status;
 

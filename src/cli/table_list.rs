@@ -4,9 +4,9 @@ use iceberg::spec::PrimitiveLiteral;
 use iceberg::{NamespaceIdent, TableIdent};
 use serde::Serialize;
 
-use crate::compact::files;
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::Result;
+use crate::table::files;
 
 /// One table at its current snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -90,7 +90,7 @@ pub async fn overview(backend: &Backend) -> Result<Vec<TableInfo>> {
         if let Some(field) = table
             .metadata()
             .current_schema()
-            .field_by_name("kafka_timestamp")
+            .field_by_name(crate::kafka::TIMESTAMP)
         {
             let current = files::load_current(&table).await?;
             info.newest_event_ms = current
@@ -135,7 +135,7 @@ pub fn render(tables: &[TableInfo], now_ms: i64) -> String {
             t.data_files.to_string(),
             format!("{:.1} MB", t.bytes as f64 / 1048576.0),
             t.last_snapshot_ms
-                .map(|ms| crate::generate::rfc3339_ms(ms).replace('T', " "))
+                .map(|ms| crate::clock::rfc3339_ms(ms).replace('T', " "))
                 .unwrap_or_else(|| "(none)".into()),
             t.freshness_ms(now_ms)
                 .map(human_duration)

@@ -18,7 +18,7 @@ use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_datafusion::IcebergStaticTableProvider;
 
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 
 /// Catalog name the tables are registered under.

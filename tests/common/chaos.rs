@@ -16,8 +16,8 @@ use streamtable::checkpoint::{
     StoredState,
 };
 use streamtable::generate::Rng;
-use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::storage::{ObjectInfo, ObjectStore};
+use streamtable::store::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::{Error, Result};
 
 /// When an injected fault strikes.
@@ -361,9 +361,9 @@ use storage::ChaosStorageFactory;
 
 /// `backend` with every adapter under `chaos`.
 pub fn backend(
-    backend: &streamtable::config::Backend,
+    backend: &streamtable::backend::Backend,
     chaos: &Arc<Chaos>,
-) -> streamtable::config::Backend {
+) -> streamtable::backend::Backend {
     let handle = Arc::new(ChaosHandle(chaos.clone()));
     let file_io = iceberg::io::FileIOBuilder::new(Arc::new(ChaosStorageFactory {
         inner: Some(Arc::new(iceberg::io::LocalFsStorageFactory)),
@@ -386,7 +386,7 @@ pub fn backend(
         file_io,
         backend.warehouse.root(),
     );
-    streamtable::config::Backend {
+    streamtable::backend::Backend {
         warehouse,
         state: Arc::new(ChaosState {
             inner: backend.state.clone(),

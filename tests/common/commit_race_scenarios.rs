@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use streamtable::clock::ManualClock;
-use streamtable::commit::{COMMIT_ID_PROPERTY, CommitOptions, commit_pending_with};
+use streamtable::commit::{CommitOptions, commit_pending_with};
 use streamtable::generate::SourceRecord;
+use streamtable::table::COMMIT_ID_PROPERTY;
 
 use super::faults::HookedPointers;
 use super::{Harness, event};
@@ -17,7 +18,7 @@ const BASE_MS: i64 = 1_795_946_400_000;
 const NOW_MS: i64 = BASE_MS + 600_000;
 
 fn orders_and_payments(n: i64) -> Vec<SourceRecord> {
-    let at = |ms: i64| streamtable::generate::rfc3339_ms(BASE_MS + ms);
+    let at = |ms: i64| streamtable::clock::rfc3339_ms(BASE_MS + ms);
     let mut out = Vec::new();
     for i in 0..n {
         let p = (i % 2) as i32;

@@ -202,7 +202,7 @@ pub async fn a_replace_whose_new_file_is_gone_commits_nothing(h: &Harness) {
         .current_snapshot()
         .expect("snapshot")
         .clone();
-    let files = streamtable::compact::files::load(&table, &current)
+    let files = streamtable::table::files::load(&table, &current)
         .await
         .expect("files");
     let old = files.live().next().expect("a live file").entry.data_file();
@@ -220,7 +220,7 @@ pub async fn a_replace_whose_new_file_is_gone_commits_nothing(h: &Harness) {
         .build()
         .expect("data file");
     let removed = HashSet::from([old.file_path().to_string()]);
-    let err = streamtable::compact::replace::commit_replace(
+    let err = streamtable::table::replace::commit_replace(
         &h.backend.catalog,
         &ident,
         &removed,

@@ -46,7 +46,8 @@ const EXTRA_BATCH: &str = "SELECT o.order_id, r.rate_to_eur, \
 pub fn spec() -> PipelineSpec {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = std::fs::read_to_string(&path).expect("infra/pipeline.toml") + EXTRA;
-    PipelineSpec::parse(&text, &path).expect("spec with orders_by_rate")
+    PipelineSpec::parse(&text, &path, &streamtable::process::Planner)
+        .expect("spec with orders_by_rate")
 }
 
 /// Rates: a missing currency (XXX: NULLs in a LEFT JOIN, no row in an INNER JOIN) and a zero
@@ -74,7 +75,7 @@ fn mix(mut x: u64) -> u64 {
 fn value(seed: u64, topic: &str, partition: i32, offset: i64) -> String {
     let r = mix(seed ^ mix(((partition as u64) << 32) | offset as u64) ^ topic.len() as u64);
     let at = 1_795_946_400_000 + offset * 1000 + partition as i64 * 7;
-    let at = streamtable::generate::rfc3339_ms(at);
+    let at = streamtable::clock::rfc3339_ms(at);
     if topic == "orders" {
         let currency = ["USD", "EUR", "GBP", "JPY", "XXX", "ZZZ"][(r % 7) as usize % 6];
         let currency = if r % 7 == 6 {
@@ -170,7 +171,7 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 pub async fn streamed_equals_batch(mut h: Harness, seed: u64, steps: Vec<Step>) {
     h.spec = spec();
     let tables = h.tables();
-    streamtable::process::reference::append_rows(&h.backend, &tables, "currency_rates", &rates())
+    streamtable::references::append_rows(&h.backend, &tables, "currency_rates", &rates())
         .await
         .expect("fill currency_rates");
     let mut committed: BTreeMap<(&str, i32), i64> = BTreeMap::new();

@@ -34,7 +34,7 @@ fn order(partition: i32, offset: i64, at: &str) -> SourceRecord {
 
 /// `10:MM:SS` of the test's day.
 fn at(minutes: i64, seconds: i64) -> String {
-    streamtable::generate::rfc3339_ms(BASE_MS + minutes * 60_000 + seconds * 1000)
+    streamtable::clock::rfc3339_ms(BASE_MS + minutes * 60_000 + seconds * 1000)
 }
 
 async fn windows(h: &Harness) -> Vec<(String, i64)> {

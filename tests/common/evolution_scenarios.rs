@@ -74,7 +74,12 @@ columns = [
 "#;
 
 fn spec(orders: &str) -> PipelineSpec {
-    PipelineSpec::parse(&format!("{orders}{PAYMENTS}"), Path::new("evolution.toml")).expect("spec")
+    PipelineSpec::parse(
+        &format!("{orders}{PAYMENTS}"),
+        Path::new("evolution.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec")
 }
 
 const T0: i64 = 1_795_946_400_000;

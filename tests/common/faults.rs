@@ -10,7 +10,7 @@ use streamtable::checkpoint::{
     Advance, BatchKey, Checkpoint, PendingBatch, PendingPage, SourceAdvance, SourcePartition,
     StoredState,
 };
-use streamtable::state::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
+use streamtable::store::{CheckpointStore, CommitIntent, CommitLog, Locks, StateStore};
 use streamtable::{Error, Result};
 
 pub type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -186,9 +186,9 @@ impl FaultyPointers {
     /// A backend like `backend` whose catalog goes through these pointers.
     pub fn backend(
         self: &Arc<Self>,
-        backend: &streamtable::config::Backend,
-    ) -> streamtable::config::Backend {
-        streamtable::config::Backend {
+        backend: &streamtable::backend::Backend,
+    ) -> streamtable::backend::Backend {
+        streamtable::backend::Backend {
             catalog: streamtable::catalog::TableCatalog::new(
                 self.clone(),
                 backend.warehouse.file_io().clone(),
@@ -335,9 +335,9 @@ impl HookedPointers {
     /// A backend like `backend` whose catalog goes through these pointers.
     pub fn backend(
         self: &Arc<Self>,
-        backend: &streamtable::config::Backend,
-    ) -> streamtable::config::Backend {
-        streamtable::config::Backend {
+        backend: &streamtable::backend::Backend,
+    ) -> streamtable::backend::Backend {
+        streamtable::backend::Backend {
             catalog: streamtable::catalog::TableCatalog::new(
                 self.clone(),
                 backend.warehouse.file_io().clone(),

@@ -59,7 +59,12 @@ partition_by = ["day(created_at)"]
 columns = [{COLUMNS_V1}{extra_columns}]
 "#
     );
-    PipelineSpec::parse(&text, Path::new("formats.toml")).expect("spec")
+    PipelineSpec::parse(
+        &text,
+        Path::new("formats.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec")
 }
 
 /// The producers' first schema: a nested record, an enum, a decimal, a timestamp, and fields the

@@ -27,7 +27,7 @@ fn orders(
             value: Some(
                 format!(
                     r#"{{"order_id":"o-{partition}-{o}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
-                    streamtable::generate::rfc3339_ms(BASE_MS + at(o))
+                    streamtable::clock::rfc3339_ms(BASE_MS + at(o))
                 )
                 .into_bytes(),
             ),

@@ -32,7 +32,8 @@ FROM orders o JOIN payments p
 fn setup(h: &mut Harness) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = std::fs::read_to_string(&path).expect("shipped spec") + JOIN;
-    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec with the join");
+    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path, &streamtable::process::Planner)
+        .expect("spec with the join");
     h.spec
         .retain_tables(|t| t.name == "orders" || t.name == "payments");
     h.spec.derived.retain(|d| d.table.name == "quick_payments");
@@ -47,7 +48,7 @@ fn order(partition: i32, offset: i64, at_ms: i64) -> SourceRecord {
         key: Some(format!("o-{partition}-{offset}").into_bytes()),
         value: Some(format!(
             r#"{{"order_id":"o-{partition}-{offset}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
-            streamtable::generate::rfc3339_ms(BASE_MS + at_ms)
+            streamtable::clock::rfc3339_ms(BASE_MS + at_ms)
         ).into_bytes()),
         raw_value_field: None,
     }
@@ -62,7 +63,7 @@ fn payment(partition: i32, offset: i64, order: &str, at_ms: i64) -> SourceRecord
         key: Some(format!("pay-{partition}-{offset}").into_bytes()),
         value: Some(format!(
             r#"{{"payment_id":"pay-{partition}-{offset}","order_id":"{order}","amount":"1.00","method":"card","status":"ok","attempted_at":"{}"}}"#,
-            streamtable::generate::rfc3339_ms(BASE_MS + at_ms)
+            streamtable::clock::rfc3339_ms(BASE_MS + at_ms)
         ).into_bytes()),
         raw_value_field: None,
     }

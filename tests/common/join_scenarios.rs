@@ -91,7 +91,7 @@ fn records(
         let (start, end) = range(p);
         for offset in start..end {
             let r = row(seed, payments, p, offset);
-            let at = streamtable::generate::rfc3339_ms(r.at_ms);
+            let at = streamtable::clock::rfc3339_ms(r.at_ms);
             let value = if payments {
                 format!(
                     r#"{{"payment_id":"{}","order_id":"{}","amount":"10.00","method":"card","status":"ok","attempted_at":"{at}"}}"#,
@@ -177,7 +177,8 @@ fn oracle(seed: u64) -> BTreeSet<(String, String)> {
 pub async fn join_equals_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step>) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = std::fs::read_to_string(&path).expect("shipped spec") + JOIN;
-    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec with the join");
+    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path, &streamtable::process::Planner)
+        .expect("spec with the join");
     h.spec
         .retain_tables(|t| t.name == "orders" || t.name == "payments");
     h.spec.derived.retain(|d| d.join.is_some());

@@ -38,13 +38,13 @@ use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use streamtable::backend::{Backend, BackendConfig};
 use streamtable::checkpoint::PendingFile;
-use streamtable::config::{Backend, BackendConfig};
 use streamtable::esm::EsmEvent;
 use streamtable::generate::{EventFactory, SourceRecord, esm_event};
 use streamtable::ingest::Ingestor;
 use streamtable::spec::PipelineSpec;
-use streamtable::state::StateStore;
+use streamtable::store::StateStore;
 
 /// A connected backend plus the example pipeline spec.
 pub struct Harness {
@@ -68,8 +68,11 @@ pub fn example_spec() -> PipelineSpec {
 
 /// `infra/pipeline.toml` as shipped.
 pub fn shipped_spec() -> PipelineSpec {
-    PipelineSpec::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml"))
-        .expect("example spec")
+    PipelineSpec::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("example spec")
 }
 
 /// A fresh embedded backend in a temporary directory.
@@ -306,7 +309,8 @@ impl Harness {
                     .read(&c.file)
                     .await
                     .expect("state file");
-                let parts = streamtable::process::state::decode_rows(&file, &c.file).expect("rows");
+                let parts = streamtable::process::partition_state::decode_rows(&file, &c.file)
+                    .expect("rows");
                 let part = parts[c.part as usize].clone();
                 assert_eq!(part.len() as u64, f.bytes, "{}: part size", c.file);
                 let batches = read_parquet(part);

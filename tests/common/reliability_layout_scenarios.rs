@@ -24,7 +24,12 @@ columns = [
   { name = "kind", type = "string" },
 ]
 "#;
-    h.spec = PipelineSpec::parse(spec, std::path::Path::new("events.toml")).expect("spec");
+    h.spec = PipelineSpec::parse(
+        spec,
+        std::path::Path::new("events.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec");
     let tables = h.tables();
     let long = "x".repeat(3000);
     let kinds: [Option<&str>; 5] = [
@@ -125,7 +130,7 @@ columns = [
         .await
         .expect("load")
         .expect("table");
-    let files = streamtable::compact::files::load_current(&table)
+    let files = streamtable::table::files::load_current(&table)
         .await
         .expect("files");
     let mut seen = 0;
@@ -304,7 +309,7 @@ pub async fn wide_rows_make_row_groups_bounded_by_bytes(h: &Harness) {
         .await
         .expect("load")
         .expect("table");
-    let files = streamtable::compact::files::load_current(&table)
+    let files = streamtable::table::files::load_current(&table)
         .await
         .expect("files");
     let live: Vec<_> = files.live().collect();

@@ -98,7 +98,7 @@ pub enum LoseAnswers {
 
 impl LoseAnswers {
     /// A backend whose next swap loses its answer.
-    fn next_swap(&self, h: &Harness) -> streamtable::config::Backend {
+    fn next_swap(&self, h: &Harness) -> streamtable::backend::Backend {
         match self {
             LoseAnswers::Wrapper => {
                 FaultyPointers::new(h.backend.catalog.pointers().clone(), vec![], vec![0])
@@ -297,7 +297,7 @@ pub async fn a_partition_over_the_budget_does_not_stop_compaction(h: &Harness) {
             .await
             .expect("load")
             .expect("table");
-        let files = streamtable::compact::files::load_current(&table)
+        let files = streamtable::table::files::load_current(&table)
             .await
             .expect("files");
         files

@@ -24,7 +24,7 @@ fn order(partition: i32, offset: i64, at_ms: i64, id: &str, amount: &str) -> Sou
         value: Some(
             format!(
                 r#"{{"order_id":"{id}","amount":"{amount}","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
-                streamtable::generate::rfc3339_ms(BASE_MS + at_ms)
+                streamtable::clock::rfc3339_ms(BASE_MS + at_ms)
             )
             .into_bytes(),
         ),
@@ -36,7 +36,8 @@ fn order(partition: i32, offset: i64, at_ms: i64, id: &str, amount: &str) -> Sou
 fn spec(edit: impl Fn(String) -> String) -> PipelineSpec {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = edit(std::fs::read_to_string(&path).expect("shipped spec"));
-    let mut spec = PipelineSpec::parse(&text, &path).expect("edited spec");
+    let mut spec =
+        PipelineSpec::parse(&text, &path, &streamtable::process::Planner).expect("edited spec");
     spec.retain_tables(|t| t.name == "orders");
     spec
 }

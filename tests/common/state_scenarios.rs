@@ -20,7 +20,7 @@ pub fn order(partition: i32, offset: i64, at_ms: i64, id: &str) -> SourceRecord 
         value: Some(
             format!(
                 r#"{{"order_id":"{id}","amount":"1.00","currency":"EUR","country":"DE","status":"paid","created_at":"{}"}}"#,
-                streamtable::generate::rfc3339_ms(at_ms)
+                streamtable::clock::rfc3339_ms(at_ms)
             )
             .into_bytes(),
         ),
@@ -32,7 +32,7 @@ pub fn order(partition: i32, offset: i64, at_ms: i64, id: &str) -> SourceRecord 
 pub fn orders_spec() -> PipelineSpec {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = std::fs::read_to_string(&path).expect("shipped spec");
-    let mut spec = PipelineSpec::parse(&text, &path).expect("spec");
+    let mut spec = PipelineSpec::parse(&text, &path, &streamtable::process::Planner).expect("spec");
     spec.retain_tables(|t| t.name == "orders");
     spec
 }
@@ -184,7 +184,8 @@ pub async fn a_state_of_the_previous_layout_is_read_and_migrated(mut h: Harness)
         .collect();
     h.ingestor().handle(&event(&first)).await.expect("ingest");
     // The state as the previous release left it after those 40 records.
-    let legacy = include_bytes!("../../src/process/state/testdata/layout3-orders-0.zst");
+    let legacy =
+        include_bytes!("../../crates/process/src/partition_state/testdata/layout3-orders-0.zst");
     install_state(&h, &source, legacy.to_vec()).await;
     // A fresh container: a copy of ord-0000000005 and a new order.
     h.ingestor()
@@ -230,8 +231,8 @@ pub async fn a_state_of_the_previous_layout_is_read_and_migrated(mut h: Harness)
 /// (the event source mapping retries it; nothing lands), naming the partition and the object;
 /// it is never read.
 pub async fn a_state_naming_a_run_elsewhere_is_refused(mut h: Harness) {
-    use streamtable::process::state::keys::{Run, RunRef};
-    use streamtable::process::state::{PartitionState, TableState};
+    use streamtable::process::partition_state::keys::{Run, RunRef};
+    use streamtable::process::partition_state::{PartitionState, TableState};
 
     h.spec = orders_spec();
     h.tables().ensure_all(&h.backend).await.expect("tables");

@@ -51,7 +51,12 @@ columns = [
 const T0: i64 = 1_795_946_400_000;
 
 fn spec(text: &str) -> PipelineSpec {
-    PipelineSpec::parse(text, Path::new("structs.toml")).expect("spec")
+    PipelineSpec::parse(
+        text,
+        Path::new("structs.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec")
 }
 
 fn order(offset: i64, customer: Value) -> SourceRecord {

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+use streamtable::backend::Backend;
 use streamtable::commit::commit_pending;
 use streamtable::compact::{CompactOptions, compact_all};
-use streamtable::config::Backend;
 use streamtable::generate::SourceRecord;
 use streamtable::maintenance::maintain_all;
 use streamtable::scheduled;

@@ -22,8 +22,8 @@ use arrow_array::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use proptest::prelude::*;
 use streamtable::generate::SourceRecord;
-use streamtable::process::cell::Cell;
 use streamtable::process::sketch::Sketch;
+use streamtable::process::value::Value;
 use streamtable::query::{QueryEngine, TimeTravel};
 
 use super::derived_scenarios::{Step, step};
@@ -86,7 +86,7 @@ fn order(seed: u64, partition: i32, offset: i64) -> (String, i64) {
         r#"{{"order_id":"o-{partition}-{original}","amount":"{}.{:02}","currency":"EUR","country":"{country}","status":"paid","created_at":"{}"}}"#,
         (r >> 12) % 300,
         (r >> 40) % 100,
-        streamtable::generate::rfc3339_ms(at)
+        streamtable::clock::rfc3339_ms(at)
     );
     (value, at * 1000)
 }
@@ -288,7 +288,8 @@ pub fn steps() -> impl Strategy<Value = Vec<Step>> {
 pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step>) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/pipeline.toml");
     let text = std::fs::read_to_string(&path).expect("shipped spec") + SESSIONS;
-    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path).expect("spec with sessions");
+    h.spec = streamtable::spec::PipelineSpec::parse(&text, &path, &streamtable::process::Planner)
+        .expect("spec with sessions");
     h.spec.retain_tables(|t| t.name == "orders");
     let tables = h.tables();
     let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
@@ -405,7 +406,7 @@ pub async fn windows_equal_the_oracle(mut h: Harness, seed: u64, steps: Vec<Step
     let estimates = q("SELECT window_start, window_end, country, orders FROM country_orders").await;
     let mut sketched = Vec::new();
     for (window, ids) in &distinct {
-        let cells: Vec<Cell> = ids.iter().map(|id| Cell::Str(id.clone())).collect();
+        let cells: Vec<Value> = ids.iter().map(|id| Value::Str(id.clone())).collect();
         let estimate = Sketch::of(&cells).estimate();
         let exact = ids.len() as i64;
         assert!(

@@ -1,5 +1,5 @@
 //! The ingest Lambda: MSK event-source-mapping batches to Parquet micro-files, exactly once.
-//! Configuration: `streamtable::config` and `streamtable::ingest::IngestOptions`. The function
+//! Configuration: `streamtable_pipeline::config` and `streamtable_pipeline::ingest::IngestOptions`. The function
 //! fails an invocation only when the batch could not be landed, so the event source mapping
 //! retries it; bad records go to the `dead_letters` table instead.
 
@@ -8,5 +8,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    streamtable::lambda::ingest::run().await
+    streamtable_pipeline::lambda::ingest::run().await
 }

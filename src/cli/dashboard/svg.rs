@@ -14,6 +14,15 @@ const LEFT: f64 = 72.0;
 const RIGHT: f64 = 170.0;
 const TOP: f64 = 20.0;
 const BOTTOM: f64 = 56.0;
+/// Degrees the x labels of a bar chart are slanted by when they do not fit under their bars.
+const SLANT: f64 = 35.0;
+/// Characters of a slanted label shown (the rest in its tooltip).
+const MAX_LABEL: usize = 32;
+
+/// About how wide a label of `chars` characters is at the charts' 12 px sans-serif.
+fn label_width(chars: usize) -> f64 {
+    chars as f64 * 6.8
+}
 
 /// An x value: a time (epoch milliseconds), a number, or a category.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,11 +90,14 @@ fn time_label(ms: i64) -> String {
         .map_or_else(String::new, |t| t.format("%H:%M").to_string())
 }
 
-fn frame(out: &mut String, x_title: &str, y_title: &str, y_lo: f64, y_hi: f64) {
+/// Opens the SVG and draws the axes, with `bottom` pixels below the plot for the x labels and
+/// title (the plot keeps its height: a chart with long labels is taller).
+fn frame(out: &mut String, x_title: &str, y_title: &str, y_lo: f64, y_hi: f64, bottom: f64) {
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let h = TOP + ph + bottom;
     let _ = write!(
         out,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" font-family="sans-serif" font-size="12" role="img">"##
+        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" font-family="sans-serif" font-size="12" role="img">"##
     );
     for t in ticks(y_lo, y_hi, 5) {
         let y = TOP + ph - (t - y_lo) / (y_hi - y_lo).max(f64::MIN_POSITIVE) * ph;
@@ -110,7 +122,7 @@ fn frame(out: &mut String, x_title: &str, y_title: &str, y_lo: f64, y_hi: f64) {
         out,
         r##"<text x="{}" y="{}" text-anchor="middle" fill="#222">{}</text><text transform="translate(16 {}) rotate(-90)" text-anchor="middle" fill="#222">{}</text>"##,
         LEFT + pw / 2.0,
-        H - 10.0,
+        h - 10.0,
         esc(x_title),
         TOP + ph / 2.0,
         esc(y_title)
@@ -172,7 +184,7 @@ pub fn line_chart(series: &[Series], x_title: &str, y_title: &str) -> String {
     let sx = |x: f64| LEFT + (x - x_lo) / (x_hi - x_lo) * pw;
     let sy = |y: f64| TOP + ph - (y - y_lo) / (y_hi - y_lo) * ph;
     let mut out = String::new();
-    frame(&mut out, x_title, y_title, y_lo, y_hi);
+    frame(&mut out, x_title, y_title, y_lo, y_hi, BOTTOM);
     for i in 0..=5 {
         let x = x_lo + (x_hi - x_lo) * i as f64 / 5.0;
         let label = if is_time {
@@ -240,15 +252,46 @@ pub fn bar_chart(series: &[Series], x_title: &str, y_title: &str) -> String {
     let slot = pw / categories.len().max(1) as f64;
     let bar = slot * 0.8 / series.len().max(1) as f64;
     let mut out = String::new();
-    frame(&mut out, x_title, y_title, y_lo, y_hi);
+    // Labels wider than their bar's slot are slanted (and cut past MAX_LABEL characters, the
+    // whole label in a tooltip), and the chart grows to hold them.
+    let slanted = categories
+        .iter()
+        .any(|l| label_width(l.chars().count()) > slot - 4.0);
+    let longest = categories
+        .iter()
+        .map(|l| l.chars().count().min(MAX_LABEL))
+        .max()
+        .unwrap_or(0);
+    let bottom = if slanted {
+        BOTTOM.max(19.0 + label_width(longest) * SLANT.to_radians().sin() + 30.0)
+    } else {
+        BOTTOM
+    };
+    frame(&mut out, x_title, y_title, y_lo, y_hi, bottom);
     for (c, label) in categories.iter().enumerate() {
-        let _ = write!(
-            out,
-            r##"<text x="{:.1}" y="{}" text-anchor="middle" fill="#444">{}</text>"##,
-            LEFT + slot * (c as f64 + 0.5),
-            TOP + ph + 19.0,
-            esc(label)
-        );
+        let x = LEFT + slot * (c as f64 + 0.5);
+        let y = TOP + ph + 19.0;
+        if slanted {
+            let shown: String = if label.chars().count() > MAX_LABEL {
+                label.chars().take(MAX_LABEL - 1).chain(['…']).collect()
+            } else {
+                label.clone()
+            };
+            let _ = write!(
+                out,
+                r##"<text x="{x:.1}" y="{:.1}" text-anchor="end" transform="rotate(-{SLANT} {x:.1} {:.1})" fill="#444"><title>{}</title>{}</text>"##,
+                y - 6.0,
+                y - 6.0,
+                esc(label),
+                esc(&shown)
+            );
+        } else {
+            let _ = write!(
+                out,
+                r##"<text x="{x:.1}" y="{y}" text-anchor="middle" fill="#444">{}</text>"##,
+                esc(label)
+            );
+        }
     }
     for (i, s) in series.iter().enumerate() {
         for (x, y) in &s.points {
@@ -324,5 +367,43 @@ mod tests {
         let svg = bar_chart(&[s], "method", "success %");
         assert_eq!(svg.matches("<rect").count(), 2);
         assert!(svg.contains("a&lt;b"));
+        assert!(!svg.contains("rotate(-"), "short labels stay level");
+    }
+
+    /// Many long categories (the dead letters' reasons) would overlap level: they are slanted,
+    /// cut with the whole label in a tooltip, and the chart grows to hold them.
+    #[test]
+    fn bar_labels_that_do_not_fit_their_bars_are_slanted_and_the_chart_grows() {
+        let reasons = [
+            "empty_value",
+            "invalid_base64",
+            "invalid_json",
+            "missing_required_field",
+            "not_an_object",
+            "null_value",
+            "type_mismatch",
+            "late",
+            "transform",
+            "schema_not_found_in_the_registry_for_this_record",
+        ];
+        let s = Series {
+            name: "records".into(),
+            points: reasons
+                .iter()
+                .map(|r| (X::Category(r.to_string()), 3.0))
+                .collect(),
+        };
+        let svg = bar_chart(&[s], "reason", "records");
+        assert_eq!(svg.matches("rotate(-35").count(), reasons.len());
+        let height: f64 = svg
+            .split("height=\"")
+            .nth(1)
+            .and_then(|h| h.split('"').next())
+            .and_then(|h| h.parse().ok())
+            .expect("height");
+        let longest = label_width(MAX_LABEL) * SLANT.to_radians().sin();
+        assert!(height >= H - BOTTOM + 19.0 + longest, "{height}");
+        assert!(svg.contains("<title>schema_not_found_in_the_registry_for_this_record</title>"));
+        assert!(svg.contains(">schema_not_found_in_the_registr…</text>"));
     }
 }

@@ -1,0 +1,236 @@
+use std::borrow::Cow;
+use std::path::Path;
+
+use super::*;
+use crate::spec::PipelineSpec;
+
+const SPEC: &str = r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+columns = [
+  { name = "order_id", type = "string", required = true },
+  { name = "customer_id", type = "string", path = "$.customer.id" },
+  { name = "tier", type = "string", path = "$.customer['loyalty tier']" },
+  { name = "amount", type = "decimal(18,2)", required = true },
+  { name = "qty", type = "int" },
+  { name = "created_at", type = "timestamp", required = true },
+]
+"#;
+
+fn decoder() -> RecordDecoder {
+    let spec =
+        PipelineSpec::parse(SPEC, Path::new("test.toml"), &crate::spec::NoSql).expect("valid");
+    RecordDecoder::new(&spec.tables[0])
+}
+
+fn kind(json: &str) -> RejectKind {
+    decoder().decode(json).expect_err("should be rejected").kind
+}
+
+#[test]
+fn picks_nested_paths_and_ignores_unknown_fields() {
+    let d = decoder();
+    let json = r#"{"extra":[1,{"x":2}],"order_id":"o-1","customer":{"id":"c-9","loyalty tier":"gold","n":1},
+        "amount":"19.99","qty":3,"created_at":"2026-11-29T10:00:00Z","more":null}"#;
+    let cells = d.decode(json).expect("decodes");
+    assert_eq!(cells[0], Cell::Str(Cow::Borrowed("o-1")));
+    assert_eq!(cells[1], Cell::Str(Cow::Borrowed("c-9")));
+    assert_eq!(cells[2], Cell::Str(Cow::Borrowed("gold")));
+    assert_eq!(cells[3], Cell::Decimal(1999));
+    assert_eq!(cells[4], Cell::Int(3));
+    assert_eq!(cells[5], Cell::Timestamp(1_795_946_400_000_000));
+}
+
+#[test]
+fn optional_columns_may_be_absent_or_null() {
+    let d = decoder();
+    let cells = d
+        .decode(
+            r#"{"order_id":"o","amount":1,"created_at":1795946400000,"customer":null,"qty":null}"#,
+        )
+        .expect("decodes");
+    assert_eq!(cells[1], Cell::Null);
+    assert_eq!(cells[2], Cell::Null);
+    assert_eq!(cells[4], Cell::Null);
+}
+
+#[test]
+fn escaped_member_names_still_match() {
+    let cells = decoder()
+        .decode(r#"{"order\u005fid":"o","amount":1,"created_at":0}"#)
+        .expect("decodes");
+    assert_eq!(cells[0], Cell::Str(Cow::Borrowed("o")));
+}
+
+#[test]
+fn each_bad_value_has_its_kind() {
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1}"#),
+        RejectKind::MissingField
+    );
+    assert_eq!(
+        kind(r#"{"order_id":null,"amount":1,"created_at":0}"#),
+        RejectKind::MissingField
+    );
+    assert_eq!(
+        kind(r#"{"order_id":7,"amount":1,"created_at":0}"#),
+        RejectKind::WrongType
+    );
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1,"created_at":"noon"}"#),
+        RejectKind::InvalidTimestamp
+    );
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1.001,"created_at":0}"#),
+        RejectKind::OutOfRange
+    );
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1,"qty":1e3,"created_at":0}"#),
+        RejectKind::WrongType
+    );
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1,"customer":"c-1","created_at":0}"#),
+        RejectKind::WrongType
+    );
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1,"created_at":0"#),
+        RejectKind::NotJson
+    );
+    assert_eq!(
+        kind(r#"{"order_id":"o","amount":1,"created_at":0} trailing"#),
+        RejectKind::NotJson
+    );
+    assert_eq!(kind("not json"), RejectKind::NotJson);
+    assert_eq!(kind("[1,2]"), RejectKind::NotAnObject);
+    assert_eq!(kind("\"a string\""), RejectKind::NotAnObject);
+    assert_eq!(kind("null"), RejectKind::NotAnObject);
+    assert_eq!(kind("42"), RejectKind::NotAnObject);
+}
+
+#[test]
+fn messages_name_the_column_and_path() {
+    let err = decoder()
+        .decode(r#"{"order_id":"o","amount":true,"created_at":0}"#)
+        .expect_err("bool amount");
+    assert_eq!(err.kind, RejectKind::WrongType);
+    assert!(
+        err.message.contains("column amount ($.amount)"),
+        "{}",
+        err.message
+    );
+    let err = decoder()
+        .decode(r#"{"order_id":"o","amount":1,"created_at":0,"customer":[1]}"#)
+        .expect_err("array customer");
+    assert!(err.message.contains("$.customer"), "{}", err.message);
+    assert!(err.message.contains("customer_id"), "{}", err.message);
+}
+
+#[test]
+fn reject_kind_names_are_unique_snake_case() {
+    let names: std::collections::HashSet<_> = RejectKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(names.len(), RejectKind::ALL.len());
+    assert!(names.iter().all(|n| {
+        n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    }));
+}
+
+mod structs {
+    use std::sync::Arc;
+
+    use arrow_array::{Array, Int64Array, StringArray, StructArray};
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::kafka::RecordMeta;
+    use crate::schema::TableLayout;
+
+    const SPEC: &str = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [
+  { name = "id", type = "string", required = true },
+  { name = "c", type = "struct", path = "$.customer", fields = [
+      { name = "name", type = "string" },
+      { name = "geo", type = "struct", fields = [{ name = "zip", type = "long" }] },
+  ] },
+]
+"#;
+
+    /// A customer object: absent, null, or an object with each field absent, null or set.
+    fn customer() -> impl Strategy<Value = Option<Value>> {
+        let field = |v: BoxedStrategy<Value>| {
+            prop_oneof![Just(None), Just(Some(Value::Null)), v.prop_map(Some)]
+        };
+        let name = field("[a-z]{0,4}".prop_map(Value::from).boxed());
+        let zip = field(any::<i64>().prop_map(Value::from).boxed());
+        let geo = field(
+            zip.prop_map(|z| {
+                let mut o = serde_json::Map::new();
+                if let Some(z) = z {
+                    o.insert("zip".into(), z);
+                }
+                Value::Object(o)
+            })
+            .boxed(),
+        );
+        prop_oneof![
+            Just(None),
+            Just(Some(Value::Null)),
+            (name, geo).prop_map(|(n, g)| {
+                let mut o = serde_json::Map::new();
+                if let Some(n) = n {
+                    o.insert("name".into(), n);
+                }
+                if let Some(g) = g {
+                    o.insert("geo".into(), g);
+                }
+                Some(Value::Object(o))
+            }),
+        ]
+    }
+
+    proptest! {
+        /// Every row's struct, and the struct inside it, is NULL exactly when none of its
+        /// fields has a value, and each field holds what the record said.
+        #[test]
+        fn struct_columns_hold_what_each_record_says(customers in proptest::collection::vec(customer(), 1..40)) {
+            let spec = PipelineSpec::parse(SPEC, Path::new("t.toml"), &crate::spec::NoSql).expect("spec");
+            let table = &spec.tables[0];
+            let layout = Arc::new(TableLayout::for_table(table).expect("layout"));
+            let decoder = RecordDecoder::new(table);
+            let mut rows = RowBuilder::new(table, layout, customers.len()).expect("builder");
+            let texts: Vec<String> = customers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut v = json!({"id": i.to_string()});
+                    if let Some(c) = c {
+                        v["customer"] = c.clone();
+                    }
+                    v.to_string()
+                })
+                .collect();
+            for (i, text) in texts.iter().enumerate() {
+                let cells = decoder.decode(text).expect("decodes");
+                rows.append(&cells, RecordMeta { partition: 0, offset: i as i64, timestamp_us: 0, key: None });
+            }
+            let batch = rows.finish().expect("batch");
+            let c = batch.column(1).as_any().downcast_ref::<StructArray>().expect("struct");
+            let name = c.column(0).as_any().downcast_ref::<StringArray>().expect("name");
+            let geo = c.column(1).as_any().downcast_ref::<StructArray>().expect("geo");
+            let zip = geo.column(0).as_any().downcast_ref::<Int64Array>().expect("zip");
+            for (i, cust) in customers.iter().enumerate() {
+                let want_name = cust.as_ref().and_then(|c| c.get("name")).and_then(Value::as_str);
+                let want_zip = cust.as_ref().and_then(|c| c.get("geo")).and_then(|g| g.get("zip")).and_then(Value::as_i64);
+                prop_assert_eq!(name.is_valid(i).then(|| name.value(i)), want_name);
+                prop_assert_eq!(zip.is_valid(i).then(|| zip.value(i)), want_zip);
+                prop_assert_eq!(geo.is_valid(i), want_zip.is_some());
+                prop_assert_eq!(c.is_valid(i), want_name.is_some() || want_zip.is_some());
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! Reading and validating the spec file: every error names file, line and fix.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::columns::parse_columns;
+use super::registry::{RawColumns, ResolvedColumns, keyword_columns};
+use super::*;
+use crate::error::{Error, Result};
+
+/// Lowercase SQL identifier as Athena and Glue accept it.
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+        && s.len() <= 128
+}
+
+// ----- raw file shape -----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    #[serde(default)]
+    settings: Option<Spanned<RawSettings>>,
+    #[serde(default)]
+    tables: Vec<Spanned<RawTable>>,
+    #[serde(default)]
+    reference_tables: Vec<Spanned<super::derived::RawReference>>,
+    #[serde(default)]
+    derived_tables: Vec<Spanned<super::derived::RawDerived>>,
+    registry: Option<Spanned<RawRegistry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegistry {
+    url: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    max_record_bytes: Option<Spanned<u64>>,
+    target_file_size_mb: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    name: Spanned<String>,
+    topic: Spanned<String>,
+    columns: Spanned<RawColumns>,
+    /// The registry subject of `columns = "from-registry"`.
+    subject: Option<Spanned<String>>,
+    /// The Protobuf message of `columns = "from-registry"`.
+    message: Option<Spanned<String>>,
+    #[serde(default)]
+    partition_by: Vec<Spanned<String>>,
+    target_file_size_mb: Option<Spanned<u64>>,
+    #[serde(default = "yes")]
+    land: bool,
+    watermark: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
+    max_event_time_ahead: Option<Spanned<String>>,
+    format: Option<Spanned<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl PipelineSpec {
+    /// Reads and validates a spec file; derived tables' SQL is planned by `planner`.
+    pub fn load(path: &Path, planner: &dyn SqlPlanner) -> Result<PipelineSpec> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Spec(format!(
+                "{}: cannot read the pipeline spec: {e}; pass --pipeline FILE or set STREAMTABLE_PIPELINE",
+                path.display()
+            ))
+        })?;
+        PipelineSpec::parse(&text, path, planner)
+    }
+
+    /// Validates a spec given as text; `origin` names it in messages. A spec with tables whose
+    /// columns come from the registry needs [`PipelineSpec::parse_resolved`].
+    pub fn parse(text: &str, origin: &Path, planner: &dyn SqlPlanner) -> Result<PipelineSpec> {
+        parse_spec(text, origin, &ResolvedColumns::new(), planner)
+    }
+}
+
+/// Validates a spec, with the columns of its registry tables.
+pub(super) fn parse_spec(
+    text: &str,
+    origin: &Path,
+    resolved: &ResolvedColumns,
+    planner: &dyn SqlPlanner,
+) -> Result<PipelineSpec> {
+    let at = |span: std::ops::Range<usize>, msg: String| {
+        let (line, col) = line_col(text, span.start);
+        Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
+    };
+    let at_line = |line: usize, col: usize, msg: String| {
+        Error::Spec(format!("{}:{line}:{col}: {msg}", origin.display()))
+    };
+    let raw: RawSpec = toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim_end().to_string();
+        match e.span() {
+            Some(span) => at(
+                span,
+                format!("{msg}; see infra/pipeline.toml for a valid example"),
+            ),
+            None => Error::Spec(format!("{}: {msg}", origin.display())),
+        }
+    })?;
+
+    let mut settings = Settings::default();
+    if let Some(s) = &raw.settings {
+        if let Some(v) = &s.get_ref().max_record_bytes {
+            if *v.get_ref() == 0 || *v.get_ref() > 6 * 1024 * 1024 {
+                return Err(at(
+                    v.span(),
+                    "max_record_bytes must be between 1 and 6291456 (the Lambda payload limit)"
+                        .into(),
+                ));
+            }
+            settings.max_record_bytes = *v.get_ref() as usize;
+        }
+        if let Some(v) = &s.get_ref().target_file_size_mb {
+            settings.target_file_size_mb = check_target_size(v).map_err(|m| at(v.span(), m))?;
+        }
+    }
+
+    if raw.tables.is_empty() {
+        return Err(Error::Spec(format!(
+            "{}: no tables; add at least one [[tables]] section with name, topic and columns",
+            origin.display()
+        )));
+    }
+    let mut names = HashSet::new();
+    let mut topics = HashSet::new();
+    let mut tables = Vec::new();
+    for t in &raw.tables {
+        let t = t.get_ref();
+        let name = t.name.get_ref();
+        if !is_identifier(name) {
+            return Err(at(
+                t.name.span(),
+                format!(
+                    "table name {name:?} is not a lowercase identifier; use letters a-z, digits and _ (Athena lowercases names)"
+                ),
+            ));
+        }
+        if name == DEAD_LETTER_TABLE {
+            return Err(at(
+                t.name.span(),
+                format!(
+                    "table name {DEAD_LETTER_TABLE:?} is reserved for rejected records; choose another name"
+                ),
+            ));
+        }
+        if !names.insert(name.clone()) {
+            return Err(at(
+                t.name.span(),
+                format!("table {name:?} is defined twice; table names must be unique"),
+            ));
+        }
+        let topic = t.topic.get_ref();
+        if topic.is_empty() || topic.len() > 249 {
+            return Err(at(
+                t.topic.span(),
+                "topic must be a Kafka topic name of 1 to 249 characters".into(),
+            ));
+        }
+        if !topics.insert(topic.clone()) {
+            return Err(at(
+                t.topic.span(),
+                format!("topic {topic:?} already feeds another table; each topic feeds one table"),
+            ));
+        }
+        let format = match &t.format {
+            Some(f) => Format::parse(f.get_ref()).ok_or_else(|| {
+                at(
+                    f.span(),
+                    format!(
+                        "unknown format {:?}; use \"json\" (the default), \"avro\" or \"protobuf\" (behind a Confluent or Glue schema registry)",
+                        f.get_ref()
+                    ),
+                )
+            })?,
+            None => Format::Json,
+        };
+        if let Some(m) = &t.message
+            && (format != Format::Protobuf
+                || !matches!(t.columns.get_ref(), RawColumns::Keyword(_)))
+        {
+            return Err(at(
+                m.span(),
+                format!(
+                    "table {name:?}: message names the Protobuf message whose fields are the columns; it applies to format = \"protobuf\" with columns = \"from-registry\""
+                ),
+            ));
+        }
+        let registry_message = t.message.as_ref().map(|m| m.get_ref().clone());
+        let (columns, registry_subject) = match t.columns.get_ref() {
+            RawColumns::Listed(list) => {
+                if let Some(s) = &t.subject {
+                    return Err(at(
+                        s.span(),
+                        format!(
+                            "table {name:?}: subject applies to columns = \"from-registry\"; remove it or take the columns from the registry"
+                        ),
+                    ));
+                }
+                (parse_columns(list, &t.name, &at)?, None)
+            }
+            RawColumns::Keyword(k) => (
+                keyword_columns(k, name, format, resolved).map_err(|m| at(t.columns.span(), m))?,
+                Some(
+                    t.subject
+                        .as_ref()
+                        .map_or_else(|| format!("{topic}-value"), |s| s.get_ref().clone()),
+                ),
+            ),
+        };
+        let partition_by =
+            super::partitioning::parse_partitioning(&t.partition_by, &columns, name, &at)?;
+        let target_file_size_mb = match &t.target_file_size_mb {
+            Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
+            None => settings.target_file_size_mb,
+        };
+        let event_time = match &t.watermark {
+            Some(w) => Some(
+                super::event_time::parse_watermark(w.get_ref(), &columns)
+                    .map_err(|m| at(w.span(), m))?,
+            ),
+            None => None,
+        };
+        // Settings beside `watermark`: a positive duration each, only with a watermark.
+        let mut event_time = event_time;
+        for (key, value) in [
+            ("idle_timeout", &t.idle_timeout),
+            ("max_event_time_ahead", &t.max_event_time_ahead),
+        ] {
+            let Some(v) = value else { continue };
+            let Some(et) = event_time.as_mut() else {
+                return Err(at(
+                    v.span(),
+                    format!(
+                        "table {name:?}: {key} applies to a table with a watermark; add watermark = \"<timestamp column> - INTERVAL '30' SECOND\" or remove it"
+                    ),
+                ));
+            };
+            let ms = parse_duration_ms(v.get_ref())
+                .and_then(|ms| {
+                    if ms > 0 {
+                        Ok(ms)
+                    } else {
+                        Err(format!("{key} must be more than 0"))
+                    }
+                })
+                .map_err(|m| at(v.span(), m))?;
+            match key {
+                "idle_timeout" => et.idle_timeout_ms = ms,
+                _ => et.max_ahead_ms = ms,
+            }
+        }
+        tables.push(TableSpec {
+            name: name.clone(),
+            topic: topic.clone(),
+            columns,
+            partition_by,
+            target_file_size_mb,
+            land: t.land,
+            event_time,
+            format,
+            registry_subject,
+            registry_message,
+        });
+    }
+    let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;
+    let derived = super::derived::parse_derived(
+        &raw.derived_tables,
+        super::derived::Context {
+            text,
+            planner,
+            tables: &tables,
+            references: &references,
+            settings: &settings,
+        },
+        &mut names,
+        &at,
+        &at_line,
+    )?;
+    let registry = match &raw.registry {
+        Some(r) => RegistrySpec {
+            url: Some(
+                parse_registry_url(&r.get_ref().url, origin)
+                    .map_err(|m| at(r.get_ref().url.span(), m))?,
+            ),
+        },
+        None => RegistrySpec::default(),
+    };
+    Ok(PipelineSpec {
+        origin: origin.to_path_buf(),
+        settings,
+        registry,
+        tables,
+        references,
+        derived,
+    })
+}
+
+/// A registry URL: `http(s)://…`, or `file:DIR` made relative to the spec's directory.
+pub(super) fn parse_registry_url(
+    url: &Spanned<String>,
+    origin: &Path,
+) -> std::result::Result<String, String> {
+    let text = url.get_ref().trim();
+    if let Some(dir) = text.strip_prefix("file:") {
+        let dir = Path::new(dir);
+        let dir = match origin.parent() {
+            Some(base) if dir.is_relative() => base.join(dir),
+            _ => dir.to_path_buf(),
+        };
+        return Ok(format!("file:{}", dir.display()));
+    }
+    if text.starts_with("http://") || text.starts_with("https://") {
+        return Ok(text.trim_end_matches('/').to_string());
+    }
+    Err(format!(
+        "registry url {text:?} must start with https:// (a Confluent-compatible registry) or file: (a directory of <schema id>.avsc files)"
+    ))
+}
+
+pub(super) fn check_target_size(v: &Spanned<u64>) -> std::result::Result<u64, String> {
+    let mb = *v.get_ref();
+    if mb == 0 || mb > MAX_TARGET_FILE_SIZE_MB {
+        return Err(format!(
+            "target_file_size_mb must be between 1 and {MAX_TARGET_FILE_SIZE_MB}"
+        ));
+    }
+    Ok(mb)
+}
+
+/// 1-based line and column of a byte offset.
+pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}

@@ -1,0 +1,186 @@
+use std::path::Path;
+
+use super::*;
+
+fn parse(text: &str) -> Result<PipelineSpec> {
+    PipelineSpec::parse(text, Path::new("p.toml"), &crate::spec::NoSql)
+}
+
+fn error(text: &str) -> String {
+    parse(text).expect_err("spec should be refused").to_string()
+}
+
+const GOOD: &str = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [{ name = "id", type = "string", required = true }, { name = "at", type = "timestamp" }]
+partition_by = ["day(at)", "bucket(8, id)"]
+"#;
+
+#[test]
+fn defaults_apply_and_paths_default_to_the_column_name() {
+    let spec = parse(GOOD).expect("valid");
+    let t = &spec.tables[0];
+    assert_eq!(t.columns[0].path, JsonPath(vec!["id".into()]));
+    assert_eq!(t.target_file_size_mb, DEFAULT_TARGET_FILE_SIZE_MB);
+    assert_eq!(
+        t.partition_by[1].transform,
+        iceberg::spec::Transform::Bucket(8)
+    );
+}
+
+#[test]
+fn errors_name_file_line_and_fix() {
+    let bad = GOOD.replace("\"timestamp\"", "\"timestmp\"");
+    let msg = error(&bad);
+    assert!(msg.starts_with("p.toml:5:"), "{msg}");
+    assert!(msg.contains("unknown column type \"timestmp\""), "{msg}");
+    assert!(msg.contains("use one of"), "{msg}");
+}
+
+#[test]
+fn toml_syntax_errors_have_a_line() {
+    let msg = error("[[tables]]\nname = = 1\n");
+    assert!(msg.starts_with("p.toml:2:"), "{msg}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let msg = error(&GOOD.replace("topic = \"t\"", "topic = \"t\"\ncolour = 1"));
+    assert!(msg.contains("colour"), "{msg}");
+}
+
+#[test]
+fn reserved_and_invalid_names_are_refused() {
+    assert!(error(&GOOD.replace("name = \"id\"", "name = \"kafka_offset\"")).contains("reserved"));
+    assert!(error(&GOOD.replace("name = \"t\"", "name = \"dead_letters\"")).contains("reserved"));
+    assert!(error(&GOOD.replace("name = \"t\"", "name = \"Orders\"")).contains("lowercase"));
+    assert!(error(&GOOD.replace("name = \"at\"", "name = \"id\"")).contains("defined twice"));
+}
+
+#[test]
+fn partitions_must_fit_their_column() {
+    assert!(error(&GOOD.replace("day(at)", "day(id)")).contains("cannot apply"));
+    assert!(error(&GOOD.replace("day(at)", "day(nope)")).contains("not a column"));
+    assert!(error(&GOOD.replace("day(at)", "fortnight(at)")).contains("cannot read partition"));
+    assert!(
+        error(&GOOD.replace("bucket(8, id)", "bucket(0, id)")).contains("cannot read partition")
+    );
+}
+
+#[test]
+fn one_topic_feeds_one_table() {
+    let two = format!("{GOOD}\n{}", GOOD.replace("name = \"t\"", "name = \"u\""));
+    let msg = error(&two);
+    assert!(msg.contains("already feeds another table"), "{msg}");
+}
+
+#[test]
+fn nested_path_conflicts_are_refused() {
+    let text = GOOD.replace(
+        "{ name = \"at\", type = \"timestamp\" }",
+        "{ name = \"at\", type = \"timestamp\", path = \"$.id.at\" }",
+    );
+    assert!(error(&text).contains("lies inside"));
+}
+
+#[test]
+fn json_paths_parse() {
+    assert_eq!(
+        JsonPath::parse("$.a.b"),
+        Some(JsonPath(vec!["a".into(), "b".into()]))
+    );
+    assert_eq!(
+        JsonPath::parse("$['a b'].c"),
+        Some(JsonPath(vec!["a b".into(), "c".into()]))
+    );
+    assert_eq!(
+        JsonPath::parse("plain"),
+        Some(JsonPath(vec!["plain".into()]))
+    );
+    assert_eq!(JsonPath::parse("$."), None);
+    assert_eq!(JsonPath::parse("$"), None);
+    assert_eq!(
+        JsonPath(vec!["a b".into(), "c".into()]).to_string(),
+        "$['a b'].c"
+    );
+}
+
+#[test]
+fn struct_columns_have_fields_relative_to_their_path() {
+    let text = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [
+  { name = "c", type = "struct", path = "$.customer", fields = [
+      { name = "id", type = "string" },
+      { name = "tier", type = "int", path = "$.level.n" },
+  ] },
+]
+"#;
+    let spec = PipelineSpec::parse(text, Path::new("t.toml"), &crate::spec::NoSql).expect("spec");
+    let leaves: Vec<String> = spec.tables[0]
+        .leaves()
+        .iter()
+        .map(|c| format!("{} {} {}", c.name, c.column_type, c.path))
+        .collect();
+    assert_eq!(
+        leaves,
+        ["c.id string $.customer.id", "c.tier int $.customer.level.n"]
+    );
+
+    let refused = |from: &str, to: &str, says: &str| {
+        let bad = text.replace(from, to);
+        let e = PipelineSpec::parse(&bad, Path::new("t.toml"), &crate::spec::NoSql).expect_err(to);
+        assert!(e.to_string().contains(says), "{e}");
+    };
+    refused(
+        r#"type = "struct", path"#,
+        r#"type = "struct", required = true, path"#,
+        "cannot be required",
+    );
+    refused(
+        r#"{ name = "id", type = "string" }"#,
+        r#"{ name = "id", type = "string", required = true }"#,
+        "field \"id\" of struct column \"c\" cannot be required",
+    );
+    refused(
+        r#"type = "struct", path"#,
+        r#"type = "string", path"#,
+        "write type = \"struct\"",
+    );
+    let empty = r#"
+[[tables]]
+name = "t"
+topic = "t"
+columns = [{ name = "c", type = "struct" }]
+"#;
+    let e = PipelineSpec::parse(empty, Path::new("t.toml"), &crate::spec::NoSql)
+        .expect_err("no fields");
+    assert!(e.to_string().contains("has no fields"), "{e}");
+    // Another column may read a field of the struct's object; not the object itself.
+    let beside = text.replace(
+        "] },\n]",
+        "] },\n  { name = \"cid\", type = \"string\", path = \"$.customer.id\" },\n]",
+    );
+    assert!(PipelineSpec::parse(&beside, Path::new("t.toml"), &crate::spec::NoSql).is_ok());
+    let object = beside.replace("$.customer.id\" }", "$.customer\" }");
+    let e = PipelineSpec::parse(&object, Path::new("t.toml"), &crate::spec::NoSql)
+        .expect_err("leaf and object");
+    assert!(e.to_string().contains("lies inside path $.customer"), "{e}");
+    let deep = (0..20).fold(
+        r#"{ name = "leaf", type = "int" }"#.to_string(),
+        |inner, i| format!(r#"{{ name = "s{i}", type = "struct", fields = [{inner}] }}"#),
+    );
+    let e = PipelineSpec::parse(
+        &format!("[[tables]]\nname = \"t\"\ntopic = \"t\"\ncolumns = [{deep}]\n"),
+        Path::new("t.toml"),
+        &crate::spec::NoSql,
+    )
+    .expect_err("too deep");
+    assert!(e.to_string().contains("more than 16 deep"), "{e}");
+    let partitioned = format!("{text}partition_by = [\"c\"]\n");
+    assert!(PipelineSpec::parse(&partitioned, Path::new("t.toml"), &crate::spec::NoSql).is_err());
+}

@@ -1,0 +1,666 @@
+//! Commit: pending micro-files become Iceberg snapshots, exactly once.
+//!
+//! 1. Record a [`CommitIntent`] naming the pending batches to commit (or resume the one a
+//!    crashed run left). Batches are taken oldest first, and only those that can be committed
+//!    ([`select`]): a batch that cannot (its table refuses the spec, its item is corrupt, a file
+//!    lies outside its table) is reported as blocked and left pending, never in the way of the
+//!    others.
+//! 2. Per table: if a snapshot anywhere in the table's history carries the commit id
+//!    `{intent}/{table}` in its summary, that table is done; otherwise `fast_append` the files in
+//!    one snapshot whose summary carries the commit id and the highest committed offset per
+//!    topic-partition (`streamtable.offset.{topic}-{partition}`).
+//! 3. Remove the batches and the intent.
+//!
+//! A crash between any two steps is finished by the next run without losing or repeating a
+//! file: step 2 is skipped for tables whose commit id is in the history, and batches are only
+//! removed once every table has its snapshot. A run makes at most
+//! [`CommitOptions::max_rounds`] rounds and stops starting new ones at its deadline, so the
+//! scheduled stage always reaches compaction and maintenance; what is left is reported as the
+//! backlog.
+
+mod carried;
+#[cfg(feature = "sql")]
+pub mod join;
+pub mod landings;
+pub mod lease;
+pub mod select;
+pub mod trigger;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::checkpoint::{PendingBatch, PendingFile};
+use crate::error::{Error, Result};
+use crate::store::CommitIntent;
+#[cfg(feature = "sql")]
+use crate::table::JOIN_STATE_PROPERTY;
+use crate::table::{COMMIT_ID_PROPERTY, OFFSET_PROPERTY_PREFIX};
+use crate::tables::TableSet;
+pub use select::BlockedBatch;
+use select::{Selector, TableFiles};
+
+/// Default of [`CommitOptions::join_max_kept_rows`].
+pub const DEFAULT_JOIN_MAX_KEPT_ROWS: usize = 1_000_000;
+
+/// Knobs of the commit stage. `Default` gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct CommitOptions {
+    /// Most commit rounds in one run (each is one snapshot per table).
+    pub max_rounds: u32,
+    /// Most pending batches one round covers.
+    pub max_batches_per_round: usize,
+    /// Most bytes of batch keys one commit intent holds (a DynamoDB item holds 400 KB).
+    pub max_intent_bytes: usize,
+    /// Least time between two commits triggered by landed batches ([`trigger`]).
+    pub min_interval: std::time::Duration,
+    /// Most rows an interval join keeps per side between rounds; past it the oldest are
+    /// forgotten (counted: `JoinRowsEvicted`).
+    pub join_max_kept_rows: usize,
+}
+
+impl Default for CommitOptions {
+    fn default() -> Self {
+        CommitOptions {
+            max_rounds: 20,
+            max_batches_per_round: 2_000,
+            max_intent_bytes: 300 * 1024,
+            min_interval: trigger::DEFAULT_INTERVAL,
+            join_max_kept_rows: DEFAULT_JOIN_MAX_KEPT_ROWS,
+        }
+    }
+}
+
+/// What a commit round did to one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TableCommitReport {
+    /// The table.
+    pub table: String,
+    /// Files committed.
+    pub files: u64,
+    /// Rows committed.
+    pub rows: u64,
+    /// The snapshot that holds the files.
+    pub snapshot_id: Option<i64>,
+    /// The snapshot already existed (a resumed commit).
+    pub already_committed: bool,
+    /// For an interval join's table: what its round kept, forgot and deferred.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinStats>,
+}
+
+/// What an interval join's round did with its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct JoinStats {
+    /// Rows kept for the next round (both sides).
+    pub kept_rows: u64,
+    /// Bytes the round wrote for its state (its new rows' run, and a segment when it merged
+    /// young runs).
+    pub state_bytes: u64,
+    /// Rows the round wrote for its state (about twice its new rows, amortized, while rows match for fewer than ~120 rounds).
+    pub state_rows_written: u64,
+    /// New rows the round read, both sides.
+    pub new_rows: u64,
+    /// Rows forgotten because a side kept more than `join_max_kept_rows`.
+    pub evicted_rows: u64,
+    /// Partitions that stopped holding their side's watermark (idle past `idle_timeout`).
+    pub idle_partitions: u64,
+    /// Files of the join's backlog that were gone when the round read them (their rows are
+    /// not joined).
+    pub backlog_files_lost: u64,
+    /// The round could not run (it failed, or crashed before): its rows wait in the join's
+    /// backlog for a later round, and the other tables went on.
+    pub deferred: bool,
+}
+
+/// What is still pending when a run ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Backlog {
+    /// Committable batches seen but left for the next run (a lower bound when `more`).
+    pub batches: u64,
+    /// More batches may be pending beyond those counted.
+    pub more: bool,
+    /// Age of the oldest batch left (committable or blocked), milliseconds.
+    pub oldest_age_ms: Option<i64>,
+}
+
+/// What the commit stage did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CommitReport {
+    /// Commit rounds run.
+    pub rounds: u64,
+    /// Pending batches committed and cleared.
+    pub batches: u64,
+    /// Rounds that finished an intent left by an earlier run.
+    pub resumed: u64,
+    /// Per table.
+    pub tables: Vec<TableCommitReport>,
+    /// Batches that cannot be committed, with the reason; they stay pending.
+    pub blocked: Vec<BlockedBatch>,
+    /// What is left for the next run.
+    pub backlog: Backlog,
+    /// Another committer held the commit lease until the deadline: nothing was committed.
+    pub lease_busy: bool,
+    /// Another committer took the lease over between rounds (this one had stalled past its
+    /// end): the rounds stopped.
+    pub lease_lost: bool,
+    /// Time the step took.
+    pub duration_ms: f64,
+}
+
+impl CommitReport {
+    /// Files committed, over all tables.
+    pub fn files(&self) -> u64 {
+        self.tables.iter().map(|t| t.files).sum()
+    }
+
+    /// Rows committed, over all tables.
+    pub fn rows(&self) -> u64 {
+        self.tables.iter().map(|t| t.rows).sum()
+    }
+
+    fn add_round(&mut self, round: Vec<TableCommitReport>) {
+        for t in round {
+            match self.tables.iter_mut().find(|r| r.table == t.table) {
+                Some(r) => {
+                    r.files += t.files;
+                    r.rows += t.rows;
+                    r.snapshot_id = t.snapshot_id;
+                    r.already_committed &= t.already_committed;
+                    match (&mut r.join, t.join) {
+                        (Some(a), Some(b)) => {
+                            a.evicted_rows += b.evicted_rows;
+                            a.backlog_files_lost += b.backlog_files_lost;
+                            a.deferred |= b.deferred;
+                            if !b.deferred {
+                                a.kept_rows = b.kept_rows;
+                                a.state_bytes = b.state_bytes;
+                                a.state_rows_written = b.state_rows_written;
+                                a.new_rows = b.new_rows;
+                                a.idle_partitions = b.idle_partitions;
+                            }
+                        }
+                        (a, b) => *a = a.take().or(b),
+                    }
+                }
+                None => self.tables.push(t),
+            }
+        }
+    }
+}
+
+/// Commits pending batches with the default options and no deadline.
+pub async fn commit_pending(backend: &Backend, tables: &TableSet) -> Result<CommitReport> {
+    commit_pending_with(backend, tables, &CommitOptions::default(), None).await
+}
+
+/// Commits pending batches, oldest first, in rounds, until none is left, `max_rounds` were
+/// made or `deadline` passed — under the commit lease ([`lease`]), waited for until the
+/// deadline (`lease_busy` when another committer held it all that time).
+pub async fn commit_pending_with(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CommitOptions,
+    deadline: Option<Instant>,
+) -> Result<CommitReport> {
+    let until = deadline.unwrap_or_else(|| Instant::now() + crate::scheduled::DEFAULT_RUN_BUDGET);
+    let Some(lease) = lease::Lease::acquire(backend, "commit", until).await? else {
+        tracing::info!("another committer holds the commit lease; nothing committed by this one");
+        return Ok(CommitReport {
+            lease_busy: true,
+            ..Default::default()
+        });
+    };
+    let result = commit_rounds(backend, tables, options, deadline, &lease).await;
+    lease.release(backend).await;
+    result
+}
+
+/// [`commit_pending_with`]'s rounds, with the lease already held (renewed before each round).
+pub(crate) async fn commit_rounds(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CommitOptions,
+    deadline: Option<Instant>,
+    lease: &lease::Lease,
+) -> Result<CommitReport> {
+    let started = Instant::now();
+    let now = backend.clock.now_ms();
+    let mut report = CommitReport::default();
+    let mut selector = Selector::new(backend, tables, options);
+    let mut oldest_left = None;
+    loop {
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+        if report.rounds >= u64::from(options.max_rounds) || out_of_time {
+            let left = selector.next_round(now).await?;
+            report.backlog.batches = left.batches.len() as u64;
+            report.backlog.more = left.more;
+            oldest_left = left.batches.iter().map(|b| b.created_at_ms).min();
+            break;
+        }
+        if !lease.renew(backend).await? {
+            tracing::warn!(
+                holder = lease.holder(),
+                "the commit lease was taken over; stopping before the next round"
+            );
+            report.lease_lost = true;
+            break;
+        }
+        let mut landed = Vec::new();
+        let (intent, resumed) = match backend.state.commit_intent().await? {
+            Some(i) => (i, true),
+            None => {
+                let round = selector.next_round(now).await?;
+                if round.batches.is_empty() {
+                    break;
+                }
+                let intent = CommitIntent {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    created_at_ms: backend.clock.now_ms(),
+                    batches: round.batches.iter().map(PendingBatch::key).collect(),
+                };
+                if !backend.state.begin_commit(&intent).await? {
+                    continue; // another committer got there first: resume its intent
+                }
+                landed = round.batches;
+                (intent, false)
+            }
+        };
+        tracing::info!(intent = %intent.id, batches = intent.batches.len(), resumed, "committing");
+        let round = commit_intent(backend, tables, &mut selector, &intent).await?;
+        backend.state.finish_commit(&intent).await?;
+        landings::record_committed(backend, &landed).await;
+        report.rounds += 1;
+        report.batches += intent.batches.len() as u64;
+        report.resumed += u64::from(resumed);
+        report.add_round(round);
+    }
+    report.blocked = selector.blocked();
+    let oldest = match (oldest_left, selector.oldest_left_ms()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    report.backlog.oldest_age_ms = oldest.map(|at| (backend.clock.now_ms() - at).max(0));
+    report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    if !report.blocked.is_empty() {
+        tracing::error!(blocked = report.blocked.len(), first = %report.blocked[0],
+            "pending batches cannot be committed; they stay pending until the cause is fixed");
+    }
+    Ok(report)
+}
+
+/// Commits the files of the intent's batches, table by table.
+async fn commit_intent(
+    backend: &Backend,
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    intent: &CommitIntent,
+) -> Result<Vec<TableCommitReport>> {
+    let page = backend.state.batches(&intent.batches).await?;
+    if let Some((key, why)) = page.unreadable.first() {
+        return Err(Error::State {
+            op: "resume commit",
+            message: format!(
+                "batch {} of commit {} cannot be read: {why}",
+                key.sort_key(),
+                intent.id
+            ),
+            retryable: false,
+        });
+    }
+    let mut by_table: BTreeMap<String, TableFiles> = BTreeMap::new();
+    for b in &page.batches {
+        let resolved = match selector.resolve(b).await {
+            Ok(r) => r,
+            Err(select::Blocked::Transient(e)) => return Err(e),
+            Err(refused) => {
+                return Err(Error::State {
+                    op: "resume commit",
+                    message: format!(
+                        "batch {} of commit {} cannot be committed: {refused}",
+                        b.key().sort_key(),
+                        intent.id
+                    ),
+                    retryable: false,
+                });
+            }
+        };
+        for (table, files) in resolved {
+            let entry = by_table.entry(table).or_default();
+            // An idle partition's flush has no offsets (its key is the negated state seq).
+            for r in b.ranges().filter(|r| r.last_offset >= 0) {
+                let offset = entry
+                    .offsets
+                    .entry(r.source.to_string())
+                    .or_insert(r.last_offset);
+                *offset = (*offset).max(r.last_offset);
+            }
+            entry.files.extend(files.files);
+            entry.data_files.extend(files.data_files);
+            entry.carried.extend(files.carried);
+        }
+    }
+    let mut out = Vec::new();
+    for (table, files) in &by_table {
+        let id = format!("{}/{table}", intent.id);
+        let t = selector.table(table).await?;
+        out.push(commit_table(backend, tables, t, table, &id, files).await?);
+    }
+    #[cfg(feature = "sql")]
+    out.extend(commit_joins(backend, tables, selector, intent, &by_table).await?);
+    Ok(out)
+}
+
+/// Runs and commits each interval join whose sides the intent lands rows of (see [`join`]):
+/// the late rows to `dead_letters` first, then the joined rows with the join's new state, so
+/// that the join table's commit id alone says whether the round landed.
+#[cfg(feature = "sql")]
+async fn commit_joins(
+    backend: &Backend,
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    intent: &CommitIntent,
+    by_table: &BTreeMap<String, TableFiles>,
+) -> Result<Vec<TableCommitReport>> {
+    let mut out = Vec::new();
+    for (name, j) in &tables.joins {
+        let (left, right) = (by_table.get(&j.left.table), by_table.get(&j.right.table));
+        if left.is_none() && right.is_none() {
+            continue;
+        }
+        let id = format!("{}/{name}", intent.id);
+        let t = selector.table(name).await?;
+        let t = match backend.catalog.load(&tables.ident(name)).await? {
+            Some((t, _)) => t,
+            None => t,
+        };
+        if let Some(snapshot) = find_commit(&t, &id) {
+            out.push(TableCommitReport {
+                table: name.clone(),
+                snapshot_id: Some(snapshot),
+                already_committed: true,
+                ..Default::default()
+            });
+            continue;
+        }
+        let files = |f: Option<&TableFiles>| f.map(|f| f.data_files.clone()).unwrap_or_default();
+        let (left_files, right_files) = (files(left), files(right));
+        let now_ms = intent.created_at_ms;
+        // A round that cannot run must not hold the other tables back: after it failed (or
+        // crashed the process) twice for this intent, or while a deferred backlog waits for
+        // its retry, its files go to the join's backlog in an empty snapshot under its commit
+        // id, and the intent finishes.
+        let attempts = join_attempts(backend, name, &intent.id).await?;
+        let defer = |why: String, tried: bool| {
+            let (t, left_files, right_files, id) = (t.clone(), &left_files, &right_files, &id);
+            async move {
+                tracing::error!(table = %name, reason = %why,
+                    "interval join round deferred: its rows wait in the join's backlog; the other tables go on");
+                let (files, replaced) = join::deferred_state(
+                    backend,
+                    &t,
+                    name,
+                    &intent.id,
+                    left_files,
+                    right_files,
+                    now_ms,
+                    join::Deferral { tried },
+                )
+                .await?;
+                let mut report = commit_table(backend, tables, t, name, id, &files).await?;
+                report.join = Some(JoinStats {
+                    deferred: true,
+                    ..Default::default()
+                });
+                if let Some(old) = replaced
+                    && ours(backend, tables, name, id, &files).await?
+                    && let Err(e) = backend.warehouse.delete(&old).await
+                {
+                    tracing::warn!(object = %old, error = %e, "a replaced join backlog was not deleted");
+                }
+                Ok::<_, Error>(report)
+            }
+        };
+        if attempts >= MAX_JOIN_ATTEMPTS {
+            out.push(
+                defer(
+                    format!("{attempts} attempts of this round did not finish"),
+                    true,
+                )
+                .await?,
+            );
+            continue;
+        }
+        if join::backlog_waits(&t, name, now_ms)? {
+            out.push(
+                defer(
+                    "an earlier round failed less than 10 minutes ago".into(),
+                    false,
+                )
+                .await?,
+            );
+            continue;
+        }
+        record_join_attempt(backend, name, &intent.id, attempts + 1).await?;
+        let round = match join::run_join(
+            backend,
+            tables,
+            name,
+            j,
+            &intent.id,
+            intent.created_at_ms.saturating_mul(1000),
+            &t,
+            &left_files,
+            &right_files,
+            selector.options().join_max_kept_rows,
+        )
+        .await
+        {
+            Ok(round) => round,
+            // An outage (throttling, a timeout) is no attempt of the round's own: the intent is
+            // resumed, and only failures of the round itself (and deaths) count.
+            Err(e) if e.is_retryable() => {
+                let _ = record_join_attempt(backend, name, &intent.id, attempts).await;
+                return Err(e);
+            }
+            Err(e) => {
+                out.push(defer(e.to_string(), true).await?);
+                continue;
+            }
+        };
+        if !round.late.data_files.is_empty() {
+            let dl = selector.table(crate::spec::DEAD_LETTER_TABLE).await?;
+            out.push(
+                commit_table(
+                    backend,
+                    tables,
+                    dl,
+                    crate::spec::DEAD_LETTER_TABLE,
+                    &format!("{id}/late"),
+                    &round.late,
+                )
+                .await?,
+            );
+        }
+        let mut report = commit_table(backend, tables, t, name, &id, &round.output).await?;
+        report.join = Some(JoinStats {
+            kept_rows: round.kept_rows,
+            state_bytes: round.state_bytes,
+            state_rows_written: round.state_rows_written,
+            new_rows: round.new_rows,
+            evicted_rows: round.evicted_rows,
+            idle_partitions: round.idle_partitions,
+            backlog_files_lost: round.backlog_files_lost,
+            deferred: false,
+        });
+        // Another committer (one that took the lease over) may have landed this round with
+        // other state objects: what this round replaced is deleted only if the snapshot
+        // holding the commit id carries this round's state.
+        let mine = ours(backend, tables, name, &id, &round.output).await?;
+        out.push(report);
+        tracing::info!(table = %name, kept_rows = round.kept_rows, state_bytes = round.state_bytes,
+            evicted = round.evicted_rows, idle_partitions = round.idle_partitions,
+            late = round.late.files.iter().map(|f| f.rows).sum::<u64>(), "interval join round");
+        for old in round.replaced.iter().filter(|_| mine) {
+            if let Err(e) = backend.warehouse.delete(old).await {
+                tracing::warn!(object = %old, error = %e, "a replaced join state object was not deleted");
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the snapshot of join table `name` that carries `commit_id` carries the state
+/// `files` would have committed (this committer's round, not another's).
+#[cfg(feature = "sql")]
+async fn ours(
+    backend: &Backend,
+    tables: &TableSet,
+    name: &str,
+    commit_id: &str,
+    files: &TableFiles,
+) -> Result<bool> {
+    let Some((t, _)) = backend.catalog.load(&tables.ident(name)).await? else {
+        return Ok(false);
+    };
+    let Some(id) = find_commit(&t, commit_id) else {
+        return Ok(false);
+    };
+    let committed = t.metadata().snapshot_by_id(id).and_then(|s| {
+        s.summary()
+            .additional_properties
+            .get(JOIN_STATE_PROPERTY)
+            .cloned()
+    });
+    Ok(committed.as_ref() == files.properties.get(JOIN_STATE_PROPERTY))
+}
+
+/// Attempts of one join round (one intent) before it is deferred.
+#[cfg(feature = "sql")]
+const MAX_JOIN_ATTEMPTS: u32 = 2;
+
+#[cfg(feature = "sql")]
+#[derive(Serialize, serde::Deserialize)]
+struct JoinAttempt {
+    intent: String,
+    attempts: u32,
+}
+
+/// How many times the round of `intent` was started for join `name` (a process that crashed
+/// during it never recorded an end).
+#[cfg(feature = "sql")]
+async fn join_attempts(backend: &Backend, name: &str, intent: &str) -> Result<u32> {
+    let Some(json) = backend
+        .state
+        .status(&format!("join-attempt#{name}"))
+        .await?
+    else {
+        return Ok(0);
+    };
+    Ok(serde_json::from_str::<JoinAttempt>(&json)
+        .ok()
+        .filter(|a| a.intent == intent)
+        .map_or(0, |a| a.attempts))
+}
+
+#[cfg(feature = "sql")]
+async fn record_join_attempt(
+    backend: &Backend,
+    name: &str,
+    intent: &str,
+    attempts: u32,
+) -> Result<()> {
+    let json = serde_json::to_string(&JoinAttempt {
+        intent: intent.to_string(),
+        attempts,
+    })
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    backend
+        .state
+        .put_status(&format!("join-attempt#{name}"), &json)
+        .await
+}
+
+/// Whether a snapshot in the table's history carries `commit_id`.
+pub fn find_commit(table: &Table, commit_id: &str) -> Option<i64> {
+    crate::table::replace::snapshot_with(table, COMMIT_ID_PROPERTY, commit_id)
+}
+
+async fn commit_table(
+    backend: &Backend,
+    tables: &TableSet,
+    table: Table,
+    name: &str,
+    commit_id: &str,
+    files: &TableFiles,
+) -> Result<TableCommitReport> {
+    let mut report = TableCommitReport {
+        table: name.to_string(),
+        files: files.files.len() as u64,
+        rows: files.files.iter().map(|f: &PendingFile| f.rows).sum(),
+        ..Default::default()
+    };
+    let table = match backend.catalog.load(&tables.ident(name)).await? {
+        Some((t, _)) => t,
+        None => table,
+    };
+    if let Some(id) = find_commit(&table, commit_id) {
+        report.snapshot_id = Some(id);
+        report.already_committed = true;
+        return Ok(report);
+    }
+    let mut props: HashMap<String, String> = files
+        .offsets
+        .iter()
+        .map(|(source, offset)| {
+            (
+                format!("{OFFSET_PROPERTY_PREFIX}{source}"),
+                offset.to_string(),
+            )
+        })
+        .collect();
+    props.insert(COMMIT_ID_PROPERTY.to_string(), commit_id.to_string());
+    props.extend(files.properties.clone());
+    let mut data_files = files.data_files.to_vec();
+    if !files.carried.is_empty() {
+        let layout = tables.catalog_layout(name, &table)?;
+        let location = table
+            .metadata()
+            .location()
+            .trim_end_matches('/')
+            .to_string();
+        let intent = commit_id.split('/').next().unwrap_or(commit_id);
+        data_files
+            .extend(carried::write(backend, &layout, &location, intent, &files.carried).await?);
+    }
+    let tx = Transaction::new(&table);
+    let append = tx
+        .fast_append()
+        .add_data_files(data_files)
+        .set_snapshot_properties(props);
+    let tx = append
+        .apply(tx)
+        .map_err(|e| Error::iceberg(format!("append to {name}"), e))?;
+    let committed = match tx.commit(&backend.catalog).await {
+        Ok(t) => t,
+        Err(e) => {
+            // The append may have landed with its answer lost (and a retry then refused as a
+            // duplicate): the commit id in the history says so.
+            let reloaded = backend.catalog.load(&tables.ident(name)).await?;
+            match reloaded.map(|(t, _)| t) {
+                Some(t) if find_commit(&t, commit_id).is_some() => {
+                    tracing::warn!(table = name, error = %e, "the append reported an error, but its snapshot is in the table");
+                    t
+                }
+                _ => return Err(Error::iceberg(format!("commit to {name}"), e)),
+            }
+        }
+    };
+    report.snapshot_id = find_commit(&committed, commit_id);
+    tracing::info!(table = name, files = report.files, rows = report.rows, snapshot = ?report.snapshot_id, "committed");
+    Ok(report)
+}

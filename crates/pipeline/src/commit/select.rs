@@ -1,0 +1,369 @@
+//! Which pending batches a commit round takes: the oldest ones that can be committed.
+//!
+//! A batch can be committed when its item is readable, its spilled file list (if any) is
+//! readable, and every file it names belongs to a table of the pipeline spec that the catalog
+//! accepts (schema and partitioning as the spec says), was written for that table's
+//! partitioning, and lies in that table's `data/` directory. A batch that fails one of these is
+//! *blocked*: reported with the reason, left pending, and skipped, so one bad batch or one
+//! refused table never holds back the others. A transient fault (S3, DynamoDB, Glue) is not a
+//! reason to block: it fails the round, and the next run tries again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use bytes::Bytes;
+
+use iceberg::spec::{DataFile, deserialize_data_file_from_json};
+use iceberg::table::Table;
+use serde::Serialize;
+
+use super::CommitOptions;
+use crate::backend::Backend;
+use crate::checkpoint::{BatchKey, CarriedRows, PendingBatch, PendingFile};
+use crate::error::{Error, Result};
+use crate::schema::describe_partitioning;
+use crate::tables::TableSet;
+
+/// A pending batch that cannot be committed, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct BlockedBatch {
+    /// The batch: `{topic}-{partition}@{first offset}`.
+    pub batch: String,
+    /// The table it is blocked on, when one is to blame.
+    pub table: Option<String>,
+    /// What is wrong and how to fix it.
+    pub reason: String,
+    /// When the batch was recorded, epoch milliseconds.
+    pub created_at_ms: i64,
+}
+
+impl fmt::Display for BlockedBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.table {
+            Some(t) => write!(f, "batch {} (table {t}): {}", self.batch, self.reason),
+            None => write!(f, "batch {}: {}", self.batch, self.reason),
+        }
+    }
+}
+
+/// The files of one table a round commits.
+#[derive(Debug, Default)]
+pub(super) struct TableFiles {
+    pub files: Vec<PendingFile>,
+    pub data_files: Vec<DataFile>,
+    /// Rows carried in state files, in the table's current schema: the commit writes them
+    /// into the table ([`super::carried`]).
+    pub carried: Vec<RecordBatch>,
+    /// Highest offset per topic-partition.
+    pub offsets: BTreeMap<String, i64>,
+    /// More snapshot summary properties (a join's state).
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The batches of one round.
+pub(super) struct Round {
+    pub batches: Vec<PendingBatch>,
+    /// More committable batches may be pending.
+    pub more: bool,
+}
+
+/// Why a batch is blocked, and on which table.
+type Refusal = (Option<String>, String);
+
+/// Picks rounds of batches, remembering for the run which tables and batches are refused.
+pub(super) struct Selector<'a> {
+    backend: &'a Backend,
+    tables: &'a TableSet,
+    options: &'a CommitOptions,
+    table_status: HashMap<String, std::result::Result<Table, String>>,
+    blocked: BTreeMap<String, BlockedBatch>,
+    /// The rows each state file read this run carries, by part.
+    carried: HashMap<String, std::result::Result<Arc<Vec<Bytes>>, String>>,
+    /// Parts decoded this run, by (state file, part, table): a round resolves its batches
+    /// twice (to pick them, then to commit them).
+    decoded: HashMap<(String, u32, String), RecordBatch>,
+}
+
+impl<'a> Selector<'a> {
+    /// The commit stage's options.
+    #[cfg(feature = "sql")]
+    pub fn options(&self) -> &'a CommitOptions {
+        self.options
+    }
+
+    pub fn new(backend: &'a Backend, tables: &'a TableSet, options: &'a CommitOptions) -> Self {
+        Selector {
+            backend,
+            tables,
+            options,
+            table_status: HashMap::new(),
+            blocked: BTreeMap::new(),
+            carried: HashMap::new(),
+            decoded: HashMap::new(),
+        }
+    }
+
+    /// The blocked batches seen so far, oldest first.
+    pub fn blocked(&self) -> Vec<BlockedBatch> {
+        self.blocked.values().cloned().collect()
+    }
+
+    /// When the oldest blocked batch was recorded.
+    pub fn oldest_left_ms(&self) -> Option<i64> {
+        self.blocked.values().map(|b| b.created_at_ms).min()
+    }
+
+    fn block(&mut self, key: &BatchKey, (table, reason): Refusal) {
+        let batch = format!("{}@{}", key.source, key.first_offset);
+        tracing::warn!(batch = %batch, table = ?table, reason = %reason, "pending batch blocked");
+        self.blocked.insert(
+            key.sort_key(),
+            BlockedBatch {
+                batch,
+                table,
+                reason,
+                created_at_ms: key.created_at_ms,
+            },
+        );
+    }
+
+    /// The oldest committable batches, within the round's limits.
+    pub async fn next_round(&mut self, _now_ms: i64) -> Result<Round> {
+        let per_round = self.options.max_batches_per_round.max(1);
+        let mut chosen: Vec<PendingBatch> = Vec::new();
+        let mut bytes = 0usize;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .backend
+                .state
+                .pending_page(after.as_deref(), per_round)
+                .await?;
+            for (key, why) in &page.unreadable {
+                self.block(key, (None, format!("pending item cannot be read: {why}")));
+            }
+            for b in page.batches {
+                let key = b.key();
+                if self.blocked.contains_key(&key.sort_key()) {
+                    continue;
+                }
+                match self.resolve(&b).await {
+                    Ok(_) => {
+                        let size = serde_json::to_vec(&key).map_or(256, |v| v.len() + 1);
+                        if chosen.len() >= per_round || bytes + size > self.options.max_intent_bytes
+                        {
+                            return Ok(Round {
+                                batches: chosen,
+                                more: true,
+                            });
+                        }
+                        bytes += size;
+                        chosen.push(b);
+                    }
+                    Err(Blocked::Refused(refusal)) => self.block(&key, refusal),
+                    Err(Blocked::Transient(e)) => return Err(e),
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => {
+                    return Ok(Round {
+                        batches: chosen,
+                        more: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The table, created from the spec if absent, checked against it; refused tables are
+    /// remembered for the run.
+    async fn table_status(&mut self, name: &str) -> Result<std::result::Result<Table, String>> {
+        if let Some(status) = self.table_status.get(name) {
+            return Ok(status.clone());
+        }
+        let status = if self.tables.tables.contains_key(name) {
+            match self.tables.ensure(self.backend, name).await {
+                Ok(t) => Ok(t),
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            Err(format!(
+                "table {name:?} has pending files but is not in the pipeline spec; restore its [[tables]] entry"
+            ))
+        };
+        if let Err(why) = &status {
+            tracing::error!(table = name, reason = %why, "table refused; its batches stay pending");
+        }
+        self.table_status.insert(name.to_string(), status.clone());
+        Ok(status)
+    }
+
+    /// The table (as checked for this run), or the reason it is refused.
+    pub async fn table(&mut self, name: &str) -> Result<Table> {
+        self.table_status(name)
+            .await?
+            .map_err(|why| Error::Config(format!("table {name}: {why}")))
+    }
+
+    /// The batch's files per table, each checked and parsed; or why the batch is blocked.
+    pub async fn resolve(
+        &mut self,
+        batch: &PendingBatch,
+    ) -> std::result::Result<BTreeMap<String, TableFiles>, Blocked> {
+        let files = match crate::table::pending::resolve_files(self.backend, batch).await {
+            Ok(f) => f,
+            Err(e) if e.is_retryable() => return Err(Blocked::Transient(e)),
+            Err(e) => return Err(Blocked::Refused((None, e.to_string()))),
+        };
+        let mut out: BTreeMap<String, TableFiles> = BTreeMap::new();
+        for f in files {
+            let table = match self.table_status(&f.table).await {
+                Ok(Ok(t)) => t,
+                Ok(Err(why)) => return Err(Blocked::Refused((Some(f.table.clone()), why))),
+                Err(e) => return Err(Blocked::Transient(e)),
+            };
+            let refused = |why| Blocked::Refused((Some(f.table.clone()), why));
+            check_partitioning(&table, &f).map_err(refused)?;
+            if let Some(c) = &f.carried {
+                let rows = self.carried_rows(c, &f, &table).await?;
+                let entry = out.entry(f.table.clone()).or_default();
+                entry.carried.push(rows);
+                entry.files.push(f);
+                continue;
+            }
+            let data_file = check_file(&table, &f).map_err(refused)?;
+            let entry = out.entry(f.table.clone()).or_default();
+            entry.data_files.push(data_file);
+            entry.files.push(f);
+        }
+        Ok(out)
+    }
+
+    /// The rows `f` has carried in a state file, in `table`'s current schema: the part it
+    /// names, checked to be a Parquet file of `f.rows` rows of the table in one of the
+    /// warehouse's state files. A state file that is gone or damaged blocks the batch (its rows
+    /// are nowhere else), naming the file.
+    async fn carried_rows(
+        &mut self,
+        c: &CarriedRows,
+        f: &PendingFile,
+        table: &Table,
+    ) -> std::result::Result<RecordBatch, Blocked> {
+        let refused = |why: String| Blocked::Refused((Some(f.table.clone()), why));
+        let at = (c.file.clone(), c.part, f.table.clone());
+        if let Some(rows) = self.decoded.get(&at)
+            && rows.num_rows() as u64 == f.rows
+        {
+            return Ok(rows.clone());
+        }
+        let states = format!(
+            "{}/_state/partitions/",
+            self.backend.warehouse.root().trim_end_matches('/')
+        );
+        if !c.file.starts_with(&states)
+            || !c.file.ends_with(".run")
+            || c.file.split('/').any(|part| part == "..")
+        {
+            return Err(refused(format!(
+                "its rows are carried in {}, which is not a state file under {states}; refusing to read it",
+                c.file
+            )));
+        }
+        if !self.carried.contains_key(&c.file) {
+            let parts = match self.backend.warehouse.read(&c.file).await {
+                Ok(bytes) => crate::process::partition_state::decode_rows(&bytes, &c.file)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string()),
+                Err(e) if e.is_retryable() => return Err(Blocked::Transient(e)),
+                Err(e) => Err(format!(
+                    "the state file carrying its rows cannot be read: {e}"
+                )),
+            };
+            self.carried.insert(c.file.clone(), parts);
+        }
+        let parts = match &self.carried[&c.file] {
+            Ok(parts) => parts,
+            Err(why) => return Err(refused(why.clone())),
+        };
+        let part = parts.get(c.part as usize).ok_or_else(|| {
+            refused(format!(
+                "state file {} carries {} parts of rows, not part {}",
+                c.file,
+                parts.len(),
+                c.part
+            ))
+        })?;
+        let layout = self
+            .tables
+            .catalog_layout(&f.table, table)
+            .map_err(|e| refused(e.to_string()))?;
+        let what = format!("part {} of state file {}", c.part, c.file);
+        let rows = super::carried::decode(part, &layout.arrow_schema, f.rows)
+            .map_err(|e| refused(format!("{what}: {e}")))?;
+        if rows.num_rows() as u64 != f.rows {
+            return Err(refused(format!(
+                "{what} holds {} rows, not the {} its batch recorded",
+                rows.num_rows(),
+                f.rows
+            )));
+        }
+        self.decoded.insert(at, rows.clone());
+        Ok(rows)
+    }
+}
+
+/// Why [`Selector::resolve`] did not resolve a batch.
+pub(super) enum Blocked {
+    /// The batch cannot be committed as it is.
+    Refused(Refusal),
+    /// A transient fault: try again later.
+    Transient(Error),
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Blocked::Refused((_, why)) => f.write_str(why),
+            Blocked::Transient(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Refuses a pending file written for another partitioning than `table`'s.
+fn check_partitioning(table: &Table, f: &PendingFile) -> std::result::Result<(), String> {
+    let metadata = table.metadata();
+    let have = describe_partitioning(metadata.default_partition_spec(), metadata.current_schema());
+    match &f.partitioning {
+        Some(written) if written != &have => Err(format!(
+            "a file was written for partition_by = {written:?} but the table is partitioned by {have:?}; \
+             set partition_by back to {written:?} until these batches are committed"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Parses a pending file for `table`, refusing one lying outside the table's `data/`
+/// directory (a forged or corrupt item could otherwise register any object as table data).
+fn check_file(table: &Table, f: &PendingFile) -> std::result::Result<DataFile, String> {
+    let metadata = table.metadata();
+    let spec = metadata.default_partition_spec();
+    let schema = metadata.current_schema();
+    let partition_type = spec
+        .partition_type(schema)
+        .map_err(|e| format!("partition type: {e}"))?;
+    let data_file =
+        deserialize_data_file_from_json(&f.data_file, spec.spec_id(), &partition_type, schema)
+            .map_err(|e| format!("pending data file cannot be read: {e}"))?;
+    let data_dir = format!("{}/data/", metadata.location().trim_end_matches('/'));
+    let path = data_file.file_path();
+    if !path.starts_with(&data_dir) || path.split('/').any(|part| part == "..") {
+        return Err(format!(
+            "file {path} lies outside the table's data directory {data_dir}; refusing to register it"
+        ));
+    }
+    Ok(data_file)
+}

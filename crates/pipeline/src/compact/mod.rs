@@ -1,0 +1,469 @@
+//! Compaction: small files become target-size files, in one `replace` snapshot per partition.
+//!
+//! Per table and partition, when at least [`CompactOptions::min_input_files`] live files are
+//! below [`CompactOptions::small_file_ratio`] of the table's target size, they are rewritten
+//! ([`rewrite`]) and swapped for the outputs in one `replace` commit ([`replace`]). Readers see
+//! every row exactly once before and after.
+
+pub mod rewrite;
+mod row_group;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use iceberg::spec::{ManifestEntryRef, Struct};
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::failure::Failure;
+use crate::partition::partition_path;
+use crate::table::files;
+use crate::table::replace::{self, ReplaceOutcome};
+use crate::tables::TableSet;
+
+/// A rewrite rate every path reaches (re-encoding measures 22-26 MB/s per core): what the time
+/// left before a deadline is converted into a byte cap with.
+pub const REWRITE_BYTES_PER_SEC_FLOOR: u64 = 10 * 1024 * 1024;
+
+/// Knobs of compaction. `Default` gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct CompactOptions {
+    /// Rewrite a partition once it has at least this many small files.
+    pub min_input_files: usize,
+    /// A file is small below this fraction of the table's target size.
+    pub small_file_ratio: f64,
+    /// Stop starting new rewrites after this many input bytes in one run (the rest waits for
+    /// the next run, so a run fits the Lambda timeout).
+    pub max_rewrite_bytes_per_run: u64,
+    /// Input row groups at least this large (compressed bytes) are copied into the output as
+    /// they are; smaller ones are decoded and re-encoded into full-size row groups.
+    pub stitch_min_row_group_bytes: u64,
+    /// Decoded bytes at which a re-encoded output row group is closed (whatever its rows).
+    pub max_row_group_bytes: usize,
+    /// Size tiers: `Some(r)` (at least 1) rewrites a run of a partition's small files by
+    /// size, each next one taken while it is at most `r` times the files taken before it
+    /// together ([`tier`]), so a compacted file waits until smaller files add up to 1/`r` of
+    /// its size instead of being rewritten by every run (with `r` = 2 each byte is rewritten
+    /// at most about log₁.₅(small bound / first file) times before it leaves the small files,
+    /// not once per run). When no run qualifies, every small file, as without tiers. `None`:
+    /// every small file, every run. Default [`DEFAULT_TIER_RATIO`].
+    pub tier_ratio: Option<f64>,
+}
+
+/// The default size-tier ratio: a compacted file is rewritten once the smaller files beside it
+/// add up to half its size (without tiers the day's compacted file is rewritten by every run,
+/// ~34 times at 3 MB of Parquet a minute; with 2, each byte at most ~9 times).
+pub const DEFAULT_TIER_RATIO: f64 = 2.0;
+
+impl Default for CompactOptions {
+    fn default() -> Self {
+        CompactOptions {
+            min_input_files: 5,
+            small_file_ratio: 0.75,
+            max_rewrite_bytes_per_run: 8 * 1024 * 1024 * 1024,
+            stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
+            max_row_group_bytes: rewrite::ROW_GROUP_BYTES,
+            tier_ratio: Some(DEFAULT_TIER_RATIO),
+        }
+    }
+}
+
+/// What compaction did to one partition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PartitionCompaction {
+    /// The table.
+    pub table: String,
+    /// The partition's path.
+    pub partition: String,
+    /// Small files rewritten.
+    pub input_files: u64,
+    /// Their bytes.
+    pub input_bytes: u64,
+    /// Files written.
+    pub output_files: u64,
+    /// Their bytes.
+    pub output_bytes: u64,
+    /// Rows moved.
+    pub rows: u64,
+    /// The replace snapshot; `None` if another writer had already rewritten the inputs.
+    pub snapshot_id: Option<i64>,
+    /// Time the rewrite and commit took.
+    pub duration_ms: f64,
+}
+
+/// A partition's rewrite job.
+pub struct Job {
+    /// The partition tuple.
+    pub partition: Struct,
+    /// The partition's path (`created_at_day=2026-11-29`).
+    pub path: String,
+    /// Its small files, sorted by path.
+    pub inputs: Vec<ManifestEntryRef>,
+}
+
+/// Compacts every table of the set; the first failure is returned (see [`compact_all_until`]
+/// for the scheduled stage's isolated form).
+pub async fn compact_all(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+) -> Result<Vec<PartitionCompaction>> {
+    let far = Instant::now() + std::time::Duration::from_secs(24 * 3600);
+    let (done, failures) = compact_all_until(backend, tables, options, far).await;
+    match failures.into_iter().next() {
+        Some(f) => Err(crate::Error::Internal(format!(
+            "compaction of {} {} failed: {}",
+            f.table.unwrap_or_default(),
+            f.partition.unwrap_or_default(),
+            f.error
+        ))),
+        None => Ok(done),
+    }
+}
+
+/// Compacts every table of the set, starting no rewrite after `deadline` and rewriting at most
+/// [`CompactOptions::max_rewrite_bytes_per_run`] in all. A partition with more small files than
+/// the budget has the first by path (with size tiers, the smallest) rewritten now and the rest
+/// in later runs. A table or partition
+/// that fails is reported and the others go on.
+pub async fn compact_all_until(
+    backend: &Backend,
+    tables: &TableSet,
+    options: &CompactOptions,
+    deadline: Instant,
+) -> (Vec<PartitionCompaction>, Vec<Failure>) {
+    let mut out = Vec::new();
+    let mut failures = Vec::new();
+    // Every table's jobs first, then the smallest first: a partition larger than the budget
+    // (a backfill) gets what is left, capped, and never stops the others.
+    let mut jobs = Vec::new();
+    for (name, def) in &tables.tables {
+        let ident = tables.ident(name);
+        let loaded = async {
+            let Some((table, _)) = backend.catalog.load(&ident).await? else {
+                return Ok(None);
+            };
+            let current = files::load_current(&table).await?;
+            Ok::<_, crate::Error>(Some((table, current)))
+        };
+        let (table, current) = match loaded.await {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                failures.push(Failure::new("compaction", Some(name), None, &e));
+                continue;
+            }
+        };
+        let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
+        let table = std::sync::Arc::new(table);
+        let picked = plan(
+            &table,
+            current.live(),
+            small_below,
+            options.min_input_files,
+            options.tier_ratio,
+        );
+        for job in picked {
+            jobs.push((name, def, table.clone(), job));
+        }
+    }
+    jobs.sort_by_key(|(name, _, _, job)| (job.input_bytes(), (*name).clone(), job.path.clone()));
+    let mut budget = options.max_rewrite_bytes_per_run;
+    for (name, def, table, mut job) in jobs {
+        if Instant::now() >= deadline {
+            tracing::info!("compaction time of this run used up; the rest waits for the next run");
+            break;
+        }
+        // A rewrite cannot be interrupted: cap it to what the time left can rewrite at a
+        // conservative rate, so that it ends by the deadline.
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
+        let time_cap = (left * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
+        // With size tiers a cut keeps the smallest files: a large one rewritten with a few
+        // small ones would undo the tier.
+        let smallest_first = options.tier_ratio.is_some();
+        if !job.fit_budget(
+            budget.min(time_cap),
+            options.min_input_files,
+            smallest_first,
+        ) {
+            tracing::info!(table = %name, partition = %job.path, "compaction byte budget of this run used up for this partition");
+            continue;
+        }
+        budget -= job.input_bytes().min(budget);
+        let ident = tables.ident(name);
+        match compact_job(backend, &table, &ident, name, def, &job, options).await {
+            Ok(Some(report)) => out.push(report),
+            Ok(None) => {}
+            Err(e) => failures.push(Failure::new("compaction", Some(name), Some(&job.path), &e)),
+        }
+    }
+    (out, failures)
+}
+
+impl Job {
+    fn input_bytes(&self) -> u64 {
+        self.inputs.iter().map(|e| e.file_size_in_bytes()).sum()
+    }
+
+    /// Keeps the first inputs (in path order; with `smallest_first`, by size, kept in path
+    /// order) that fit `budget` bytes; false when fewer than `min_files` do.
+    fn fit_budget(&mut self, budget: u64, min_files: usize, smallest_first: bool) -> bool {
+        let mut order: Vec<usize> = (0..self.inputs.len()).collect();
+        if smallest_first {
+            order.sort_by_key(|&i| self.inputs[i].file_size_in_bytes());
+        }
+        let mut total = 0u64;
+        let fit = order
+            .iter()
+            .take_while(|&&i| {
+                total = total.saturating_add(self.inputs[i].file_size_in_bytes());
+                total <= budget
+            })
+            .count();
+        let mut keep = vec![false; self.inputs.len()];
+        for &i in &order[..fit] {
+            keep[i] = true;
+        }
+        let mut i = 0;
+        self.inputs.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        fit >= min_files.max(2)
+    }
+}
+
+/// Rewrites one partition's small files and commits the replace; `None` when there was nothing
+/// to do.
+async fn compact_job(
+    backend: &Backend,
+    table: &iceberg::table::Table,
+    ident: &iceberg::TableIdent,
+    name: &str,
+    def: &crate::tables::TableDef,
+    job: &Job,
+    options: &CompactOptions,
+) -> Result<Option<PartitionCompaction>> {
+    let started = Instant::now();
+    let prefix = format!("compact-{}", uuid::Uuid::new_v4());
+    let rewritten = rewrite::rewrite(
+        table,
+        job,
+        def.target_file_size_bytes,
+        options.stitch_min_row_group_bytes,
+        options.max_row_group_bytes,
+        &prefix,
+    )
+    .await?;
+    if rewritten.outputs.is_empty() {
+        return Ok(None);
+    }
+    let outputs = rewritten.outputs;
+    let removed: HashSet<String> = rewritten.removed.into_iter().collect();
+    let input_bytes: u64 = job
+        .inputs
+        .iter()
+        .filter(|e| removed.contains(e.file_path()))
+        .map(|e| e.file_size_in_bytes())
+        .sum();
+    let props = HashMap::from([(
+        "streamtable.operation".to_string(),
+        "compaction".to_string(),
+    )]);
+    let outcome =
+        replace::commit_replace(&backend.catalog, ident, &removed, &outputs, &props).await?;
+    let snapshot_id = match outcome {
+        ReplaceOutcome::Committed(id) => Some(id),
+        ReplaceOutcome::Stale => {
+            // Not committed, and it never can be (its inputs are gone): the outputs are ours.
+            for f in &outputs {
+                let _ = table.file_io().delete(f.file_path()).await;
+            }
+            None
+        }
+    };
+    let report = PartitionCompaction {
+        table: name.to_string(),
+        partition: job.path.clone(),
+        input_files: removed.len() as u64,
+        input_bytes,
+        output_files: outputs.len() as u64,
+        output_bytes: outputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+        rows: outputs.iter().map(|f| f.record_count()).sum(),
+        snapshot_id,
+        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+    };
+    tracing::info!(table = %ident, partition = %report.partition, inputs = report.input_files,
+        outputs = report.output_files, rows = report.rows, snapshot = ?snapshot_id, "compacted");
+    Ok(Some(report))
+}
+
+/// The size tier of `sizes` (ascending) to rewrite: from the smallest start that gives one of
+/// at least `min_files`, its first file and each next one while that is at most `ratio` times
+/// the sum of those taken (so files smaller than the next by more than `ratio` do not hold the
+/// others back; they join once enough files of their size gather, or in the fallback below).
+/// When no start gives one, all of them — a partition that stopped receiving files (yesterday's
+/// day) is merged whole once rather than left in small files — but for the largest ones that
+/// dwarf the rest ([`undominated`]).
+fn tier(sizes: &[u64], ratio: f64, min_files: usize) -> std::ops::Range<usize> {
+    for start in 0..sizes.len() {
+        let mut sum = 0u64;
+        let len = sizes[start..]
+            .iter()
+            .take_while(|&&s| {
+                let take = sum == 0 || s as f64 <= ratio * sum as f64;
+                if take {
+                    sum = sum.saturating_add(s.max(1));
+                }
+                take
+            })
+            .count();
+        if len >= min_files.max(2) {
+            return start..start + len;
+        }
+    }
+    0..0
+}
+
+/// How many of `sizes` (ascending) the fallback takes: all but the largest ones that are each
+/// more than `ratio` times all the smaller together (rewriting them would mostly copy them).
+fn undominated(sizes: &[u64], ratio: f64) -> usize {
+    let mut n = sizes.len();
+    while n >= 2 {
+        let rest: f64 = sizes[..n - 1].iter().map(|&s| s as f64).sum();
+        if sizes[n - 1] as f64 > ratio * rest {
+            n -= 1;
+        } else {
+            break;
+        }
+    }
+    n
+}
+
+/// Partitions with enough small files (with `tier_ratio`, enough in their smallest tier),
+/// their chosen files sorted by path.
+fn plan<'a>(
+    table: &iceberg::table::Table,
+    live: impl Iterator<Item = &'a files::FileEntry>,
+    small_below: u64,
+    min_files: usize,
+    tier_ratio: Option<f64>,
+) -> Vec<Job> {
+    let spec = table.metadata().default_partition_spec();
+    let Ok(partition_type) = spec.partition_type(table.metadata().current_schema()) else {
+        return Vec::new();
+    };
+    // Grouped by the partition tuple, not its path: a null and the string "null" share a path.
+    let mut by_value: HashMap<Struct, Vec<ManifestEntryRef>> = HashMap::new();
+    for files::FileEntry { spec_id, entry: e } in live {
+        let f = e.data_file();
+        if *spec_id != spec.spec_id() || f.file_size_in_bytes() >= small_below {
+            continue;
+        }
+        by_value
+            .entry(f.partition().clone())
+            .or_default()
+            .push(e.clone());
+    }
+    let mut groups: Vec<(String, (Struct, Vec<ManifestEntryRef>))> = by_value
+        .into_iter()
+        .map(|(partition, files)| {
+            let path = partition_path(spec, &partition_type, &partition);
+            (path, (partition, files))
+        })
+        .collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(ratio) = tier_ratio {
+        for (_, (_, files)) in &mut groups {
+            files.sort_by(|a, b| {
+                (a.data_file().file_size_in_bytes(), a.file_path())
+                    .cmp(&(b.data_file().file_size_in_bytes(), b.file_path()))
+            });
+            let sizes: Vec<u64> = files
+                .iter()
+                .map(|f| f.data_file().file_size_in_bytes())
+                .collect();
+            let picked = tier(&sizes, ratio, min_files);
+            if !picked.is_empty() {
+                files.truncate(picked.end);
+                files.drain(..picked.start);
+            } else {
+                // The fallback, every small file, but a compacted file beside fewer small
+                // ones than a tier needs is left out rather than rewritten for them.
+                files.truncate(undominated(&sizes, ratio));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .filter(|(_, (_, files))| files.len() >= min_files)
+        .map(|(path, (partition, mut inputs))| {
+            inputs.sort_by(|a, b| a.file_path().cmp(b.file_path()));
+            Job {
+                partition,
+                path,
+                inputs,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_size_tier_takes_the_small_files_and_leaves_a_larger_one_for_later() {
+        // A minute's 20 small files beside the day's compacted file of 30 MB: only the small.
+        let mut sizes = vec![500_000u64; 20];
+        sizes.push(30_000_000);
+        assert_eq!(tier(&sizes, 2.0, 2), 0..20);
+        // Files of about one size go together.
+        assert_eq!(tier(&[10, 12, 15, 19], 2.0, 2), 0..4);
+        // Once newer files add up to half its size, it joins them.
+        assert_eq!(tier(&[10, 10, 10, 60], 2.0, 2), 0..4);
+        assert_eq!(tier(&[10, 10, 10, 61], 2.0, 2), 0..3);
+        // A tiny file does not hold the others back; it joins a later tier.
+        assert_eq!(tier(&[1, 10, 10, 10, 100], 2.0, 2), 1..4);
+        // Too few in any tier: nothing.
+        assert_eq!(tier(&[1, 100, 10_000], 2.0, 2), 0..0);
+        // The stitch test's mix: three of 20 rows, then 300-row files; no tiers takes all.
+        assert_eq!(tier(&[20, 20, 20, 300, 300, 300], 2.0, 2), 0..3);
+        assert_eq!(tier(&[20, 20, 20, 300, 300, 300], f64::INFINITY, 2), 0..6);
+        assert_eq!(tier(&[], 2.0, 2), 0..0);
+        assert_eq!(tier(&[0, 0, 5], 2.0, 2), 0..2);
+        assert_eq!(tier(&[u64::MAX, u64::MAX], 2.0, 2), 0..2);
+        // At least two files, whatever min_files says.
+        assert_eq!(tier(&[1, 100], 2.0, 1), 0..0);
+        // Tiers of four at min_files 5: none qualifies (the plan then takes them all).
+        assert_eq!(
+            tier(&[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100], 2.0, 5),
+            0..0
+        );
+        assert_eq!(
+            undominated(&[1, 1, 1, 1, 10, 10, 10, 10, 100, 100, 100, 100], 2.0),
+            12
+        );
+    }
+
+    /// Four new small files beside the day's compacted file, one fewer than a tier needs: the
+    /// fallback to every small file would rewrite the compacted file for them on every run
+    /// that sees four; it waits instead.
+    #[test]
+    fn a_compacted_file_is_not_rewritten_for_fewer_files_than_a_tier() {
+        let sizes = [1_000_000, 1_000_000, 1_000_000, 1_000_000, 30_000_000];
+        assert_eq!(tier(&sizes, 2.0, 5), 0..0);
+        assert_eq!(undominated(&sizes, 2.0), 4, "the four wait for a fifth");
+        // A closed day's files in steps of ~9x, no tier of 5 among them: the small ones are
+        // merged, the largest left as it is.
+        assert_eq!(tier(&[1, 1, 1, 1, 9, 9, 9, 9, 100], 2.0, 5), 0..0);
+        assert_eq!(undominated(&[1, 1, 1, 1, 9, 9, 9, 9, 100], 2.0), 8);
+        assert_eq!(undominated(&[1, 100, 10_000], 2.0), 1);
+        assert_eq!(undominated(&[10, 10, 10, 60], 2.0), 4);
+        assert_eq!((undominated(&[5], 2.0), undominated(&[], 2.0)), (1, 0));
+        assert_eq!(undominated(&[0, 0, 0, 7], 2.0), 3);
+    }
+}

@@ -1,0 +1,399 @@
+//! Planning: what is inferred, and every refused construct by its message.
+
+use std::path::Path;
+
+use super::infer;
+use arrow_schema::{DataType, TimeUnit};
+
+use crate::schema::TableLayout;
+use crate::spec::{ColumnType, PipelineSpec};
+
+fn spec() -> PipelineSpec {
+    PipelineSpec::load(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../infra/pipeline.toml"
+        )),
+        &crate::Planner,
+    )
+    .expect("infra/pipeline.toml is valid")
+}
+
+/// The shipped spec's topics' tables, planned with its derived tables.
+#[test]
+fn the_shipped_example_is_valid() {
+    let spec = spec();
+    let names: Vec<_> = spec.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["orders", "payments", "readings"]);
+    let orders = spec.table_for_topic("orders").expect("orders topic");
+    assert_eq!(
+        orders.columns[2].column_type,
+        ColumnType::Decimal {
+            precision: 18,
+            scale: 2
+        }
+    );
+    assert!(orders.columns[2].required);
+    assert_eq!(orders.partition_by[0].field_name(), "created_at_day");
+    assert_eq!(spec.settings.max_record_bytes, 1024 * 1024);
+}
+
+#[test]
+fn orders_layout_has_business_then_kafka_columns_with_sequential_ids() {
+    let spec = spec();
+    let layout = TableLayout::for_table(spec.table("orders").expect("orders")).expect("layout");
+    let names: Vec<_> = layout
+        .schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| (f.id, f.name.clone()))
+        .collect();
+    assert_eq!(names[0], (1, "order_id".to_string()));
+    assert_eq!(names[6], (7, "created_at".to_string()));
+    assert_eq!(names[7], (8, "kafka_partition".to_string()));
+    assert_eq!(names[10], (11, "kafka_key".to_string()));
+    assert_eq!(layout.partition_spec.fields().len(), 1);
+    assert_eq!(layout.partition_spec.fields()[0].name, "created_at_day");
+    let arrow = &layout.arrow_schema;
+    assert_eq!(arrow.field(2).data_type(), &DataType::Decimal128(18, 2));
+    assert_eq!(
+        arrow.field(6).data_type(),
+        &DataType::Timestamp(TimeUnit::Microsecond, None)
+    );
+    assert_eq!(
+        arrow
+            .field(0)
+            .metadata()
+            .get("PARQUET:field_id")
+            .map(String::as_str),
+        Some("1")
+    );
+}
+
+/// The fixtures in `tests/sql/` (its README says how to read and add one): each file's SQL
+/// planned over the shipped spec, refused or planned as its header says.
+#[test]
+fn sql_fixtures_plan_or_refuse_as_their_headers_say() {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/sql"));
+    let s = spec();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("tests/sql")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 30,
+        "fixtures in {}: {}",
+        dir.display(),
+        files.len()
+    );
+    let mut failures = Vec::new();
+    for path in &files {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+        let text = std::fs::read_to_string(path).expect("fixture");
+        let (header, sql) = fixture(&text);
+        let get = |key: &str| {
+            header
+                .iter()
+                .find_map(|(k, v)| (*k == key).then(|| v.to_string()))
+        };
+        let inferred = infer(&s.tables, &s.references, sql);
+        let failure = match (name.starts_with("error_"), inferred) {
+            (true, Ok(i)) => Some(format!("planned, with columns {:?}", i.columns)),
+            (true, Err(e)) => {
+                let refused = get("refused").unwrap_or_default();
+                let at = get("at").map(|needle| sql.find(&needle));
+                if refused.is_empty() {
+                    Some("has no `-- refused:` line".into())
+                } else if !e.message.contains(&refused) {
+                    Some(format!("refused with {:?}, not {refused:?}", e.message))
+                } else if let Some(expected) = at.filter(|at| *at != e.at) {
+                    Some(format!(
+                        "refusal points at {:?}, not {expected:?} ({})",
+                        e.at, e.message
+                    ))
+                } else {
+                    None
+                }
+            }
+            (false, Err(e)) => Some(format!("refused: {}", e.message)),
+            (false, Ok(i)) => get("columns").and_then(|want| {
+                let want: Vec<(String, Option<ColumnType>)> = split_top_level(&want)
+                    .into_iter()
+                    .map(|c| {
+                        let mut parts = c.split_whitespace();
+                        let n = parts.next().unwrap_or_default().to_string();
+                        let t = parts.next().map(|t| ColumnType::parse(t).expect(t));
+                        (n, t)
+                    })
+                    .collect();
+                let fits = want.len() == i.columns.len()
+                    && want
+                        .iter()
+                        .zip(&i.columns)
+                        .all(|((n, t), (an, at))| n == an && t.is_none_or(|t| t == *at));
+                (!fits).then(|| format!("columns {:?}", i.columns))
+            }),
+        };
+        if let Some(f) = failure {
+            failures.push(format!("tests/sql/{name}: {f}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `a string, b decimal(18,2)` → `["a string", " b decimal(18,2)"]`: commas outside parentheses.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out
+}
+
+/// A fixture's header (`-- key: value` lines before the SQL) and its SQL.
+fn fixture(text: &str) -> (Vec<(&str, &str)>, &str) {
+    let mut header = Vec::new();
+    let mut rest = text;
+    while let Some(line) = rest.strip_prefix("--") {
+        let (line, after) = line.split_once('\n').unwrap_or((line, ""));
+        if let Some((k, v)) = line.trim().split_once(':') {
+            header.push((k.trim(), v.trim()));
+        }
+        rest = after;
+    }
+    (header, rest)
+}
+
+#[test]
+fn the_shipped_derived_tables_have_the_inferred_columns() {
+    let s = spec();
+    let clean = &s
+        .derived
+        .iter()
+        .find(|d| d.table.name == "orders_clean")
+        .expect("orders_clean");
+    assert_eq!(clean.source, "orders");
+    assert_eq!(clean.references, ["currency_rates"]);
+    assert_eq!(clean.table.topic, "orders");
+    let cols: Vec<(&str, ColumnType)> = clean
+        .table
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.column_type))
+        .collect();
+    let dec = |precision, scale| ColumnType::Decimal { precision, scale };
+    assert_eq!(
+        cols,
+        [
+            ("order_id", ColumnType::String),
+            ("customer_id", ColumnType::String),
+            ("country", ColumnType::String),
+            ("currency", ColumnType::String),
+            ("amount", dec(18, 2)),
+            ("amount_eur", dec(18, 2)),
+            ("created_at", ColumnType::Timestamp),
+        ]
+    );
+    let alerts = s
+        .derived
+        .iter()
+        .find(|d| d.table.name == "readings_alerts")
+        .expect("alerts");
+    assert_eq!(alerts.table.columns[5].name, "severity");
+    assert_eq!(alerts.table.columns[5].column_type, ColumnType::String);
+    assert_eq!(alerts.table.partition_by[0].field_name(), "reported_at_day");
+}
+
+#[test]
+fn spec_errors_point_at_the_line_of_the_construct() {
+    let text = r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+columns = [{ name = "id", type = "string" }, { name = "amount", type = "double" }]
+
+[[derived_tables]]
+name = "big"
+sql = """
+SELECT id, amount
+FROM orders
+ORDER BY amount
+"""
+"#;
+    let e = PipelineSpec::parse(text, Path::new("p.toml"), &crate::Planner).expect_err("order by");
+    let m = e.to_string();
+    assert!(
+        m.starts_with("invalid pipeline spec: p.toml:12:1: derived table \"big\": ORDER BY")
+            || m.contains("p.toml:12:1: derived table \"big\": ORDER BY"),
+        "{m}"
+    );
+    let bad_partition = text
+        .replace("ORDER BY amount\n", "")
+        .replace("sql =", "partition_by = [\"day(amount)\"]\nsql =");
+    let e = PipelineSpec::parse(&bad_partition, Path::new("p.toml"), &crate::Planner)
+        .expect_err("partition");
+    assert!(
+        e.to_string()
+            .contains("transform day cannot apply to column \"amount\""),
+        "{e}"
+    );
+}
+
+mod lookup_semantics {
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Array, ArrayRef, Decimal128Array, RecordBatch, StringArray};
+    use async_trait::async_trait;
+
+    use crate::Processor;
+    use crate::decode::{RecordDecoder, RowBuilder};
+    use crate::error::Result;
+    use crate::kafka::RecordMeta;
+    use crate::reference::{Loaded, ReferenceSource};
+    use crate::schema::TableLayout;
+    use crate::spec::{PipelineSpec, ReferenceSpec};
+
+    /// Rows held in memory: the catalog-backed source is exercised by the integration tests.
+    struct Fixed(RecordBatch);
+
+    #[async_trait]
+    impl ReferenceSource for Fixed {
+        async fn load(
+            &self,
+            _: &ReferenceSpec,
+            _: &TableLayout,
+            _: Option<&str>,
+        ) -> Result<Loaded> {
+            Ok(Loaded::Rows {
+                version: "1".into(),
+                rows: self.0.clone(),
+            })
+        }
+    }
+
+    fn spec(sql: &str) -> PipelineSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+columns = [{{ name = "id", type = "string" }}, {{ name = "currency", type = "string" }}]
+
+[[reference_tables]]
+name = "rates"
+columns = [{{ name = "currency", type = "string" }}, {{ name = "rate", type = "decimal(9,2)" }}]
+
+[[derived_tables]]
+name = "out"
+sql = """{sql}"""
+"#
+        );
+        PipelineSpec::parse(&text, std::path::Path::new("p.toml"), &crate::Planner).expect("spec")
+    }
+
+    fn orders(spec: &PipelineSpec) -> RecordBatch {
+        let t = &spec.tables[0];
+        let layout = Arc::new(TableLayout::for_table(t).expect("layout"));
+        let decoder = RecordDecoder::new(t);
+        let mut rows = RowBuilder::new(t, layout, 4).expect("rows");
+        for (i, json) in [
+            r#"{"id":"a","currency":"EUR"}"#,
+            r#"{"id":"b","currency":"USD"}"#,
+            r#"{"id":"c"}"#,
+            r#"{"id":"d","currency":"XXX"}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let cells = decoder.decode(json).expect("decodes");
+            rows.append(
+                &cells,
+                RecordMeta {
+                    partition: 0,
+                    offset: i as i64,
+                    timestamp_us: 0,
+                    key: None,
+                },
+            );
+        }
+        rows.finish().expect("batch")
+    }
+
+    fn rates() -> RecordBatch {
+        let c: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("EUR"),
+            Some("USD"),
+            Some("USD"),
+            None,
+        ]));
+        let r: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![100, 90, 91, 50])
+                .with_precision_and_scale(9, 2)
+                .expect("decimal"),
+        );
+        RecordBatch::try_from_iter_with_nullable([("currency", c, true), ("rate", r, true)])
+            .expect("rates")
+    }
+
+    async fn run(sql: &str) -> Vec<String> {
+        let spec = spec(sql);
+        let p = Processor::new(&spec)
+            .expect("plans")
+            .with_reference_source(Arc::new(Fixed(rates())));
+        p.refresh(0).await.expect("loads");
+        let out = p
+            .derive("orders", &orders(&spec), &mut Default::default(), 0)
+            .expect("derives");
+        let rows = out[0].rows.as_ref().expect("rows");
+        let id = rows.column(0).as_string::<i32>();
+        let rate = rows
+            .column(1)
+            .as_primitive::<arrow_array::types::Decimal128Type>();
+        let mut v: Vec<String> = (0..rows.num_rows())
+            .map(|i| {
+                let r = if rate.is_null(i) {
+                    "NULL".to_string()
+                } else {
+                    rate.value(i).to_string()
+                };
+                format!("{}:{r}", id.value(i))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn a_left_join_keeps_every_row_and_a_key_with_two_matches_gives_two() {
+        assert_eq!(
+            run("SELECT o.id, r.rate FROM orders o LEFT JOIN rates r ON o.currency = r.currency")
+                .await,
+            ["a:100", "b:90", "b:91", "c:NULL", "d:NULL"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_inner_join_drops_rows_without_a_match_and_null_keys_match_nothing() {
+        assert_eq!(
+            run("SELECT o.id, r.rate FROM rates r JOIN orders o ON r.currency = o.currency").await,
+            ["a:100", "b:90", "b:91"]
+        );
+        assert_eq!(
+            run("SELECT id, rate FROM orders JOIN rates USING (currency)").await,
+            ["a:100", "b:90", "b:91"]
+        );
+    }
+}

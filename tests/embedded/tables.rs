@@ -1,0 +1,79 @@
+//! Commit, compaction and maintenance on the embedded backend (SQLite catalog, local
+//! warehouse), read back through pyiceberg's SqlCatalog and DuckDB.
+
+use crate::common;
+use crate::common::compaction_scenarios as c;
+use crate::common::table_scenarios as s;
+
+#[tokio::test]
+async fn committed_tables_read_back_through_pyiceberg_and_duckdb() {
+    s::committed_tables_read_back_through_pyiceberg_and_duckdb(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn tables_are_created_on_first_use() {
+    s::tables_are_created_on_first_use(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn commit_crash_before_bookkeeping_is_finished_without_duplicates() {
+    s::commit_crash_before_bookkeeping_is_finished_without_duplicates(&common::embedded().await)
+        .await;
+}
+
+#[tokio::test]
+async fn commit_crash_between_tables_is_resumed() {
+    s::commit_crash_between_tables_is_resumed(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn a_replace_whose_new_file_is_gone_commits_nothing() {
+    c::a_replace_whose_new_file_is_gone_commits_nothing(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn compaction_replaces_small_files_in_one_snapshot() {
+    c::compaction_replaces_small_files_in_one_snapshot(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn maintenance_deletes_only_unreferenced_files() {
+    s::maintenance_deletes_only_unreferenced_files(&common::embedded().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commit_and_compaction_keep_every_row_once() {
+    c::concurrent_commit_and_compaction_keep_every_row_once(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn compaction_copies_large_row_groups_and_merges_small_ones() {
+    c::compaction_copies_large_row_groups_and_merges_small_ones(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn triggered_commits_are_spaced_by_the_interval() {
+    s::triggered_commits_are_spaced_by_the_interval(&common::embedded().await).await;
+}
+
+#[tokio::test]
+async fn status_shows_checkpoints_landings_pending_batches_and_commits() {
+    common::status_scenarios::status_shows_checkpoints_landings_pending_batches_and_commits(
+        &common::embedded().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_table_whose_catalog_entry_is_gone_is_registered_at_its_head() {
+    common::register_scenarios::a_table_whose_catalog_entry_is_gone_is_registered_at_its_head(
+        &common::embedded().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it() {
+    c::size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(&common::embedded().await)
+        .await;
+}

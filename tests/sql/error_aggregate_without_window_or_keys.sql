@@ -1,0 +1,3 @@
+-- refused: aggregate without a window
+-- at: sum(
+SELECT sum(amount) AS s FROM orders

@@ -1,0 +1,3 @@
+-- refused: DISTINCT
+-- at: DISTINCT
+SELECT DISTINCT country FROM orders

@@ -1,0 +1,2 @@
+-- refused: Consider aliasing
+SELECT order_id, order_id FROM orders

@@ -1,0 +1,2 @@
+-- refused: not a query
+INSERT INTO orders SELECT * FROM orders

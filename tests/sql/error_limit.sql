@@ -1,0 +1,3 @@
+-- refused: LIMIT
+-- at: LIMIT
+SELECT order_id FROM orders LIMIT 10

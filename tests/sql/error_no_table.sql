@@ -1,0 +1,2 @@
+-- refused: reads a topic's table
+SELECT 1 AS one

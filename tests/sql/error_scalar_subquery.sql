@@ -1,0 +1,3 @@
+-- refused: subquery
+-- at: SELECT max
+SELECT order_id FROM orders WHERE amount > (SELECT max(amount) FROM payments)

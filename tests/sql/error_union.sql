@@ -1,0 +1,3 @@
+-- refused: UNION
+-- at: UNION
+SELECT order_id FROM orders UNION ALL SELECT order_id FROM payments

@@ -1,0 +1,2 @@
+-- refused: CAST it to
+SELECT order_id, NULL AS nothing FROM orders

@@ -1,0 +1,5 @@
+-- refused: (DISTINCT …)
+SELECT window_start, window_end, country, count(DISTINCT customer_id) AS customers,
+       COUNT(*) AS orders, AVG(amount) AS avg_amount
+FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(created_at), INTERVAL '1' MINUTE))
+GROUP BY window_start, window_end, country
