@@ -1,3 +1,3 @@
 -- refused: window function
--- at:  OVER
+-- at: ` OVER`
 SELECT order_id, row_number() OVER (ORDER BY created_at) AS n FROM orders

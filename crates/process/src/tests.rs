@@ -169,7 +169,13 @@ fn fixture(text: &str) -> (Vec<(&str, &str)>, &str) {
     while let Some(line) = rest.strip_prefix("--") {
         let (line, after) = line.split_once('\n').unwrap_or((line, ""));
         if let Some((k, v)) = line.trim().split_once(':') {
-            header.push((k.trim(), v.trim()));
+            // A value in backticks keeps its spaces (`` at: ` OVER` ``).
+            let v = v.trim();
+            let v = v
+                .strip_prefix('`')
+                .and_then(|v| v.strip_suffix('`'))
+                .unwrap_or(v);
+            header.push((k.trim(), v));
         }
         rest = after;
     }
