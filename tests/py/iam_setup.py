@@ -1,4 +1,4 @@
-"""Sets up a moto server that enforces IAM for tests/iam_moto.rs: one IAM user per function of
+"""Sets up a moto server that enforces IAM for tests/moto/iam.rs: one IAM user per function of
 template.yaml, each carrying only that function's policy, so that a function's scenarios fail
 on a permission the template forgot.
 
