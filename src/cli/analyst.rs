@@ -166,6 +166,9 @@ pub async fn dashboard(config: &Config, args: &DashboardArgs) -> Result<()> {
 /// `last`, the last rows are kept (the most recent of a time series).
 pub fn render_limited(batches: &[RecordBatch], limit: usize, last: bool) -> Result<String> {
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    if total == 0 {
+        return Ok("(no rows yet)".to_string());
+    }
     let skip = if last { total.saturating_sub(limit) } else { 0 };
     let mut kept = Vec::new();
     let (mut pos, mut left) = (0usize, limit);
@@ -237,6 +240,12 @@ mod tests {
         let text = render_limited(&[batch(), batch()], 3, true).expect("text");
         assert_eq!(text.matches("DE").count() + text.matches("FR").count(), 3);
         assert!(text.ends_with("… 1 earlier rows (all of them: streamtable dashboard)"));
+        // An empty answer says so, rather than drawing an empty box.
+        let empty = batch().slice(0, 0);
+        assert_eq!(
+            render_limited(&[empty], 5, true).expect("text"),
+            "(no rows yet)"
+        );
     }
 
     #[test]

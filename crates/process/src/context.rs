@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use datafusion_common::arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::config::ConfigOptions;
-use datafusion_common::{DFSchema, Result, TableReference, not_impl_err, plan_datafusion_err};
+use datafusion_common::{
+    DFSchema, DataFusionError, ResolvedTableReference, Result, TableReference, not_impl_err,
+    plan_datafusion_err,
+};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
@@ -21,6 +24,7 @@ use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use datafusion_sql::parser::{DFParserBuilder, Statement};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use datafusion_sql::resolve::resolve_table_references;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 
 /// The catalog and schema an unqualified table name resolves to, as in a DataFusion session.
@@ -87,10 +91,17 @@ impl SqlContext {
         }
     }
 
-    /// Makes table `name` (with no rows: only its schema is planned against) visible to SQL.
-    pub(crate) fn register(&mut self, name: &str, schema: SchemaRef) {
+    /// Makes table `name` (with no rows: only its schema is planned against) visible to SQL;
+    /// a name already taken is refused, as a session refuses it.
+    pub(crate) fn register(&mut self, name: &str, schema: SchemaRef) -> Result<()> {
+        if self.tables.contains_key(name) {
+            return Err(DataFusionError::Execution(format!(
+                "The table {name} already exists"
+            )));
+        }
         self.tables
             .insert(name.to_string(), Arc::new(LogicalTableSource::new(schema)));
+        Ok(())
     }
 
     /// Parses `sql`: exactly one statement.
@@ -108,9 +119,28 @@ impl SqlContext {
         })
     }
 
-    /// The logical plan of `statement` over the registered tables.
+    /// The logical plan of `statement` over the registered tables. As a session does, the
+    /// statement's table references are resolved first (a name error surfaces before any
+    /// other) and only the tables it names are offered to the planner.
     pub(crate) fn statement_to_plan(&self, statement: Statement) -> Result<LogicalPlan> {
         let sql = &self.options.sql_parser;
+        if let Some(what) = writes_files(&statement) {
+            // What a session refuses when it plans it; a plan would need its file formats.
+            return Err(plan_datafusion_err!(
+                "{what} is not a query; a derived table is one SELECT … FROM <table> [JOIN <reference table> ON …] [WHERE …]"
+            ));
+        }
+        let (references, _) = resolve_table_references(&statement, sql.enable_ident_normalization)?;
+        let mut tables = HashMap::with_capacity(references.len());
+        for reference in references {
+            let resolved = reference.resolve(CATALOG, SCHEMA);
+            if resolved.catalog.as_ref() == CATALOG
+                && resolved.schema.as_ref() == SCHEMA
+                && let Some(t) = self.tables.get(resolved.table.as_ref())
+            {
+                tables.insert(resolved, t.clone());
+            }
+        }
         let options = ParserOptions {
             parse_float_as_decimal: sql.parse_float_as_decimal,
             enable_ident_normalization: sql.enable_ident_normalization,
@@ -120,7 +150,8 @@ impl SqlContext {
             collect_spans: sql.collect_spans,
             default_null_ordering: sql.default_null_ordering.as_str().into(),
         };
-        SqlToRel::new_with_options(self, options).statement_to_plan(statement)
+        let provider = Provider { cx: self, tables };
+        SqlToRel::new_with_options(&provider, options).statement_to_plan(statement)
     }
 
     /// Parses and plans `sql`.
@@ -147,33 +178,65 @@ impl SqlContext {
     }
 }
 
-impl ContextProvider for SqlContext {
-    fn get_table_source(&self, name: TableReference) -> Result<Arc<dyn TableSource>> {
-        let here = name.catalog().is_none_or(|c| c == CATALOG)
-            && name.schema().is_none_or(|s| s == SCHEMA);
-        match self.tables.get(name.table()) {
-            Some(t) if here => Ok(t.clone()),
-            _ => {
-                let resolved = name.resolve(CATALOG, SCHEMA);
-                Err(plan_datafusion_err!("table '{resolved}' not found"))
-            }
+/// `COPY` (or its `EXPLAIN`): a statement that writes files, named as its plan node is.
+fn writes_files(statement: &Statement) -> Option<&'static str> {
+    match statement {
+        Statement::CopyTo(_) => Some("CopyTo"),
+        Statement::Explain(e) if matches!(e.statement.as_ref(), Statement::CopyTo(_)) => {
+            Some("Explain")
         }
+        _ => None,
+    }
+}
+
+/// What the SQL planner sees of a [`SqlContext`] for one statement: the tables it names.
+struct Provider<'a> {
+    cx: &'a SqlContext,
+    tables: HashMap<ResolvedTableReference, Arc<dyn TableSource>>,
+}
+
+impl ContextProvider for Provider<'_> {
+    fn get_table_source(&self, name: TableReference) -> Result<Arc<dyn TableSource>> {
+        let resolved = name.resolve(CATALOG, SCHEMA);
+        self.tables
+            .get(&resolved)
+            .cloned()
+            .ok_or_else(|| plan_datafusion_err!("table '{resolved}' not found"))
+    }
+
+    fn get_table_function_source(
+        &self,
+        name: &str,
+        _args: Vec<Expr>,
+    ) -> Result<Arc<dyn TableSource>> {
+        // A derived table reads topics' and reference tables only; `generate_series` and the
+        // other table functions are no source of rows on a stream.
+        Err(plan_datafusion_err!("table function '{name}' not found"))
+    }
+
+    fn create_cte_work_table(
+        &self,
+        _name: &str,
+        schema: SchemaRef,
+    ) -> Result<Arc<dyn TableSource>> {
+        // Only planned against (a recursive query is refused once planned).
+        Ok(Arc::new(LogicalTableSource::new(schema)))
     }
 
     fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
-        &self.planners
+        &self.cx.planners
     }
 
     fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
-        self.scalars.get(name).cloned()
+        self.cx.scalars.get(name).cloned()
     }
 
     fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
-        self.aggregates.get(name).cloned()
+        self.cx.aggregates.get(name).cloned()
     }
 
     fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
-        self.windows.get(name).cloned()
+        self.cx.windows.get(name).cloned()
     }
 
     fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
@@ -181,18 +244,18 @@ impl ContextProvider for SqlContext {
     }
 
     fn options(&self) -> &ConfigOptions {
-        &self.options
+        &self.cx.options
     }
 
     fn udf_names(&self) -> Vec<String> {
-        self.scalars.keys().cloned().collect()
+        self.cx.scalars.keys().cloned().collect()
     }
 
     fn udaf_names(&self) -> Vec<String> {
-        self.aggregates.keys().cloned().collect()
+        self.cx.aggregates.keys().cloned().collect()
     }
 
     fn udwf_names(&self) -> Vec<String> {
-        self.windows.keys().cloned().collect()
+        self.cx.windows.keys().cloned().collect()
     }
 }

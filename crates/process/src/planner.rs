@@ -127,8 +127,64 @@ impl SqlPlan {
     }
 }
 
-/// Plans `sql` over the topics' `tables` and the `references`.
+/// The most tokens (words, names, literals, operators) a derived table's SQL may have. The
+/// planner's passes recurse through the expression tree, and a long chain such as `a + a + …`
+/// nests one level per term: a few thousand terms took DataFusion seconds to plan and ten
+/// thousand overflowed its stack. The shipped derived tables have under 100 tokens.
+pub const MAX_SQL_TOKENS: usize = 4_096;
+
+/// The stack planning runs on, whatever thread asks (tokio's workers have 2 MiB): room for the
+/// deepest expression [`MAX_SQL_TOKENS`] allows.
+const PLANNING_STACK_BYTES: usize = 256 << 20;
+
+/// Plans `sql` over the topics' `tables` and the `references`, on a thread of its own with a
+/// stack for the deepest statement the token limit lets through; a statement past the limit
+/// is refused naming it.
 pub(crate) fn plan(
+    tables: &[TableSpec],
+    references: &[ReferenceSpec],
+    sql: &str,
+) -> Result<Plan, SqlError> {
+    let tokens = token_count(sql);
+    if tokens > MAX_SQL_TOKENS {
+        return Err(err(
+            format!(
+                "the SQL has {tokens} tokens, more than the {MAX_SQL_TOKENS} a derived table may have; split it into several derived tables, or move the computation into the query that reads the table"
+            ),
+            None,
+        ));
+    }
+    std::thread::scope(|scope| {
+        let planning = std::thread::Builder::new()
+            .name("sql-planner".into())
+            .stack_size(PLANNING_STACK_BYTES)
+            .spawn_scoped(scope, || plan_here(tables, references, sql))
+            .map_err(|e| err(format!("the SQL planner could not start: {e}"), None))?;
+        planning.join().unwrap_or_else(|_| {
+            Err(err(
+                "the SQL planner failed on this statement (DataFusion panicked); simplify the SQL",
+                None,
+            ))
+        })
+    })
+}
+
+/// Tokens of `sql` as DataFusion's parser cuts them (whitespace and comments not counted); a
+/// statement the tokenizer refuses counts as 0 (the parser then says why).
+fn token_count(sql: &str) -> usize {
+    use crate::df::sql::sqlparser::dialect::GenericDialect;
+    use crate::df::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize()
+        .map(|t| {
+            t.iter()
+                .filter(|t| !matches!(t, Token::Whitespace(_) | Token::EOF))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn plan_here(
     tables: &[TableSpec],
     references: &[ReferenceSpec],
     sql: &str,
@@ -136,11 +192,13 @@ pub(crate) fn plan(
     let mut ctx = SqlContext::new();
     for t in tables {
         let layout = TableLayout::for_table(t).map_err(|e| err(e.to_string(), None))?;
-        ctx.register(&t.name, layout.arrow_schema.clone());
+        ctx.register(&t.name, layout.arrow_schema.clone())
+            .map_err(|e| err(format!("table {}: {e}", t.name), None))?;
     }
     for r in references {
         let layout = TableLayout::for_reference(r).map_err(|e| err(e.to_string(), None))?;
-        ctx.register(&r.name, super::reference::nullable(&layout));
+        ctx.register(&r.name, super::reference::nullable(&layout))
+            .map_err(|e| err(format!("table {}: {e}", r.name), None))?;
     }
     if let Some(w) = super::window::plan::plan_window(&mut ctx, tables, references, sql)? {
         return Ok(Plan::Window(w));

@@ -144,6 +144,29 @@ fn sql_fixtures_plan_or_refuse_as_their_headers_say() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A long `a + a + …` chain nests one level per term in every pass of the planner: past the
+/// token limit it is refused naming the limit, and below it it plans on the planner's own stack,
+/// whatever thread asks (a test thread has 2 MiB, which 1,000 terms overflowed before).
+#[test]
+fn long_expressions_are_refused_past_the_token_limit_and_plan_below_it() {
+    let s = spec();
+    let chain = |n: usize| {
+        format!(
+            "SELECT order_id, {} AS total FROM orders",
+            vec!["amount"; n].join(" + ")
+        )
+    };
+    let e = infer(&s.tables, &s.references, &chain(5_000)).expect_err("too long");
+    assert!(
+        e.message
+            .contains("the SQL has 10006 tokens, more than the 4096 a derived table may have"),
+        "{}",
+        e.message
+    );
+    let i = infer(&s.tables, &s.references, &chain(1_000)).expect("within the limit");
+    assert_eq!(i.columns.len(), 2);
+}
+
 /// `a string, b decimal(18,2)` → `["a string", " b decimal(18,2)"]`: commas outside parentheses.
 fn split_top_level(text: &str) -> Vec<&str> {
     let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);

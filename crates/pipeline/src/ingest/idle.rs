@@ -64,16 +64,12 @@ impl Ingestor {
             let stored = self.state.partition_states(&sources).await?;
             let checkpoints = self.state.checkpoints(&sources).await?;
             let mut states = Vec::new();
-            let mut files = super::partition_states::Files::default();
+            let mut files = super::state_files::Files::default();
             for (source, stored) in sources.iter().zip(stored) {
                 let Some(stored) = stored else { continue };
-                let state = super::partition_states::read_header(
-                    &self.warehouse,
-                    &mut files,
-                    source,
-                    &stored,
-                )
-                .await?;
+                let state =
+                    super::state_files::read_header(&self.warehouse, &mut files, source, &stored)
+                        .await?;
                 states.push((source.clone(), stored, state));
             }
             let ooo = et.out_of_orderness_ms.saturating_mul(1000);

@@ -23,18 +23,18 @@ pub use layouts::Resolved;
 mod live;
 pub use live::{LiveIngestor, SpecLoader};
 mod options;
-mod partition_states;
 mod pending;
 mod records;
 mod replayed;
 mod schemas;
+mod state_files;
 mod summary;
 
 use batch::Planned;
 pub use batch::group_by_partition;
 pub use idle::IdleFlush;
 pub use options::IngestOptions;
-pub use partition_states::{
+pub use state_files::{
     Files as StateFiles, MAX_INLINE_STATE_BYTES, read_header, read_stored_state, state_files_in_use,
 };
 pub use summary::IngestSummary;
@@ -114,7 +114,7 @@ pub struct Ingestor {
         >,
     >,
     /// The entries of the runs those states name, by state file, partition and block.
-    run_cache: std::sync::Mutex<partition_states::RunCache>,
+    run_cache: std::sync::Mutex<state_files::RunCache>,
     /// Topics whose table (or a derived table of theirs) the catalog refused, with the reason:
     /// their records are not written until the spec and the table agree again.
     refused: HashMap<String, (String, String)>,

@@ -39,7 +39,7 @@ impl IngestOptions {
             max_inline_files_bytes: MAX_INLINE_FILES_BYTES,
             zstd_level: 1,
             max_partitions_per_batch: MAX_PARTITIONS_PER_BATCH,
-            max_inline_state_bytes: super::partition_states::MAX_INLINE_STATE_BYTES,
+            max_inline_state_bytes: super::state_files::MAX_INLINE_STATE_BYTES,
             max_carried_file_bytes: super::pending::MAX_CARRIED_FILE_BYTES,
         }
     }

@@ -86,7 +86,8 @@ pub(crate) fn plan_window(
     fields.push(Arc::new(Field::new("window_start", ts.clone(), true)));
     fields.push(Arc::new(Field::new("window_end", ts, true)));
     let widened = Arc::new(Schema::new(fields));
-    ctx.register(&scan_name(&source.name), widened.clone());
+    ctx.register(&scan_name(&source.name), widened.clone())
+        .map_err(|e| err(e.to_string(), None))?;
     let logical = ctx
         .statement_to_plan(DFStatement::Statement(statement))
         .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;

@@ -1,0 +1,2 @@
+-- refused: CopyTo is not a query
+COPY orders TO 'orders.csv'
