@@ -1,4 +1,6 @@
-//! The integration tests on the embedded backend (SQLite and a local directory), and the properties that need no backend: one test binary, one module per area. Scenarios shared with the other backend are in `tests/common/`.
+//! The integration tests on the embedded backend (SQLite and a local directory), and the properties
+//! that need no backend: one test binary, one module per area. Scenarios shared with the other
+//! backend are in `tests/common/`.
 
 #[path = "../common/mod.rs"]
 mod common;

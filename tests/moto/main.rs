@@ -1,4 +1,6 @@
-//! The integration tests on the AWS backend, on the moto server that `scripts/test` starts (S3, DynamoDB, Glue; a second one enforces IAM): one test binary, one module per area. Scenarios shared with the other backend are in `tests/common/`.
+//! The integration tests on the AWS backend, on the moto server that `scripts/test` starts (S3,
+//! DynamoDB, Glue; a second one enforces IAM): one test binary, one module per area. Scenarios
+//! shared with the other backend are in `tests/common/`.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -77,7 +77,7 @@ pub struct PendingFile {
 }
 
 /// Where a pending file's rows are carried: a state file and the part of its rows
-/// ([`crate::process::partition_state::decode_rows`]), a Parquet file of the table's rows as ingest
+/// (the processing crate's `partition_state::decode_rows`), a Parquet file of the table's rows as ingest
 /// encoded them. Small derived-table files (a window's partial rows: tens of rows a batch) ride
 /// in the state file the batch writes anyway, which saves a PUT per batch; the commit stage
 /// puts the round's into one file per partition value.
@@ -101,7 +101,7 @@ pub struct SourceRange {
 }
 
 /// The files of one ingested batch, awaiting commit. A batch covers the new records of every
-/// topic-partition of one invocation (up to [`crate::ingest::MAX_PARTITIONS_PER_BATCH`]): one
+/// topic-partition of one invocation (up to the pipeline's `ingest::MAX_PARTITIONS_PER_BATCH`): one
 /// file per table and partition value, whatever the number of Kafka partitions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingBatch {
@@ -199,7 +199,7 @@ pub struct SourceAdvance {
 }
 
 /// The state of a partition's stateful derived tables as the state store keeps it, beside the
-/// checkpoint ([`crate::process::partition_state::PartitionState`], encoded).
+/// checkpoint (the processing crate's `PartitionState`, encoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredState {
     /// The checkpoint's next offset this state goes with.

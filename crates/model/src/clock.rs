@@ -2,7 +2,7 @@
 //!
 //! Everything that stamps or compares times (dead letters' `failed_at`, pending batches' age,
 //! snapshot expiry, orphan grace periods, lock leases, and the watermarks and idle timeouts of
-//! the processing stage) asks the [`Clock`] of its [`crate::backend::Backend`].
+//! the processing stage) asks the [`Clock`] of its backend (the pipeline crate's `Backend`).
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //!
 //! After the sections, a file may carry *rows*: small derived-table files (a window's partial
 //! rows) that the batch did not write as objects of their own — the commit stage writes them
-//! into its table (see [`crate::checkpoint::CarriedRows`]): `RW\x01`, the number of parts (u32),
+//! into its table (see `checkpoint::CarriedRows` in the model): `RW\x01`, the number of parts (u32),
 //! then per part its length (u64) and its bytes (a Parquet file). Readers of the state stop
 //! after the sections, so releases that do not know rows read such a file's state unchanged.
 

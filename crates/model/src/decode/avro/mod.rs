@@ -1,7 +1,7 @@
 //! Avro records behind a schema registry: the body read with the writer's schema (named by the
 //! registry header, [`super::framing`]) into the table's cells.
 //!
-//! Schemas come from the registry ([`crate::registry`]) before a batch is decoded; decoding itself
+//! Schemas come from the registry (the pipeline crate's `registry`) before a batch is decoded; decoding itself
 //! is synchronous and never fetches. A record is a dead letter — never a crash — when it has no
 //! registry header (`no_schema_id`), its schema is unknown to the registry (`unknown_schema`),
 //! its body does not follow its schema (`schema_mismatch`), or a value does not fit its column
