@@ -9,7 +9,7 @@
 //! 2. `streamtable-process` ([`process`]): the SQL planner and the operators on Arrow batches
 //!    and partition state, no I/O;
 //! 3. `streamtable-pipeline` ([`ingest`], [`commit`], [`compact`], [`maintenance`],
-//!    [`scheduled`], and the adapters [`state`], [`catalog`], [`storage`]): the stages;
+//!    [`scheduled`], and the adapters [`store`], [`catalog`], [`storage`]): the stages;
 //! 4. this crate, `functions/ingest` and `functions/scheduled` (the Lambda binaries) and
 //!    `crates/bench` (the benchmarks).
 //!

@@ -3,7 +3,7 @@
 pyiceberg 0.12 has no data-file rewrite of its own, so this reads every data file of the table
 (found through pyiceberg's scan planning, as such a job would) with pyarrow and writes them back
 as files of about the target size with the same settings streamtable uses (ZSTD level 1, row
-groups of 262,144 rows). The comparison point for `streamtable bench reference`.
+groups of 262,144 rows). The comparison point for `streamtable-bench reference`.
 
 Usage: compact.py --home DIR [--table orders] [--target-mb 128] --out DIR
 

@@ -1,6 +1,6 @@
 """The ingest job as a Python Lambda would do it: pyarrow + pyiceberg.
 
-This is the comparison point for `streamtable bench reference`: the same MSK ESM batches of
+This is the comparison point for `streamtable-bench reference`: the same MSK ESM batches of
 orders, decoded and appended to an Iceberg table of the same schema and partitioning in a SQLite
 catalog (pyiceberg's SqlCatalog, the same kind as streamtable's embedded catalog), with the
 consumer offsets checkpointed in SQLite after each append.

@@ -414,7 +414,7 @@ fn cold_load(config: &Config, home: &Path) -> Result<(f64, f64)> {
     cmd.args(["state-load", "--home"]).arg(home);
     let out = cmd
         .output()
-        .map_err(|e| Error::io("run", "streamtable-streamtable-bench state-load", e))?;
+        .map_err(|e| Error::io("run", "streamtable-bench state-load", e))?;
     if !out.status.success() {
         return Err(Error::Internal(format!(
             "streamtable-bench state-load failed: {}",

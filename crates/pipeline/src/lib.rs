@@ -46,6 +46,14 @@ pub mod maintenance;
 pub mod replay;
 pub mod scheduled;
 
+// The processor plans interval joins when its `sql` feature is on, and the commit stage runs
+// them only under this crate's: a processor with SQL under a pipeline without it would load
+// join specs whose rows never come.
+const _: () = assert!(
+    streamtable_process::SQL == cfg!(feature = "sql"),
+    "streamtable-pipeline's `sql` feature must match streamtable-process's"
+);
+
 // Tables.
 pub mod athena;
 #[cfg(feature = "sql")]

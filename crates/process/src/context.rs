@@ -6,6 +6,7 @@
 //! engine, file formats and catalogs out of the ingest function.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion_common::arrow::datatypes::{DataType, SchemaRef};
@@ -25,7 +26,32 @@ use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use datafusion_sql::parser::{DFParserBuilder, Statement};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::resolve::resolve_table_references;
+use datafusion_sql::sqlparser::ast::{Expr as SqlExpr, Visit, Visitor};
 use datafusion_sql::sqlparser::dialect::GenericDialect;
+
+use crate::planner::MAX_EXPR_DEPTH;
+
+/// How deep the expression being visited nests; breaks past [`MAX_EXPR_DEPTH`], so the walk
+/// itself never goes deeper.
+#[derive(Default)]
+struct Depth(usize);
+
+impl Visitor for Depth {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, _: &SqlExpr) -> ControlFlow<()> {
+        self.0 += 1;
+        if self.0 > MAX_EXPR_DEPTH {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, _: &SqlExpr) -> ControlFlow<()> {
+        self.0 -= 1;
+        ControlFlow::Continue(())
+    }
+}
 
 /// The catalog and schema an unqualified table name resolves to, as in a DataFusion session.
 const CATALOG: &str = "datafusion";
@@ -114,9 +140,17 @@ impl SqlContext {
         if statements.len() > 1 {
             return not_impl_err!("The context currently only supports a single SQL statement");
         }
-        statements.pop_front().ok_or_else(|| {
+        let statement = statements.pop_front().ok_or_else(|| {
             plan_datafusion_err!("No SQL statements were provided in the query string")
-        })
+        })?;
+        if let Statement::Statement(s) = &statement
+            && s.visit(&mut Depth::default()).is_break()
+        {
+            return Err(plan_datafusion_err!(
+                "the SQL nests expressions more than {MAX_EXPR_DEPTH} levels deep (a chain such as a + b + … nests a level per term); split the expression, or move the computation into the query that reads the table"
+            ));
+        }
+        Ok(statement)
     }
 
     /// The logical plan of `statement` over the registered tables. As a session does, the

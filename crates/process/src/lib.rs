@@ -65,6 +65,8 @@ pub mod window;
 #[cfg(feature = "sql")]
 mod processor;
 #[cfg(feature = "sql")]
+pub use planner::{MAX_EXPR_DEPTH, MAX_SQL_BYTES, MAX_SQL_TOKENS};
+#[cfg(feature = "sql")]
 pub use processor::{Derived, Processor};
 #[cfg(not(feature = "sql"))]
 mod without_sql;
@@ -89,6 +91,10 @@ use streamtable_model::{decode, generate};
 use streamtable_model::{error, schema, spec};
 
 pub use crate::spec::{Inferred, PARTIALS_PLACEHOLDER, SqlError};
+
+/// Whether this build plans SQL (the `sql` feature): a crate that runs what the planner
+/// plans checks that it was built the same way.
+pub const SQL: bool = cfg!(feature = "sql");
 use crate::spec::{ReferenceSpec, SqlPlanner, TableSpec};
 
 /// The processing stage's planner (DataFusion), as the spec loader asks for it: planning a

@@ -127,24 +127,42 @@ impl SqlPlan {
     }
 }
 
-/// The most tokens (words, names, literals, operators) a derived table's SQL may have. The
-/// planner's passes recurse through the expression tree, and a long chain such as `a + a + …`
-/// nests one level per term: a few thousand terms took DataFusion seconds to plan and ten
-/// thousand overflowed its stack. The shipped derived tables have under 100 tokens.
-pub const MAX_SQL_TOKENS: usize = 4_096;
+/// The most bytes a derived table's SQL may have, checked before anything reads it.
+pub const MAX_SQL_BYTES: usize = 1 << 20;
 
-/// The stack planning runs on, whatever thread asks (tokio's workers have 2 MiB): room for the
-/// deepest expression [`MAX_SQL_TOKENS`] allows.
+/// The most tokens (words, names, literals, operators) a derived table's SQL may have: it
+/// bounds the planner's work. A flat list is cheap (an `IN (…)` of 30,000 values plans), so
+/// the bound is generous; how deep the SQL nests is [`MAX_EXPR_DEPTH`]'s to bound.
+pub const MAX_SQL_TOKENS: usize = 65_536;
+
+/// How deep a derived table's expressions may nest: a function call and a parenthesis are a
+/// level each, and a chain such as `a + b + …` nests a level per term. Planning, evaluating on a batch and
+/// dropping an expression each recurse once per level, on whatever thread runs them (tokio's
+/// workers have 2 MiB); an expression this deep evaluates on 2 MiB in a debug build. The
+/// shipped derived tables nest under 10 levels.
+pub const MAX_EXPR_DEPTH: usize = 256;
+
+/// The stack planning runs on, whatever thread asks: DataFusion's passes over a statement
+/// within the limits above, with room to spare.
 const PLANNING_STACK_BYTES: usize = 256 << 20;
 
 /// Plans `sql` over the topics' `tables` and the `references`, on a thread of its own with a
-/// stack for the deepest statement the token limit lets through; a statement past the limit
-/// is refused naming it.
+/// stack for the largest statement the limits let through; a statement past a limit is
+/// refused naming it.
 pub(crate) fn plan(
     tables: &[TableSpec],
     references: &[ReferenceSpec],
     sql: &str,
 ) -> Result<Plan, SqlError> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(err(
+            format!(
+                "the SQL has {} bytes, more than the {MAX_SQL_BYTES} a derived table may have; split it into several derived tables",
+                sql.len()
+            ),
+            None,
+        ));
+    }
     let tokens = token_count(sql);
     if tokens > MAX_SQL_TOKENS {
         return Err(err(
@@ -159,7 +177,15 @@ pub(crate) fn plan(
             .name("sql-planner".into())
             .stack_size(PLANNING_STACK_BYTES)
             .spawn_scoped(scope, || plan_here(tables, references, sql))
-            .map_err(|e| err(format!("the SQL planner could not start: {e}"), None))?;
+            .map_err(|e| {
+                err(
+                    format!(
+                        "the SQL planner could not start a thread with a {} MiB stack ({e}); give the function more memory",
+                        PLANNING_STACK_BYTES >> 20
+                    ),
+                    None,
+                )
+            })?;
         planning.join().unwrap_or_else(|_| {
             Err(err(
                 "the SQL planner failed on this statement (DataFusion panicked); simplify the SQL",

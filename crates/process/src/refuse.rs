@@ -36,6 +36,9 @@ pub(super) fn planning_error(
             "; a derived table reads one of the topics' tables or joins a reference table: {}",
             known.join(", ")
         )
+    } else if message.contains("RecursionLimitExceeded") {
+        "; the parser takes parentheses, function calls and subqueries nested that deep at most: flatten the expression, or split it into several derived tables"
+            .to_string()
     } else if message.contains("No field named") {
         "; name a column of the tables in FROM (qualify it as alias.column when two tables have it)"
             .to_string()

@@ -144,11 +144,12 @@ fn sql_fixtures_plan_or_refuse_as_their_headers_say() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A long `a + a + …` chain nests one level per term in every pass of the planner: past the
-/// token limit it is refused naming the limit, and below it it plans on the planner's own stack,
-/// whatever thread asks (a test thread has 2 MiB, which 1,000 terms overflowed before).
+/// A long `a + a + …` chain nests one level per term: past the depth limit it is refused naming
+/// the limit, whatever thread asks (a test thread has 2 MiB, which 1,000 terms overflowed
+/// before the planner had a stack of its own). The deepest allowed one evaluates on 2 MiB:
+/// `lookup_semantics::the_deepest_expression_allowed_evaluates_on_a_2_mib_stack`.
 #[test]
-fn long_expressions_are_refused_past_the_token_limit_and_plan_below_it() {
+fn deep_expressions_are_refused_past_the_depth_limit_naming_it() {
     let s = spec();
     let chain = |n: usize| {
         format!(
@@ -156,15 +157,75 @@ fn long_expressions_are_refused_past_the_token_limit_and_plan_below_it() {
             vec!["amount"; n].join(" + ")
         )
     };
-    let e = infer(&s.tables, &s.references, &chain(5_000)).expect_err("too long");
+    for n in [crate::MAX_EXPR_DEPTH + 1, 1_000, 5_000] {
+        let e = infer(&s.tables, &s.references, &chain(n)).expect_err("too deep");
+        assert!(
+            e.message
+                .contains("the SQL nests expressions more than 256 levels deep"),
+            "{n} terms: {}",
+            e.message
+        );
+    }
+    let i = infer(&s.tables, &s.references, &chain(crate::MAX_EXPR_DEPTH)).expect("at the limit");
+    assert_eq!(i.columns.len(), 2);
+    // A function call nests a level too.
+    let wrapped = |calls: usize, terms: usize| {
+        format!(
+            "SELECT order_id, {}{}{} AS total FROM orders",
+            "abs(".repeat(calls),
+            vec!["amount"; terms].join(" + "),
+            ")".repeat(calls)
+        )
+    };
+    infer(&s.tables, &s.references, &wrapped(10, 246)).expect("256 levels");
+    let e = infer(&s.tables, &s.references, &wrapped(10, 247)).expect_err("257 levels");
+    assert!(e.message.contains("256 levels deep"), "{}", e.message);
+    // Past 50 nested calls, parentheses or subqueries the parser refuses first, and says so.
+    let e = infer(&s.tables, &s.references, &wrapped(60, 1)).expect_err("60 calls");
     assert!(
         e.message
-            .contains("the SQL has 10006 tokens, more than the 4096 a derived table may have"),
+            .contains("RecursionLimitExceeded (current limit: 50)")
+            && e.message.contains("flatten the expression"),
         "{}",
         e.message
     );
-    let i = infer(&s.tables, &s.references, &chain(1_000)).expect("within the limit");
+}
+
+/// A flat list costs one level however long it is: an `IN (…)` of thousands of values plans
+/// (the token limit once refused 2,100), and only past the token and byte limits is SQL
+/// refused, naming the limit.
+#[test]
+fn long_flat_sql_plans_and_only_past_the_token_and_byte_limits_is_refused() {
+    let s = spec();
+    let list = |n: usize| {
+        let values: Vec<String> = (0..n).map(|i| format!("'sku-{i}'")).collect();
+        format!(
+            "SELECT order_id, currency IN ({}) AS listed FROM orders",
+            values.join(", ")
+        )
+    };
+    let i = infer(&s.tables, &s.references, &list(2_100)).expect("2,100 values");
     assert_eq!(i.columns.len(), 2);
+    let i = infer(&s.tables, &s.references, &list(30_000)).expect("30,000 values");
+    assert_eq!(i.columns.len(), 2);
+    let e = infer(&s.tables, &s.references, &list(40_000)).expect_err("too many tokens");
+    assert!(
+        e.message
+            .contains("the SQL has 80010 tokens, more than the 65536 a derived table may have"),
+        "{}",
+        e.message
+    );
+    let huge = format!(
+        "SELECT order_id FROM orders WHERE currency = '{}'",
+        "x".repeat(1 << 20)
+    );
+    let e = infer(&s.tables, &s.references, &huge).expect_err("too long");
+    assert!(
+        e.message
+            .contains("more than the 1048576 a derived table may have"),
+        "{}",
+        e.message
+    );
 }
 
 /// `a string, b decimal(18,2)` → `["a string", " b decimal(18,2)"]`: commas outside parentheses.
@@ -424,5 +485,30 @@ sql = """{sql}"""
             run("SELECT id, rate FROM orders JOIN rates USING (currency)").await,
             ["a:100", "b:90", "b:91"]
         );
+    }
+
+    /// Ingest evaluates a derived table on a tokio worker (2 MiB of stack): the deepest
+    /// expression the planner lets through is planned, evaluated on a batch and dropped there.
+    #[test]
+    fn the_deepest_expression_allowed_evaluates_on_a_2_mib_stack() {
+        let terms = crate::MAX_EXPR_DEPTH;
+        let worker = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let chain = vec!["kafka_offset"; terms].join(" + ");
+                let spec = spec(&format!("SELECT id, {chain} AS x FROM orders"));
+                let p = Processor::new(&spec).expect("plans");
+                let out = p
+                    .derive("orders", &orders(&spec), &mut Default::default(), 0)
+                    .expect("derives");
+                let rows = out[0].rows.as_ref().expect("rows");
+                let x = rows
+                    .column(1)
+                    .as_primitive::<arrow_array::types::Int64Type>();
+                (0..rows.num_rows()).map(|i| x.value(i)).collect::<Vec<_>>()
+            })
+            .expect("spawns");
+        let n = terms as i64;
+        assert_eq!(worker.join().expect("no overflow"), [0, n, 2 * n, 3 * n]);
     }
 }
