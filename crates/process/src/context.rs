@@ -26,10 +26,12 @@ use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use datafusion_sql::parser::{DFParserBuilder, Statement};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::resolve::resolve_table_references;
-use datafusion_sql::sqlparser::ast::{Expr as SqlExpr, Visit, Visitor};
+use datafusion_sql::sqlparser::ast::{
+    Expr as SqlExpr, Query, Statement as SqlStatement, Visit, Visitor, visit_relations,
+};
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 
-use crate::planner::MAX_EXPR_DEPTH;
+use crate::planner::{MAX_EXPR_DEPTH, MAX_PLANNED_DEPTH, MAX_PLANNED_TERMS};
 
 /// How deep the expression being visited nests; breaks past [`MAX_EXPR_DEPTH`], so the walk
 /// itself never goes deeper.
@@ -51,6 +53,42 @@ impl Visitor for Depth {
         self.0 -= 1;
         ControlFlow::Continue(())
     }
+}
+
+/// The most table reads a statement may plan, with its `WITH` queries expanded where used: a
+/// query of `WITH` queries each reading the one before twice plans 2^n scans.
+const MAX_TABLE_READS: usize = 64;
+
+/// How many tables `statement` reads once each use of a `WITH` query stands for the reads of
+/// its body (counted in the order the queries are defined; capped, so it cannot overflow).
+fn table_reads(statement: &SqlStatement) -> usize {
+    #[derive(Default)]
+    struct Ctes(HashMap<String, usize>);
+    impl Ctes {
+        fn reads(&self, v: &impl Visit) -> usize {
+            let mut n = 0usize;
+            let _ = visit_relations(v, |name| {
+                let last = name.0.last().map(|p| p.to_string().to_lowercase());
+                let each = last.and_then(|l| self.0.get(&l).copied()).unwrap_or(1);
+                n = n.saturating_add(each).min(usize::MAX / 2);
+                ControlFlow::<()>::Continue(())
+            });
+            n
+        }
+    }
+    impl Visitor for Ctes {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+            for cte in query.with.iter().flat_map(|w| &w.cte_tables) {
+                let reads = self.reads(&cte.query);
+                self.0.insert(cte.alias.name.value.to_lowercase(), reads);
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut ctes = Ctes::default();
+    let _ = statement.visit(&mut ctes);
+    ctes.reads(statement)
 }
 
 /// The catalog and schema an unqualified table name resolves to, as in a DataFusion session.
@@ -143,9 +181,28 @@ impl SqlContext {
         let statement = statements.pop_front().ok_or_else(|| {
             plan_datafusion_err!("No SQL statements were provided in the query string")
         })?;
-        if let Statement::Statement(s) = &statement
-            && s.visit(&mut Depth::default()).is_break()
-        {
+        let s = match &statement {
+            Statement::Statement(s) => s,
+            // Refused before planning what they wrap: an `EXPLAIN` plans its statement in full.
+            other => {
+                let what = match other {
+                    Statement::CopyTo(_) => "CopyTo",
+                    Statement::Explain(_) => "Explain",
+                    Statement::CreateExternalTable(_) => "CreateExternalTable",
+                    _ => "This statement",
+                };
+                return Err(plan_datafusion_err!(
+                    "{what} is not a query; a derived table is one SELECT … FROM <table> [JOIN <reference table> ON …] [WHERE …]"
+                ));
+            }
+        };
+        let reads = table_reads(s);
+        if reads > MAX_TABLE_READS {
+            return Err(plan_datafusion_err!(
+                "the SQL reads tables {reads} times once its WITH queries are expanded, more than the {MAX_TABLE_READS} a derived table may (a WITH query used twice is read twice); read each table once"
+            ));
+        }
+        if s.visit(&mut Depth::default()).is_break() {
             return Err(plan_datafusion_err!(
                 "the SQL nests expressions more than {MAX_EXPR_DEPTH} levels deep (a chain such as a + b + … nests a level per term); split the expression, or move the computation into the query that reads the table"
             ));
@@ -158,12 +215,6 @@ impl SqlContext {
     /// other) and only the tables it names are offered to the planner.
     pub(crate) fn statement_to_plan(&self, statement: Statement) -> Result<LogicalPlan> {
         let sql = &self.options.sql_parser;
-        if let Some(what) = writes_files(&statement) {
-            // What a session refuses when it plans it; a plan would need its file formats.
-            return Err(plan_datafusion_err!(
-                "{what} is not a query; a derived table is one SELECT … FROM <table> [JOIN <reference table> ON …] [WHERE …]"
-            ));
-        }
         let (references, _) = resolve_table_references(&statement, sql.enable_ident_normalization)?;
         let mut tables = HashMap::with_capacity(references.len());
         for reference in references {
@@ -208,19 +259,35 @@ impl SqlContext {
             .with_schema(Arc::new(schema.clone()))
             .with_config_options(self.options.clone());
         let expr = ExprSimplifier::new(simplify).coerce(expr, schema)?;
-        create_physical_expr(&expr, schema, &self.props)
+        let physical = create_physical_expr(&expr, schema, &self.props)?;
+        check_expanded(&physical)?;
+        Ok(physical)
     }
 }
 
-/// `COPY` (or its `EXPLAIN`): a statement that writes files, named as its plan node is.
-fn writes_files(statement: &Statement) -> Option<&'static str> {
-    match statement {
-        Statement::CopyTo(_) => Some("CopyTo"),
-        Statement::Explain(e) if matches!(e.statement.as_ref(), Statement::CopyTo(_)) => {
-            Some("Explain")
+/// Refuses a physical expression deeper than [`MAX_PLANNED_DEPTH`] or larger than
+/// [`MAX_PLANNED_TERMS`], counted as the tree evaluation walks (a shared operand once per use).
+/// Planning repeats some operands — `v BETWEEN a AND b` is `v >= a AND v <= b` — so SQL within
+/// [`MAX_EXPR_DEPTH`] can still plan deeper, or exponentially larger (`… BETWEEN … BETWEEN …`).
+/// The walk keeps its own stack and stops at the first limit passed.
+fn check_expanded(expr: &Arc<dyn PhysicalExpr>) -> Result<()> {
+    let mut stack = vec![(expr, 1usize)];
+    let mut terms = 0usize;
+    while let Some((e, depth)) = stack.pop() {
+        terms += 1;
+        if depth > MAX_PLANNED_DEPTH {
+            return Err(plan_datafusion_err!(
+                "the SQL's expression is more than {MAX_PLANNED_DEPTH} levels deep once planned (BETWEEN and some functions repeat their operand); nest it less, or move the computation into the query that reads the table"
+            ));
         }
-        _ => None,
+        if terms > MAX_PLANNED_TERMS {
+            return Err(plan_datafusion_err!(
+                "the SQL's expression has more than {MAX_PLANNED_TERMS} terms once planned (BETWEEN and some functions repeat their operand, so nesting them doubles it); nest it less, or move the computation into the query that reads the table"
+            ));
+        }
+        stack.extend(e.children().into_iter().map(|c| (c, depth + 1)));
     }
+    Ok(())
 }
 
 /// What the SQL planner sees of a [`SqlContext`] for one statement: the tables it names.

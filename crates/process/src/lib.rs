@@ -65,7 +65,9 @@ pub mod window;
 #[cfg(feature = "sql")]
 mod processor;
 #[cfg(feature = "sql")]
-pub use planner::{MAX_EXPR_DEPTH, MAX_SQL_BYTES, MAX_SQL_TOKENS};
+pub use planner::{
+    MAX_EXPR_DEPTH, MAX_PLANNED_DEPTH, MAX_PLANNED_TERMS, MAX_SQL_BYTES, MAX_SQL_TOKENS,
+};
 #[cfg(feature = "sql")]
 pub use processor::{Derived, Processor};
 #[cfg(not(feature = "sql"))]

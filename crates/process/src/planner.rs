@@ -142,6 +142,15 @@ pub const MAX_SQL_TOKENS: usize = 65_536;
 /// shipped derived tables nest under 10 levels.
 pub const MAX_EXPR_DEPTH: usize = 256;
 
+/// How deep an expression may be once planned, in the physical expressions a batch is
+/// evaluated with: a little more than [`MAX_EXPR_DEPTH`], for the casts planning adds, and
+/// still within what evaluation takes on 2 MiB.
+pub const MAX_PLANNED_DEPTH: usize = MAX_EXPR_DEPTH + 32;
+
+/// How many terms an expression may have once planned, counting a repeated operand once per
+/// use: evaluation visits each, per batch. A flat `IN (…)` list within [`MAX_SQL_TOKENS`] fits.
+pub const MAX_PLANNED_TERMS: usize = 100_000;
+
 /// The stack planning runs on, whatever thread asks: DataFusion's passes over a statement
 /// within the limits above, with room to spare.
 const PLANNING_STACK_BYTES: usize = 256 << 20;

@@ -191,6 +191,56 @@ fn deep_expressions_are_refused_past_the_depth_limit_naming_it() {
     );
 }
 
+/// SQL that is short and shallow can still plan into something huge: `… BETWEEN … BETWEEN …`
+/// repeats its operand at every level (2^k terms to evaluate per batch; 24 levels hung ingest),
+/// `EXPLAIN` planned what it wraps before being refused, and `WITH` queries reading the one
+/// before twice plan 2^k scans (16 took 10 s and 700 MB). Each is refused, naming its limit,
+/// before the work.
+#[test]
+fn sql_that_plans_into_something_huge_is_refused_naming_the_limit() {
+    let s = spec();
+    let between = |k: usize| {
+        format!(
+            "SELECT order_id, (amount > 0){} AS b FROM orders",
+            " BETWEEN false AND true".repeat(k)
+        )
+    };
+    infer(&s.tables, &s.references, &between(3)).expect("a few levels plan");
+    for k in [24, 200] {
+        let e = infer(&s.tables, &s.references, &between(k)).expect_err("too large");
+        assert!(e.message.contains("once planned"), "{k}: {}", e.message);
+    }
+    let explain = format!(
+        "EXPLAIN SELECT order_id, amount{} AS b FROM orders",
+        " + amount".repeat(3_000)
+    );
+    let e = infer(&s.tables, &s.references, &explain).expect_err("not a query");
+    assert!(
+        e.message.starts_with("Explain is not a query"),
+        "{}",
+        e.message
+    );
+    let doubling = |k: usize| {
+        let mut ctes = vec!["a0 AS (SELECT order_id FROM orders)".to_string()];
+        for i in 1..=k {
+            ctes.push(format!(
+                "a{i} AS (SELECT * FROM a{p} UNION ALL SELECT * FROM a{p})",
+                p = i - 1
+            ));
+        }
+        format!("WITH {} SELECT order_id FROM a{k}", ctes.join(", "))
+    };
+    let e = infer(&s.tables, &s.references, &doubling(16)).expect_err("2^16 scans");
+    assert!(
+        e.message.contains("more than the 64 a derived table may"),
+        "{}",
+        e.message
+    );
+    // Within the limit it plans, and is refused for what it is.
+    let e = infer(&s.tables, &s.references, &doubling(2)).expect_err("a union");
+    assert!(e.message.contains("UNION"), "{}", e.message);
+}
+
 /// A flat list costs one level however long it is: an `IN (…)` of thousands of values plans
 /// (the token limit once refused 2,100), and only past the token and byte limits is SQL
 /// refused, naming the limit.
