@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use datafusion_common::arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::config::ConfigOptions;
+use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::{
     DFSchema, DataFusionError, ResolvedTableReference, Result, TableReference, not_impl_err,
     plan_datafusion_err,
@@ -262,6 +263,27 @@ impl SqlContext {
         let physical = create_physical_expr(&expr, schema, &self.props)?;
         check_expanded(&physical)?;
         Ok(physical)
+    }
+
+    /// Refuses a plan with an expression past the limits of [`check_expanded`] once planned,
+    /// for a plan that runs elsewhere: an interval join's round, which the commit stage plans
+    /// and executes with DataFusion's engine. An expression this context cannot plan on its
+    /// own (one reading both sides of a join) is left to the engine.
+    pub(crate) fn check_plan(&self, plan: &LogicalPlan) -> Result<()> {
+        plan.apply(|node| {
+            let schema = match node.inputs().as_slice() {
+                [input] => input.schema().clone(),
+                _ => node.schema().clone(),
+            };
+            for e in node.expressions() {
+                match self.create_physical_expr(e, &schema) {
+                    Err(e) if e.to_string().contains("once planned") => return Err(e),
+                    _ => {}
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map(|_| ())
     }
 }
 

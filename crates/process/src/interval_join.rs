@@ -177,6 +177,8 @@ pub(crate) fn plan_join(
     let logical = ctx
         .create_logical_plan(sql)
         .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;
+    ctx.check_plan(&logical)
+        .map_err(|e| planning_error(&e.to_string(), sql, tables, references))?;
     if let Some(what) = stateful_node(&logical) {
         return Err(err(
             format!(

@@ -210,6 +210,16 @@ fn sql_that_plans_into_something_huge_is_refused_naming_the_limit() {
         let e = infer(&s.tables, &s.references, &between(k)).expect_err("too large");
         assert!(e.message.contains("once planned"), "{k}: {}", e.message);
     }
+    // In an interval join too, which the commit stage plans and runs with DataFusion's
+    // engine (16 levels took it 52 s, 24 levels 12.6 GB).
+    let join = format!(
+        "SELECT o.order_id, p.payment_id FROM orders o JOIN payments p ON o.order_id = p.order_id \
+         AND p.attempted_at BETWEEN o.created_at AND o.created_at + INTERVAL '1' HOUR \
+         WHERE (o.amount > 0){} ",
+        " BETWEEN false AND true".repeat(24)
+    );
+    let e = infer(&s.tables, &s.references, &join).expect_err("too large");
+    assert!(e.message.contains("once planned"), "{}", e.message);
     let explain = format!(
         "EXPLAIN SELECT order_id, amount{} AS b FROM orders",
         " + amount".repeat(3_000)
