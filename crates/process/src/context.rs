@@ -250,19 +250,26 @@ impl SqlContext {
         Analyzer::new().execute_and_check(plan, &self.options, |_, _| {})
     }
 
-    /// The physical expression of `expr` over `schema`, its types coerced first.
+    /// The physical expression of `expr` over `schema`, its types coerced first, held to the
+    /// planned-size limits ([`check_expanded`]).
     pub(crate) fn create_physical_expr(
         &self,
         expr: Expr,
         schema: &DFSchema,
     ) -> Result<Arc<dyn PhysicalExpr>> {
+        let physical = self.physical_unchecked(expr, schema)?;
+        check_expanded(&physical)?;
+        Ok(physical)
+    }
+
+    /// The physical expression of `expr` over `schema`, its types coerced first; not checked
+    /// against the planned-size limits.
+    fn physical_unchecked(&self, expr: Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
         let simplify = SimplifyContext::default()
             .with_schema(Arc::new(schema.clone()))
             .with_config_options(self.options.clone());
         let expr = ExprSimplifier::new(simplify).coerce(expr, schema)?;
-        let physical = create_physical_expr(&expr, schema, &self.props)?;
-        check_expanded(&physical)?;
-        Ok(physical)
+        create_physical_expr(&expr, schema, &self.props)
     }
 
     /// Refuses a plan with an expression past the limits of [`check_expanded`] once planned,
@@ -276,9 +283,8 @@ impl SqlContext {
                 _ => node.schema().clone(),
             };
             for e in node.expressions() {
-                match self.create_physical_expr(e, &schema) {
-                    Err(e) if e.to_string().contains("once planned") => return Err(e),
-                    _ => {}
+                if let Ok(physical) = self.physical_unchecked(e, &schema) {
+                    check_expanded(&physical)?;
                 }
             }
             Ok(TreeNodeRecursion::Continue)
