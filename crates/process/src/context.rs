@@ -61,7 +61,8 @@ impl Visitor for Depth {
 const MAX_TABLE_READS: usize = 64;
 
 /// How many tables `statement` reads once each use of a `WITH` query stands for the reads of
-/// its body (counted in the order the queries are defined; capped, so it cannot overflow).
+/// its body (counted in the order the queries are defined, names compared without quotes or
+/// case, so it counts too many rather than too few; capped, so it cannot overflow).
 fn table_reads(statement: &SqlStatement) -> usize {
     #[derive(Default)]
     struct Ctes(HashMap<String, usize>);
@@ -69,7 +70,8 @@ fn table_reads(statement: &SqlStatement) -> usize {
         fn reads(&self, v: &impl Visit) -> usize {
             let mut n = 0usize;
             let _ = visit_relations(v, |name| {
-                let last = name.0.last().map(|p| p.to_string().to_lowercase());
+                let last = name.0.last().and_then(|p| p.as_ident());
+                let last = last.map(|i| i.value.to_lowercase());
                 let each = last.and_then(|l| self.0.get(&l).copied()).unwrap_or(1);
                 n = n.saturating_add(each).min(usize::MAX / 2);
                 ControlFlow::<()>::Continue(())
@@ -81,8 +83,13 @@ fn table_reads(statement: &SqlStatement) -> usize {
         type Break = ();
         fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
             for cte in query.with.iter().flat_map(|w| &w.cte_tables) {
+                // One map for every scope: a name defined again keeps its larger count.
                 let reads = self.reads(&cte.query);
-                self.0.insert(cte.alias.name.value.to_lowercase(), reads);
+                let count = self
+                    .0
+                    .entry(cte.alias.name.value.to_lowercase())
+                    .or_default();
+                *count = (*count).max(reads);
             }
             ControlFlow::Continue(())
         }

@@ -230,22 +230,43 @@ fn sql_that_plans_into_something_huge_is_refused_naming_the_limit() {
         "{}",
         e.message
     );
-    let doubling = |k: usize| {
-        let mut ctes = vec!["a0 AS (SELECT order_id FROM orders)".to_string()];
+    // `name(i)` is how the SQL writes the i-th WITH query's name.
+    let doubling_named = |k: usize, name: &dyn Fn(usize) -> String| {
+        let mut ctes = vec![format!("{} AS (SELECT order_id FROM orders)", name(0))];
         for i in 1..=k {
             ctes.push(format!(
-                "a{i} AS (SELECT * FROM a{p} UNION ALL SELECT * FROM a{p})",
-                p = i - 1
+                "{} AS (SELECT * FROM {p} UNION ALL SELECT * FROM {p})",
+                name(i),
+                p = name(i - 1)
             ));
         }
-        format!("WITH {} SELECT order_id FROM a{k}", ctes.join(", "))
+        format!("WITH {} SELECT order_id FROM {}", ctes.join(", "), name(k))
     };
+    let doubling = |k: usize| doubling_named(k, &|i| format!("a{i}"));
     let e = infer(&s.tables, &s.references, &doubling(16)).expect_err("2^16 scans");
     assert!(
         e.message.contains("more than the 64 a derived table may"),
         "{}",
         e.message
     );
+    // Quoted names count the same, and a name defined again in a subquery keeps its count.
+    let quoted = doubling_named(16, &|i| format!("\"A{i}\""));
+    let e = infer(&s.tables, &s.references, &quoted).expect_err("2^16 scans, quoted");
+    assert!(
+        e.message.contains("more than the 64"),
+        "{quoted}: {}",
+        e.message
+    );
+    let redefined = format!(
+        "{} WHERE order_id IN (WITH {} SELECT order_id FROM a0)",
+        doubling(16),
+        (0..=16)
+            .map(|i| format!("a{i} AS (SELECT order_id FROM orders)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let e = infer(&s.tables, &s.references, &redefined).expect_err("2^16 scans, redefined");
+    assert!(e.message.contains("more than the 64"), "{}", e.message);
     // Within the limit it plans, and is refused for what it is.
     let e = infer(&s.tables, &s.references, &doubling(2)).expect_err("a union");
     assert!(e.message.contains("UNION"), "{}", e.message);
