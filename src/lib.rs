@@ -20,6 +20,8 @@
 
 pub use streamtable_pipeline::*;
 
+#[cfg(all(feature = "cli", feature = "kafka"))]
+pub mod broker;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "query")]

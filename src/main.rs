@@ -57,6 +57,13 @@ enum Command {
         #[arg(long)]
         allow_state_reset: bool,
     },
+    /// A local event source mapping: poll a Kafka cluster's topics (the spec's) and land them
+    /// through the ingest handler in ESM-shaped batches, starting from the pipeline's
+    /// checkpoints; run the scheduled stage on its interval. Stops on Ctrl-C / SIGTERM after
+    /// the batch in flight, or with --until-idle once caught up.
+    Run(streamtable::broker::source::RunArgs),
+    /// Produce the demo's records (bad ones included) into a Kafka topic.
+    Produce(streamtable::broker::produce::ProduceArgs),
     /// Write a synthetic MSK ESM event file.
     Generate(cli::GenerateArgs),
     /// The whole pipeline on the embedded default: generate events for every example table,
@@ -111,6 +118,8 @@ async fn main() -> ExitCode {
             Command::Check { allow_state_reset } => {
                 cli::check::run(&config, *allow_state_reset).await
             }
+            Command::Run(r) => cli::run(&config, r).await,
+            Command::Produce(p) => streamtable::broker::produce::run(p).await,
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,

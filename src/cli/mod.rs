@@ -61,6 +61,53 @@ pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// `streamtable run`: the local event source mapping over the spec's topics, landing through
+/// the handler the ingest Lambda runs.
+pub async fn run(config: &Config, args: &crate::broker::source::RunArgs) -> Result<()> {
+    use crate::broker::source::{LocalEsm, Stop, spec_topics};
+    use std::sync::Arc;
+    let backend = Backend::connect(&config.backend).await?;
+    let spec = config.load_pipeline_resolved(&backend).await?;
+    let tables = Arc::new(crate::tables::TableSet::new(&spec, &backend.namespace)?);
+    tables.ensure_references(&backend).await?;
+    let topics = if args.topics.is_empty() {
+        spec_topics(&spec)
+    } else {
+        args.topics.clone()
+    };
+    let handler = Arc::new(crate::ingest::LiveIngestor::from_config(
+        config,
+        backend.clone(),
+    ));
+    eprintln!(
+        "reading {} from {} (batches of at most {} records, {} s window)",
+        topics.join(", "),
+        args.connection.bootstrap_servers,
+        args.batch_size,
+        args.maximum_batching_window
+    );
+    let esm = LocalEsm::new(
+        args.clone(),
+        topics,
+        handler,
+        backend,
+        Some(tables),
+        Stop::on_signals(),
+    )?;
+    let report = esm.run().await?;
+    println!(
+        "{} records fetched, {} batches landed ({} invocations failed and were retried): {}",
+        report.fetched,
+        report.batches,
+        report.failed_invocations,
+        report.ingest.line()
+    );
+    for ((topic, partition), next) in &report.next_offsets {
+        println!("{topic}/{partition}: next offset {next}");
+    }
+    Ok(())
+}
+
 /// Arguments of `streamtable replay`.
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {

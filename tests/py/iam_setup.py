@@ -60,7 +60,9 @@ def resolver(name):
         ("DataBucket", "Arn"): f"arn:aws:s3:::{name}",
         ("FailedBatchBucket", "Arn"): f"arn:aws:s3:::{name}-failed",
     }
-    conditions = {"CreatesDataBucket": True, "CreatesStateTable": True}
+    # The default deployment (KafkaSource=MSK, so the MSK mappings' network interfaces too); any
+    # other condition is false.
+    conditions = {"CreatesDataBucket": True, "CreatesStateTable": True, "FromMsk": True, "NeedsNetworkInterfaces": True}
 
     def attr(res, a):
         return attrs.get((res, a), f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{res}")

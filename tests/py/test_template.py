@@ -7,6 +7,13 @@
   AWS-managed SNS key).
 - Failed batches are kept whole: an event source mapping's on-failure destination, if any, is an
   S3 bucket (SQS and SNS destinations receive metadata only).
+- The Kafka source (KafkaSource): the template rendered for MSK and for a self-managed cluster
+  (every authentication, with and without a VPC) has exactly one family of mappings, one per
+  topic, sharing every setting; each authentication gives the right SourceAccessConfigurations;
+  the ingest role may read the secrets named there (and only then), holds MSK permissions only
+  for MSK; the Rules refuse incomplete choices; README's self-managed `sam deploy` examples pass
+  them. The SAM transform (which cfn-lint and `sam validate --lint` do not run) accepts the
+  template.
 - Ingest writes only where it must: S3 data, pending-list, partition-state and table-metadata
   prefixes (denied the interval joins' state and the dead letters' data), and DynamoDB items
   whose keys begin with checkpoints#, source#, pending# or state#.
@@ -14,7 +21,8 @@
   alarms in one namespace scoped to the stack.
 - The template and infra/pipeline.toml agree on the tables' topics (STREAMTABLE_TOPICS, the
   topic parameters' defaults, the event source mappings, the IAM topics).
-- samconfig.toml: every environment sets the required parameters, with valid values.
+- samconfig.toml: every environment sets the required parameters, with valid values, and
+  passes the template's Rules.
 - The dashboards have one source of truth: every Athena named query and QuickSight dataset SQL
   equals a file of infra/dashboards, and every dataset declares exactly the query's columns;
   the QuickSight analysis and dashboard are generated from the files' chart headers.
@@ -44,14 +52,16 @@ def as_list(v):
 
 
 def statements(template):
-    """(where, statement) for every IAM statement of every function policy and IAM resource."""
+    """(where, statement) for every IAM statement of every function policy and IAM resource
+    (both branches of a conditional one)."""
     for name, res in template.get("Resources", {}).items():
         props = res.get("Properties", {}) or {}
         if res.get("Type") == "AWS::Serverless::Function":
             for i, pol in enumerate(as_list(props.get("Policies", []))):
                 if isinstance(pol, dict) and "Statement" in pol:
                     for j, st in enumerate(pol["Statement"]):
-                        yield f"{name}.Policies[{i}].Statement[{j}]", st
+                        for st in if_branches(st):
+                            yield f"{name}.Policies[{i}].Statement[{j}]", st
                 elif isinstance(pol, (str, dict)):
                     yield f"{name}.Policies[{i}]", {"Managed": pol}
         if res.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role"):
@@ -139,22 +149,50 @@ def alarm_findings(template):
     return out
 
 
+KAFKA_EVENT_TYPES = ("MSK", "SelfManagedKafka")
+
+
+def kafka_mappings(template, function="IngestFunction"):
+    """(logical id, properties) of the Kafka event source mappings invoking `function`: plain
+    AWS::Lambda::EventSourceMapping resources (MSK: AmazonManagedKafkaEventSourceConfig;
+    self-managed: SelfManagedEventSource)."""
+    out = []
+    for name, r in template.get("Resources", {}).items():
+        props = r.get("Properties") or {}
+        if r.get("Type") != "AWS::Lambda::EventSourceMapping" or ref_name(props.get("FunctionName")) != function:
+            continue
+        if "AmazonManagedKafkaEventSourceConfig" in props or "SelfManagedEventSource" in props:
+            out.append((name, props))
+    return out
+
+
 def esm_findings(template):
     out = []
     res = template.get("Resources", {})
+    mappings = [
+        (name, r["Properties"])
+        for name, r in res.items()
+        if r.get("Type") == "AWS::Lambda::EventSourceMapping" and "Topics" in (r.get("Properties") or {})
+    ]
     for name, r in res.items():
         if r.get("Type") != "AWS::Serverless::Function":
             continue
         for ev_name, ev in ((r.get("Properties") or {}).get("Events") or {}).items():
-            if ev.get("Type") != "MSK":
+            if ev.get("Type") in KAFKA_EVENT_TYPES:
+                # SAM events take no Condition (the source is a parameter), and SAM's transform
+                # rejects an intrinsic DestinationConfig ("should be a map").
+                out.append(
+                    f"{name}.{ev_name}: a SAM {ev.get('Type')} event; declare Kafka mappings as "
+                    "AWS::Lambda::EventSourceMapping resources with a Condition"
+                )
+    for name, props in mappings:
+        for config in if_branches(props.get("DestinationConfig")):
+            if not config:
                 continue
-            for config in if_branches(ev["Properties"].get("DestinationConfig")):
-                if not config:
-                    continue
-                dest = config.get("OnFailure", {}).get("Destination")
-                target = res.get(ref_name(dest) or "", {}).get("Type")
-                if target != "AWS::S3::Bucket":
-                    out.append(f"{name}.{ev_name}: on-failure destination {target} keeps no records; use an S3 bucket")
+            dest = config.get("OnFailure", {}).get("Destination")
+            target = res.get(ref_name(dest) or "", {}).get("Type")
+            if target != "AWS::S3::Bucket":
+                out.append(f"{name}: on-failure destination {target} keeps no records; use an S3 bucket")
     return out
 
 
@@ -285,12 +323,10 @@ def observability_findings(template):
             logging = props.get("LoggingConfig", {})
             if logging.get("LogFormat") != "JSON" or logging.get("ApplicationLogLevel") != {"Ref": "LogLevel"}:
                 out.append(f"{name}: LoggingConfig is not JSON with ApplicationLogLevel: !Ref LogLevel")
-        if r["Type"] == "AWS::Serverless::Function":
-            for ev_name, ev in props.get("Events", {}).items():
-                if ev.get("Type") == "MSK":
-                    metrics = ev["Properties"].get("MetricsConfig", {}).get("Metrics", [])
-                    if "KafkaMetrics" not in metrics:
-                        out.append(f"{name}.{ev_name}: the mapping does not report its Kafka metrics (offset lag)")
+        if r["Type"] == "AWS::Lambda::EventSourceMapping" and "Topics" in props:
+            metrics = props.get("MetricsConfig", {}).get("Metrics", [])
+            if "KafkaMetrics" not in metrics:
+                out.append(f"{name}: the mapping does not report its Kafka metrics (offset lag)")
         if r["Type"] == "AWS::CloudWatch::Alarm" and props.get("Namespace") not in (None, "AWS/Lambda", "AWS/Events", "AWS/S3"):
             if props.get("Namespace") != namespace:
                 out.append(f"{name}: alarm namespace {props.get('Namespace')!r} is not the functions' {namespace!r}")
@@ -309,7 +345,8 @@ def observability_findings(template):
 def spec_findings(template):
     """The template and infra/pipeline.toml agree: STREAMTABLE_TOPICS names every [[tables]]
     entry with a topic parameter whose default is the spec's topic, and that parameter is read
-    by an event source mapping of the ingest function and allowed by its IAM policy."""
+    by an event source mapping of the ingest function from each Kafka source, and allowed by
+    its IAM policy (MSK's topic permissions; a self-managed cluster's ACLs are its own)."""
     import tomllib
 
     out = []
@@ -329,19 +366,18 @@ def spec_findings(template):
     if set(mapping) != set(want):
         out.append(f"STREAMTABLE_TOPICS maps tables {sorted(mapping)}, the spec has {sorted(want)}")
     ingest = template["Resources"]["IngestFunction"]["Properties"]
-    esm_params = {
-        ref_name(topic)
-        for e in ingest.get("Events", {}).values()
-        if e.get("Type") == "MSK"
-        for topic in e["Properties"].get("Topics", [])
-    }
+    esm_params = {"MSK": set(), "self-managed": set()}
+    for _, props in kafka_mappings(template):
+        source = "self-managed" if "SelfManagedEventSource" in props else "MSK"
+        esm_params[source] |= {ref_name(topic) for topic in props.get("Topics", [])}
     policy_text = repr(ingest.get("Policies"))
     for table, param in mapping.items():
         default = params.get(param, {}).get("Default")
         if table in want and default != want[table]:
             out.append(f"{param} defaults to {default!r}; infra/pipeline.toml's {table} reads {want[table]!r}")
-        if param not in esm_params:
-            out.append(f"no event source mapping of IngestFunction reads {param} (table {table})")
+        for source, read in esm_params.items():
+            if param not in read:
+                out.append(f"no {source} event source mapping of IngestFunction reads {param} (table {table})")
         if "${" + param + "}" not in policy_text:
             out.append(f"IngestFunction's IAM policy does not allow reading topic {param}")
     return out
@@ -387,9 +423,453 @@ def retention_findings(template):
     return out
 
 
+# ---------------------------------------------------------------- the Kafka source, rendered
+
+NO_VALUE = object()
+PSEUDO = {
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "111122223333",
+    "AWS::StackName": "st-test",
+    "AWS::URLSuffix": "amazonaws.com",
+}
+
+
+class Render:
+    """The template as CloudFormation deploys it with `overrides` (every other parameter at its
+    default): parameter constraints, Rules, Conditions, and the intrinsic functions the template
+    uses. Resources render as "<Name>", attributes as "<Name.Attribute>". With strict=True the
+    branch an Fn::If does not take is evaluated too (and thrown away), so that a function that
+    would fail on it (Fn::Select past the end of a list) fails here."""
+
+    def __init__(self, template, overrides, strict=True):
+        self.template = template
+        self.strict = strict
+        self.params = {}
+        for name, p in template.get("Parameters", {}).items():
+            v = overrides.get(name, p.get("Default"))
+            self.params[name] = None if v is None else str(v)
+        self.unknown = sorted(set(overrides) - set(self.params))
+        self.conditions = {}
+
+    def parameter_findings(self):
+        out = [f"parameter {n} is not in template.yaml" for n in self.unknown]
+        for name, p in self.template.get("Parameters", {}).items():
+            v = self.params[name]
+            if v is None:
+                out.append(f"required parameter {name} is not set")
+                continue
+            allowed = p.get("AllowedValues")
+            if allowed and v not in [str(a) for a in allowed]:
+                out.append(f"{name}={v} is not one of {allowed}")
+            pattern = p.get("AllowedPattern")
+            if pattern and not re.fullmatch(pattern, v):
+                out.append(f"{name}={v} does not match {pattern}")
+        return out
+
+    def rule_findings(self):
+        out = []
+        for name, rule in self.template.get("Rules", {}).items():
+            if "RuleCondition" in rule and not self.value(rule["RuleCondition"]):
+                continue
+            for a in rule.get("Assertions", []):
+                if not self.value(a["Assert"]):
+                    out.append(f"rule {name}: {a.get('AssertDescription', '')}")
+        return out
+
+    def condition(self, name):
+        if name not in self.conditions:
+            self.conditions[name] = bool(self.value(self.template["Conditions"][name]))
+        return self.conditions[name]
+
+    def ref(self, name):
+        if name == "AWS::NoValue":
+            return NO_VALUE
+        if name in PSEUDO:
+            return PSEUDO[name]
+        if name in self.params:
+            if self.template["Parameters"][name]["Type"] == "CommaDelimitedList":
+                return [s.strip() for s in self.params[name].split(",")]
+            return self.params[name]
+        if name in self.template["Resources"]:
+            return f"<{name}>"
+        raise KeyError(f"Ref to unknown {name}")
+
+    def sub(self, text, extra):
+        def one(m):
+            key = m.group(1)
+            if key in extra:
+                return str(extra[key])
+            if "." in key:
+                return f"<{key}>"
+            return str(self.ref(key))
+
+        return re.sub(r"\$\{([^}!][^}]*)\}", one, text)
+
+    def value(self, x):
+        if isinstance(x, dict) and len(x) == 1:
+            (key, arg), = x.items()
+            if key == "Ref":
+                return self.ref(arg)
+            if key == "Fn::GetAtt":
+                res, att = arg if isinstance(arg, list) else arg.split(".", 1)
+                return f"<{res}.{att}>"
+            if key == "Fn::If":
+                cond, yes, no = arg
+                taken, other = (yes, no) if self.condition(cond) else (no, yes)
+                if self.strict:
+                    self.value(other)
+                return self.value(taken)
+            if key == "Fn::Sub":
+                if isinstance(arg, list):
+                    return self.sub(arg[0], {k: self.value(v) for k, v in arg[1].items()})
+                return self.sub(arg, {})
+            if key == "Fn::Select":
+                index, items = arg
+                items = self.value(items)
+                return items[int(self.value(index))]
+            if key == "Fn::Split":
+                delimiter, text = arg
+                return self.value(text).split(delimiter)
+            if key == "Fn::Join":
+                delimiter, items = arg
+                return delimiter.join(str(i) for i in self.value(items))
+            if key == "Condition":
+                return self.condition(arg)
+            if key == "Fn::Equals":
+                return self.value(arg[0]) == self.value(arg[1])
+            if key == "Fn::Not":
+                return not self.value(arg[0])
+            if key == "Fn::And":
+                return all(self.value(c) for c in arg)
+            if key == "Fn::Or":
+                return any(self.value(c) for c in arg)
+            if key.startswith("Fn::"):
+                raise NotImplementedError(f"{key} is not rendered by tests/py/test_template.py")
+        if isinstance(x, dict):
+            out = {k: self.value(v) for k, v in x.items()}
+            return {k: v for k, v in out.items() if v is not NO_VALUE}
+        if isinstance(x, list):
+            return [v for v in (self.value(i) for i in x) if v is not NO_VALUE]
+        return x
+
+    def resources(self, kind):
+        """(logical id, rendered properties) of the resources of `kind` that are created."""
+        for name, r in self.template["Resources"].items():
+            if r.get("Type") == kind and ("Condition" not in r or self.condition(r["Condition"])):
+                yield name, self.value(r.get("Properties") or {})
+
+    def kafka_mappings(self):
+        return {
+            name: props
+            for name, props in self.resources("AWS::Lambda::EventSourceMapping")
+            if props.get("FunctionName") == "<IngestFunction>" and "Topics" in props
+        }
+
+    def ingest_statements(self):
+        policies = self.value(self.template["Resources"]["IngestFunction"]["Properties"]["Policies"])
+        return [st for pol in policies for st in pol.get("Statement", [])]
+
+
+MSK_ARN = "arn:aws:kafka:us-east-1:111122223333:cluster/test-cluster/11111111-2222-3333-4444-555555555555-1"
+KAFKA_SECRET = "arn:aws:secretsmanager:us-east-1:111122223333:secret:streamtable/kafka-AbCdEf"
+ROOT_CA_SECRET = "arn:aws:secretsmanager:us-east-1:111122223333:secret:streamtable/kafka-ca-GhIjKl"
+SECRETS_KEY = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+BOOTSTRAP = "b-1.kafka.example.com:9096,b-2.kafka.example.com:9096"
+KAFKA_AUTHS = ["BASIC_AUTH", "SASL_SCRAM_256_AUTH", "SASL_SCRAM_512_AUTH", "CLIENT_CERTIFICATE_TLS_AUTH"]
+# The three tables' mappings: logical id of the MSK one (SAM's for its former MSK events, kept
+# so that deployed stacks update their mappings in place), topic parameter, consumer group.
+KAFKA_TABLES = [
+    ("IngestFunctionOrders", "OrdersTopic", "orders"),
+    ("IngestFunctionPayments", "PaymentsTopic", "payments"),
+    ("IngestFunctionReadings", "ReadingsTopic", "readings"),
+]
+MSK_ONLY = {"EventSourceArn", "AmazonManagedKafkaEventSourceConfig"}
+SELF_MANAGED_ONLY = {"SelfManagedEventSource", "SelfManagedKafkaEventSourceConfig", "SourceAccessConfigurations"}
+MSK_SIDS = {"MskCluster", "MskConnect", "MskTopics", "MskConsumerGroups"}
+EC2_SIDS = {"NetworkInterfacesDescribe", "NetworkInterfacesManage"}
+
+
+def subnets(n):
+    return ",".join(f"subnet-{i:017x}" for i in range(1, n + 1))
+
+
+def security_groups(n):
+    return ",".join(f"sg-{i:017x}" for i in range(1, n + 1))
+
+
+def self_managed(auth, **extra):
+    params = {"KafkaSource": "SelfManaged", "KafkaBootstrapServers": BOOTSTRAP, "KafkaAuthentication": auth}
+    if auth != "NONE":
+        params["KafkaSecretArn"] = KAFKA_SECRET
+    params.update(extra)
+    return params
+
+
+def vpc_access(n_subnets, n_groups):
+    return [("VPC_SUBNET", f"subnet:subnet-{i:017x}") for i in range(1, n_subnets + 1)] + [
+        ("VPC_SECURITY_GROUP", f"security_group:sg-{i:017x}") for i in range(1, n_groups + 1)
+    ]
+
+
+# (what, parameters, expected SourceAccessConfigurations (None: an MSK mapping), whether the
+# role may use the secrets key, whether it may manage network interfaces)
+KAFKA_SCENARIOS = [
+    ("MSK", {"MskClusterArn": MSK_ARN}, None, False, True),
+    *[
+        (f"self-managed {auth}", self_managed(auth), [(auth, KAFKA_SECRET)], False, False)
+        for auth in KAFKA_AUTHS
+    ],
+    (
+        "self-managed NONE inside a VPC, private root CA, secrets key",
+        self_managed(
+            "NONE",
+            KafkaRootCaSecretArn=ROOT_CA_SECRET,
+            KafkaSecretsKmsKeyArn=SECRETS_KEY,
+            KafkaSubnetIds=subnets(3),
+            KafkaSecurityGroupIds=security_groups(2),
+        ),
+        [("SERVER_ROOT_CA_CERTIFICATE", ROOT_CA_SECRET)] + vpc_access(3, 2),
+        True,
+        True,
+    ),
+    (
+        "self-managed mTLS inside a VPC, 6 subnets, 5 security groups, private root CA",
+        self_managed(
+            "CLIENT_CERTIFICATE_TLS_AUTH",
+            KafkaRootCaSecretArn=ROOT_CA_SECRET,
+            KafkaSubnetIds=subnets(6),
+            KafkaSecurityGroupIds=security_groups(5),
+        ),
+        [("CLIENT_CERTIFICATE_TLS_AUTH", KAFKA_SECRET), ("SERVER_ROOT_CA_CERTIFICATE", ROOT_CA_SECRET)]
+        + vpc_access(6, 5),
+        False,
+        True,
+    ),
+    # Every number of subnets and security groups the parameters allow.
+    *[
+        (
+            f"self-managed SCRAM inside a VPC, {n} subnets, {g} security groups",
+            self_managed("SASL_SCRAM_256_AUTH", KafkaSubnetIds=subnets(n), KafkaSecurityGroupIds=security_groups(g)),
+            [("SASL_SCRAM_256_AUTH", KAFKA_SECRET)] + vpc_access(n, g),
+            False,
+            True,
+        )
+        for n in range(1, 7)
+        for g in range(1, 6)
+    ],
+    (
+        "self-managed SCRAM, the ingest function in a VPC",
+        self_managed("SASL_SCRAM_512_AUTH", SubnetIds="subnet-0aaa", SecurityGroupIds="sg-0aaa"),
+        [("SASL_SCRAM_512_AUTH", KAFKA_SECRET)],
+        False,
+        True,
+    ),
+]
+
+# Choices the template must refuse before it creates anything: (what, parameters, a word of the
+# refusal).
+KAFKA_REFUSED = [
+    ("MSK without MskClusterArn", {}, "MskClusterGiven"),
+    ("self-managed without KafkaBootstrapServers", self_managed("SASL_SCRAM_512_AUTH", KafkaBootstrapServers=""), "SelfManagedKafkaReachable"),
+    ("an authentication without KafkaSecretArn", self_managed("BASIC_AUTH", KafkaSecretArn=""), "SelfManagedKafkaSecret"),
+    ("no authentication outside a VPC", self_managed("NONE"), "SelfManagedKafkaReachable"),
+    ("subnets without security groups", self_managed("NONE", KafkaSubnetIds=subnets(2)), "SelfManagedKafkaReachable"),
+    ("7 subnets", self_managed("NONE", KafkaSubnetIds=subnets(7), KafkaSecurityGroupIds=security_groups(1)), "KafkaSubnetIds"),
+    ("6 security groups", self_managed("NONE", KafkaSubnetIds=subnets(1), KafkaSecurityGroupIds=security_groups(6)), "KafkaSecurityGroupIds"),
+    ("a space in KafkaBootstrapServers", self_managed("BASIC_AUTH", KafkaBootstrapServers="a.example.com:9092, b.example.com:9092"), "KafkaBootstrapServers"),
+    ("a secret ARN without its suffix", self_managed("BASIC_AUTH", KafkaSecretArn=KAFKA_SECRET[:-7]), "KafkaSecretArn"),
+    ("an unknown authentication", self_managed("SASL_PLAIN"), "KafkaAuthentication"),
+]
+
+
+def granted(statements, action):
+    """Resources an Allow statement grants `action` on."""
+    return {
+        r
+        for st in statements
+        if st.get("Effect") == "Allow" and action in as_list(st.get("Action", []))
+        for r in as_list(st.get("Resource", []))
+    }
+
+
+def kafka_source_findings(template):
+    """Both Kafka sources render valid, mutually exclusive mappings; each authentication maps to
+    its SourceAccessConfigurations; the ingest role may read exactly the secrets the mappings
+    name, and holds MSK's permissions only for MSK."""
+    out = []
+    resources = template["Resources"]
+
+    # Which family each mapping belongs to, by its condition; the two conditions exclude each
+    # other whatever the parameters.
+    for name, props in kafka_mappings(template):
+        want = "FromSelfManagedKafka" if "SelfManagedEventSource" in props else "FromMsk"
+        if resources[name].get("Condition") != want:
+            out.append(f"{name}: Condition {resources[name].get('Condition')!r}, not {want}")
+    for source in ("MSK", "SelfManaged", "Kinesis"):
+        for arn in ("", MSK_ARN):
+            for servers in ("", BOOTSTRAP):
+                r = Render(template, {"KafkaSource": source, "MskClusterArn": arn, "KafkaBootstrapServers": servers}, strict=False)
+                both = r.condition("FromMsk") and r.condition("FromSelfManagedKafka")
+                if both:
+                    out.append(f"KafkaSource={source}: FromMsk and FromSelfManagedKafka both hold")
+
+    # The two families share every setting but the source's own.
+    msk = {name: props for name, props in kafka_mappings(template) if "SelfManagedEventSource" not in props}
+    smk = {name: props for name, props in kafka_mappings(template) if "SelfManagedEventSource" in props}
+    for m, s in zip(sorted(msk), sorted(smk)):
+        if set(msk[m]) - MSK_ONLY != set(smk[s]) - SELF_MANAGED_ONLY:
+            out.append(f"{m} and {s} differ in {sorted((set(msk[m]) - MSK_ONLY) ^ (set(smk[s]) - SELF_MANAGED_ONLY))}")
+
+    for what, params, access, kms, ec2 in KAFKA_SCENARIOS:
+        r = Render(template, params)
+        try:
+            problems = r.parameter_findings() + r.rule_findings()
+            mappings = r.kafka_mappings()
+            statements = r.ingest_statements()
+        except (IndexError, KeyError, NotImplementedError) as e:
+            out.append(f"{what}: the template does not render: {e!r}")
+            continue
+        out += [f"{what}: {p}" for p in problems]
+        is_msk = access is None
+        want_names = {n if is_msk else n + "SelfManaged" for n, _, _ in KAFKA_TABLES}
+        if set(mappings) != want_names:
+            out.append(f"{what}: mappings {sorted(mappings)}, want {sorted(want_names)}")
+            continue
+        for name, param, group in KAFKA_TABLES:
+            m = mappings[name if is_msk else name + "SelfManaged"]
+            topic = template["Parameters"][param]["Default"]
+            if m.get("Topics") != [topic]:
+                out.append(f"{what}: {name} reads {m.get('Topics')}, not [{topic!r}]")
+            config = m.get("AmazonManagedKafkaEventSourceConfig" if is_msk else "SelfManagedKafkaEventSourceConfig", {})
+            if config.get("ConsumerGroupId") != f"{PSEUDO['AWS::StackName']}-{group}":
+                out.append(f"{what}: {name}'s consumer group is {config.get('ConsumerGroupId')!r}")
+            if set(m) & (SELF_MANAGED_ONLY if is_msk else MSK_ONLY):
+                out.append(f"{what}: {name} mixes MSK and self-managed properties: {sorted(m)}")
+            if is_msk:
+                if m.get("EventSourceArn") != MSK_ARN:
+                    out.append(f"{what}: {name} reads {m.get('EventSourceArn')!r}")
+                continue
+            servers = m.get("SelfManagedEventSource", {}).get("Endpoints", {}).get("KafkaBootstrapServers")
+            if servers != BOOTSTRAP.split(","):
+                out.append(f"{what}: {name} bootstraps from {servers!r}")
+            got = sorted((c.get("Type"), c.get("URI")) for c in m.get("SourceAccessConfigurations", []))
+            if got != sorted(access):
+                out.append(f"{what}: {name}'s SourceAccessConfigurations are {got}, want {sorted(access)}")
+        # The role: the secrets the mappings name, and nothing of the other source.
+        secrets = {
+            c["URI"]
+            for m in mappings.values()
+            for c in m.get("SourceAccessConfigurations", [])
+            if not c["Type"].startswith("VPC_")
+        }
+        if granted(statements, "secretsmanager:GetSecretValue") != secrets:
+            out.append(
+                f"{what}: the ingest role may read secrets {sorted(granted(statements, 'secretsmanager:GetSecretValue'))}, "
+                f"the mappings need {sorted(secrets)}"
+            )
+        if bool(granted(statements, "kms:Decrypt")) != kms or (kms and granted(statements, "kms:Decrypt") != {SECRETS_KEY}):
+            out.append(f"{what}: kms:Decrypt on {sorted(granted(statements, 'kms:Decrypt'))}")
+        sids = {st.get("Sid") for st in statements}
+        if (MSK_SIDS <= sids) != is_msk or (not is_msk and sids & MSK_SIDS):
+            out.append(f"{what}: MSK permissions {sorted(sids & MSK_SIDS)}")
+        if (EC2_SIDS <= sids) != ec2 or (not ec2 and sids & EC2_SIDS):
+            out.append(f"{what}: network interface permissions {sorted(sids & EC2_SIDS)}, want {'both' if ec2 else 'none'}")
+
+    # Both sources: the same topic, consumer group, starting position, batch size and window,
+    # metrics and on-failure destination, from the parameters.
+    for policy in ("s3-after-retries", "retry-until-fixed"):
+        shared = {"FailedBatchPolicy": policy, "StartingPosition": "LATEST", "BatchSize": "500", "MaximumBatchingWindowInSeconds": "3"}
+        try:
+            a = Render(template, {**shared, "MskClusterArn": MSK_ARN}).kafka_mappings()
+            b = Render(template, {**shared, **self_managed("SASL_SCRAM_512_AUTH")}).kafka_mappings()
+        except (IndexError, KeyError, NotImplementedError) as e:
+            out.append(f"FailedBatchPolicy={policy}: the template does not render: {e!r}")
+            continue
+        for name, _, _ in KAFKA_TABLES:
+            m, s = a.get(name, {}), b.get(name + "SelfManaged", {})
+            for key in sorted((set(m) - MSK_ONLY) | (set(s) - SELF_MANAGED_ONLY)):
+                if m.get(key) != s.get(key):
+                    out.append(f"FailedBatchPolicy={policy}: {name} {key} is {m.get(key)!r} from MSK, {s.get(key)!r} self-managed")
+            if (m.get("AmazonManagedKafkaEventSourceConfig") or {}).get("ConsumerGroupId") != (
+                s.get("SelfManagedKafkaEventSourceConfig") or {}
+            ).get("ConsumerGroupId"):
+                out.append(f"{name}: the two sources use different consumer groups")
+            if (m.get("StartingPosition"), m.get("BatchSize"), m.get("MaximumBatchingWindowInSeconds")) != ("LATEST", "500", "3"):
+                out.append(f"{name}: starting position, batch size or window do not follow the parameters")
+            if ("DestinationConfig" in m) != (policy == "s3-after-retries"):
+                out.append(f"FailedBatchPolicy={policy}: {name} DestinationConfig is {m.get('DestinationConfig')!r}")
+
+    for what, params, word in KAFKA_REFUSED:
+        r = Render(template, {"MskClusterArn": MSK_ARN, **params} if params.get("KafkaSource") else params)
+        try:
+            problems = r.parameter_findings() + r.rule_findings()
+        except (IndexError, KeyError, NotImplementedError) as e:
+            problems = [repr(e)]
+        if not any(word in p for p in problems):
+            out.append(f"{what}: not refused (want a refusal naming {word}; got {problems})")
+    return out
+
+
+def readme_example_findings(template):
+    """The `sam deploy --parameter-overrides` examples of README "Self-managed Kafka" pass the
+    template's parameter constraints and Rules, and render self-managed mappings."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    if "### Self-managed Kafka" not in text:
+        return ['README.md has no "Self-managed Kafka" section']
+    section = text.split("### Self-managed Kafka", 1)[1].split("\n### ", 1)[0]
+    out, examples = [], 0
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if "sam deploy" not in line or "--parameter-overrides" not in line:
+                continue
+            examples += 1
+            words = shlex.split(line.split(" #", 1)[0])
+            params = dict(w.split("=", 1) for w in words[words.index("--parameter-overrides") + 1 :])
+            r = Render(template, params)
+            out += [f"README example {params.get('KafkaAuthentication')}: {f}" for f in r.parameter_findings() + r.rule_findings()]
+            if not any(n.endswith("SelfManaged") for n in r.kafka_mappings()):
+                out.append(f"README example {params.get('KafkaAuthentication')}: no self-managed mappings")
+    if examples < 3:
+        out.append(f"README's Self-managed Kafka section has {examples} sam deploy examples, want 3")
+    return out
+
+
+def sam_transform_findings(template):
+    """The SAM transform, which CloudFormation runs on deploy (cfn-lint and `sam validate --lint`
+    do not), accepts the template and keeps the Kafka mappings' logical ids."""
+    import json
+    import os
+
+    try:
+        from samtranslator.public.exceptions import InvalidDocumentException
+        from samtranslator.translator.transform import transform
+    except ImportError:
+        return ["samtranslator is missing (the SAM CLI of tests/requirements-deploy.txt brings it)"]
+
+    class NoManagedPolicies:
+        def load(self):
+            return {}
+
+    doc = json.loads(json.dumps(template))
+    for r in doc["Resources"].values():
+        if r.get("Type") == "AWS::Serverless::Function":
+            r["Properties"]["CodeUri"] = "s3://bucket/code.zip"  # `sam deploy` uploads it
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    try:
+        out = transform(doc, {}, NoManagedPolicies())
+    except InvalidDocumentException as e:
+        return [f"SAM transform: {c.message}" for c in e.causes]
+    names = {n for n, r in out["Resources"].items() if r["Type"] == "AWS::Lambda::EventSourceMapping"}
+    want = {n + s for n, _, _ in KAFKA_TABLES for s in ("", "SelfManaged")}
+    return [f"SAM transform: no mappings {sorted(want - names)}"] if want - names else []
+
+
 def samconfig_findings(template):
     """samconfig.toml: each environment deploys with the capabilities the template needs and
-    parameters the template has, every required parameter set."""
+    parameters the template has, every required parameter set and every Rule passed."""
     import tomllib
 
     out = []
@@ -422,6 +902,9 @@ def samconfig_findings(template):
                 out.append(f"samconfig.toml [{e}]: {name}={value} is not one of {allowed}")
             if pattern and not re.fullmatch(pattern, value):
                 out.append(f"samconfig.toml [{e}]: {name}={value} does not match {pattern}")
+        # The template's Rules (e.g. MskClusterArn with KafkaSource=MSK, the default).
+        rendered = Render(template, dict(o.split("=", 1) for o in as_list(overrides)))
+        out += [f"samconfig.toml [{e}]: {f}" for f in rendered.rule_findings()]
     return out
 
 
@@ -441,6 +924,9 @@ def main():
         + spec_findings(template)
         + retention_findings(template)
         + quicksight_findings(template)
+        + kafka_source_findings(template)
+        + readme_example_findings(template)
+        + sam_transform_findings(template)
     )
     for f in findings:
         print("FAIL", f)
@@ -448,7 +934,9 @@ def main():
         print(
             "template.yaml: IAM statements name their resources; alarms can publish; failed batches "
             "go to S3; ingest is scoped; dashboards match infra/dashboards; logs, traces and "
-            "metrics are scoped to the stack; samconfig.toml deploys every environment"
+            "metrics are scoped to the stack; samconfig.toml deploys every environment; MSK and "
+            "self-managed Kafka render exclusive mappings with the right access and IAM; the SAM "
+            "transform accepts the template"
         )
     return 1 if findings else 0
 

@@ -12,7 +12,13 @@
 //! truncates, so about half of all records (measured on current epoch values) land with
 //! `kafka_timestamp` a millisecond early.
 //! Speed: it allocates a map per header and a date per record, a third of the ingest CPU; this
-//! one keeps the timestamp as the integer it is and skips headers, which no table stores.
+//! one keeps the timestamp as the integer it is, and headers as one list of key and bytes
+//! (nothing allocated for a record without headers).
+//!
+//! Headers come as AWS sends them: a list of one-entry objects, the header's key naming an
+//! array of its value's bytes (`"headers":[{"source":[119,101,98]}]`), a key repeated as often
+//! as the record repeats it. Bytes are read as 0..=255 or as Java's signed -128..=127; a null
+//! value is a header without a value.
 //!
 //! `partition` and `offset` are required: a record without them could not be checkpointed, and
 //! defaulting them to 0 would make the record look like a duplicate and drop it silently.
@@ -62,6 +68,120 @@ pub struct EsmRecord {
     #[serde(default)]
     /// The value, base64; absent for a tombstone.
     pub value: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "headers",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    /// The record's headers, in the record's order (keys may repeat).
+    pub headers: Vec<EsmHeader>,
+}
+
+/// One Kafka record header.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EsmHeader {
+    /// The header's key.
+    pub key: String,
+    /// The header's value; `None` for a header without one.
+    pub value: Option<Vec<u8>>,
+}
+
+impl Serialize for EsmHeader {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry(&self.key, &self.value)?;
+        map.end()
+    }
+}
+
+/// A header object: each entry is one header (AWS sends one entry per object).
+struct HeaderObject(Vec<EsmHeader>);
+
+/// A header value: an array of bytes (unsigned or Java's signed), null, or a string.
+struct HeaderBytes(Option<Vec<u8>>);
+
+impl<'de> Deserialize<'de> for HeaderBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = HeaderBytes;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a header value: an array of bytes, a string or null")
+            }
+            fn visit_unit<E>(self) -> Result<HeaderBytes, E> {
+                Ok(HeaderBytes(None))
+            }
+            fn visit_none<E>(self) -> Result<HeaderBytes, E> {
+                Ok(HeaderBytes(None))
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<HeaderBytes, D::Error> {
+                d.deserialize_any(V)
+            }
+            fn visit_str<E>(self, v: &str) -> Result<HeaderBytes, E> {
+                Ok(HeaderBytes(Some(v.as_bytes().to_vec())))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<HeaderBytes, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+                while let Some(n) = seq.next_element::<i64>()? {
+                    let byte = match n {
+                        0..=255 => n as u8,
+                        -128..=-1 => (n + 256) as u8,
+                        _ => {
+                            return Err(serde::de::Error::custom(format!(
+                                "header byte {n} is outside -128..=255"
+                            )));
+                        }
+                    };
+                    out.push(byte);
+                }
+                Ok(HeaderBytes(Some(out)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for HeaderObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = HeaderObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a header object {\"key\": [bytes]}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<HeaderObject, A::Error> {
+                let mut out = Vec::with_capacity(1);
+                while let Some((key, value)) = map.next_entry::<String, HeaderBytes>()? {
+                    out.push(EsmHeader {
+                        key,
+                        value: value.0,
+                    });
+                }
+                Ok(HeaderObject(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The `headers` field: a list of header objects (null as none), flattened in order.
+fn headers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<EsmHeader>, D::Error> {
+    let objects: Option<Vec<HeaderObject>> = Deserialize::deserialize(d)?;
+    Ok(objects
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|o| o.0)
+        .collect())
 }
 
 impl EsmEvent {
@@ -87,7 +207,36 @@ mod tests {
         "timestampType":"LOG_APPEND_TIME","key":null,"value":null,"headers":[]}]}}"#;
 
     #[test]
-    fn timestamps_keep_every_millisecond_and_headers_are_skipped() {
+    fn headers_keep_their_order_repeats_and_bytes() {
+        let event: EsmEvent = serde_json::from_str(
+            r#"{"records":{"t-0":[{"partition":0,"offset":1,"headers":[
+            {"trace":[104,105]},{"trace":[-1,0,255]},{"empty":[]},{"none":null},
+            {"a":[1],"b":[2]}]},{"partition":0,"offset":2,"headers":null},
+            {"partition":0,"offset":3}]}}"#,
+        )
+        .expect("parses");
+        let records = &event.records["t-0"];
+        let h = &records[0].headers;
+        let keys: Vec<&str> = h.iter().map(|h| h.key.as_str()).collect();
+        assert_eq!(keys, ["trace", "trace", "empty", "none", "a", "b"]);
+        assert_eq!(h[0].value.as_deref(), Some(&b"hi"[..]));
+        assert_eq!(h[1].value.as_deref(), Some(&[255, 0, 255][..]));
+        assert_eq!(h[2].value.as_deref(), Some(&[][..]));
+        assert_eq!(h[3].value, None);
+        assert!(records[1].headers.is_empty() && records[2].headers.is_empty());
+        let again: EsmEvent =
+            serde_json::from_str(&serde_json::to_string(&event).expect("serialises"))
+                .expect("parses again");
+        assert_eq!(again, event);
+        let err = serde_json::from_str::<EsmEvent>(
+            r#"{"records":{"t-0":[{"partition":0,"offset":1,"headers":[{"k":[256]}]}]}}"#,
+        )
+        .expect_err("not a byte");
+        assert!(err.to_string().contains("header byte 256"), "{err}");
+    }
+
+    #[test]
+    fn timestamps_keep_every_millisecond_and_headers_are_read() {
         let event: EsmEvent = serde_json::from_str(EVENT).expect("parses");
         assert_eq!(event.len(), 2);
         let records = &event.records["orders-3"];
@@ -96,6 +245,8 @@ mod tests {
         assert_eq!(records[0].key.as_deref(), Some("azE="));
         assert_eq!(records[1].value, None);
         assert_eq!((records[0].partition, records[0].offset), (3, 15));
+        assert_eq!(records[0].headers.len(), 1);
+        assert_eq!(records[0].headers[0].value.as_deref(), Some(&[1, 2][..]));
     }
 
     #[test]

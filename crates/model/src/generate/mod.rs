@@ -149,6 +149,7 @@ pub fn kafka_event(records: &[SourceRecord]) -> crate::esm::EsmEvent {
                 (None, Some(v)) => Some(STANDARD.encode(v)),
                 (None, None) => None,
             },
+            headers: Vec::new(),
         };
         event
             .records

@@ -1,0 +1,240 @@
+//! `streamtable produce`: the demo's generator into a real topic, bad records included.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::{Connection, kafka_error};
+use crate::cli::{Disorder, synthetic_stream};
+use crate::error::{Error, Result};
+use crate::generate::{EventFactory, SourceRecord};
+
+/// Arguments of `streamtable produce`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    /// The cluster.
+    pub connection: Connection,
+    /// The topic; its records are the demo's for that name (orders, payments, readings, or
+    /// a prefixed name such as demo-orders).
+    #[arg(long, default_value = "orders")]
+    pub topic: String,
+    /// Records to produce.
+    #[arg(long, default_value_t = 10_000)]
+    pub records: u64,
+    /// Records per second at most (0: as fast as the broker takes them).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Partitions of the topic when it is created (an existing topic keeps its own).
+    #[arg(long, default_value_t = 4)]
+    pub partitions: i32,
+    /// Every Nth record is a bad one (0: none).
+    #[arg(long, default_value_t = 250)]
+    pub bad_every: u64,
+    /// Compression of the record batches: none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "lz4")]
+    pub compression: String,
+}
+
+/// Creates `topic` with `partitions` partitions unless it exists; returns its partitions.
+pub async fn ensure_topic(connection: &Connection, topic: &str, partitions: i32) -> Result<i32> {
+    let config = connection.client_config()?;
+    let admin: AdminClient<DefaultClientContext> = config
+        .create()
+        .map_err(|e| kafka_error("create the admin client", e))?;
+    let new = NewTopic::new(topic, partitions.max(1), TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .map_err(|e| kafka_error(&format!("create topic {topic}"), e))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                return Err(Error::Config(format!("kafka: create topic {name}: {code}")));
+            }
+        }
+    }
+    let (count, _) = watermarks(connection, topic)?;
+    Ok(count)
+}
+
+/// The number of partitions of `topic` and the sum of their high watermarks.
+pub fn watermarks(connection: &Connection, topic: &str) -> Result<(i32, i64)> {
+    let consumer: BaseConsumer = connection
+        .client_config()?
+        .create()
+        .map_err(|e| kafka_error("create a client", e))?;
+    let metadata = tokio::task::block_in_place(|| {
+        consumer.fetch_metadata(Some(topic), Duration::from_secs(30))
+    })
+    .map_err(|e| kafka_error(&format!("read the metadata of topic {topic}"), e))?;
+    let ids: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut sum = 0;
+    for p in &ids {
+        let (_, high) = tokio::task::block_in_place(|| {
+            consumer.fetch_watermarks(topic, *p, Duration::from_secs(30))
+        })
+        .map_err(|e| kafka_error(&format!("read the end of {topic}/{p}"), e))?;
+        sum += high.max(0);
+    }
+    Ok((ids.len() as i32, sum))
+}
+
+/// Sends `records` to their topics and partitions (at most `rate` per second when not 0);
+/// `progress` is called with the count delivered so far. Returns the records delivered.
+pub async fn send(
+    connection: &Connection,
+    compression: &str,
+    records: Vec<SourceRecord>,
+    rate: u64,
+    progress: impl Fn(u64),
+) -> Result<u64> {
+    let mut config = connection.client_config()?;
+    config
+        .set("compression.type", compression)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .set("message.max.bytes", "10485760");
+    let producer: FutureProducer = config
+        .create()
+        .map_err(|e| kafka_error("create the producer", e))?;
+    let started = Instant::now();
+    let now_ms = crate::clock::now_ms();
+    let mut delivered = 0u64;
+    let mut sends = futures::stream::iter(records.into_iter().enumerate())
+        .map(|(i, r)| {
+            let producer = &producer;
+            async move {
+                if rate > 0 {
+                    let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let value = match (&r.raw_value_field, &r.value) {
+                    (Some(raw), _) => Some(raw.as_bytes()),
+                    (None, v) => v.as_deref(),
+                };
+                let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.topic)
+                    .partition(r.partition)
+                    // A broker refuses a record stamped more than an hour ahead
+                    // (`log.message.timestamp.after.max.ms`): the generator's late-retried
+                    // payments are, so their Kafka timestamps are now at most.
+                    .timestamp(r.timestamp_ms.min(now_ms));
+                if let Some(k) = r.key.as_deref() {
+                    record = record.key(k);
+                }
+                if let Some(v) = value {
+                    record = record.payload(v);
+                }
+                producer
+                    .send(record, Duration::from_secs(60))
+                    .await
+                    .map_err(|(e, _)| kafka_error(&format!("produce to {}", r.topic), e))
+            }
+        })
+        .buffer_unordered(if rate > 0 { 1 << 20 } else { 20_000 });
+    while let Some(result) = sends.next().await {
+        result?;
+        delivered += 1;
+        if delivered.is_multiple_of(1000) {
+            progress(delivered);
+        }
+    }
+    drop(sends);
+    producer
+        .flush(Duration::from_secs(60))
+        .map_err(|e| kafka_error("flush the producer", e))?;
+    progress(delivered);
+    Ok(delivered)
+}
+
+/// The demo's records for `topic` (by its name without a prefix), `count` of them over
+/// `partitions`, ids from `first_id`, every `bad_every`-th bad, a producer retry's copy now
+/// and then: an hour of event time ending now, out of order by up to 10 s.
+pub fn demo_records(
+    topic: &str,
+    count: u64,
+    partitions: i32,
+    first_id: u64,
+    bad_every: u64,
+) -> Vec<SourceRecord> {
+    let base = ["orders", "payments", "readings"]
+        .into_iter()
+        .find(|b| topic.ends_with(b))
+        .unwrap_or(topic);
+    let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
+    let mut offsets = vec![0i64; partitions.max(1) as usize];
+    let disorder = Disorder {
+        step_ms: (3_600_000 / count.max(1) as i64).max(1),
+        jitter_ms: 20_000,
+        late_every: 997,
+        late_by_ms: 420_000,
+        duplicate_every: 211,
+    };
+    let mut records = synthetic_stream(
+        &mut factory,
+        base,
+        count,
+        &mut offsets,
+        first_id,
+        bad_every,
+        crate::clock::now_ms() - 3_600_000,
+        &disorder,
+    );
+    for r in &mut records {
+        r.topic = topic.to_string();
+    }
+    records
+}
+
+/// `streamtable produce`.
+pub async fn run(args: &ProduceArgs) -> Result<()> {
+    let partitions = ensure_topic(&args.connection, &args.topic, args.partitions).await?;
+    let (_, first_id) = watermarks(&args.connection, &args.topic)?;
+    let records = demo_records(
+        &args.topic,
+        args.records,
+        partitions,
+        first_id as u64,
+        args.bad_every,
+    );
+    let total = records.len() as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:32}] {pos}/{len} records {per_sec}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(args.topic.clone());
+    let started = Instant::now();
+    let sent = send(
+        &args.connection,
+        &args.compression,
+        records,
+        args.rate,
+        |n| bar.set_position(n),
+    )
+    .await?;
+    bar.finish_and_clear();
+    println!(
+        "{}: {sent} records produced to {partitions} partitions in {:.1} s",
+        args.topic,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

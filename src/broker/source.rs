@@ -1,0 +1,737 @@
+//! `streamtable run`: a local event source mapping. It polls every partition of the spec's
+//! topics and hands the ingest handler ESM-shaped events ([`super::batch`]), one invocation at
+//! a time (so never two in flight for a partition), retrying a failed batch whole until it
+//! lands; it runs the scheduled stage on its interval.
+//!
+//! Where it starts: each partition at the pipeline's own checkpoint (exactly once whatever the
+//! consumer group says), a partition without one at `--starting-position`. After each landed
+//! batch it commits the consumer group's offsets, so that Kafka's tools
+//! (`kafka-consumer-groups.sh --describe`) show the lag; the group's offsets are never read.
+//! It reads with `isolation.level=read_committed`: aborted transactions and control records
+//! never reach the handler, and offsets have gaps where they were.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::batch::{Batch, BatchShape, Batcher, EventSource, MAX_PAYLOAD_BYTES};
+use super::{Connection, esm_record, kafka_error};
+use crate::backend::Backend;
+use crate::checkpoint::SourcePartition;
+use crate::error::{Error, Result};
+use crate::esm::EsmEvent;
+use crate::ingest::{IngestSummary, Ingestor, LiveIngestor};
+use crate::scheduled::ScheduledOptions;
+use crate::tables::TableSet;
+
+/// What an invocation runs: the ingest handler, in this process or behind a Lambda runtime.
+#[async_trait]
+pub trait Handler: Send + Sync {
+    /// Lands one event; an error means it did not land and is retried whole.
+    async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary>;
+}
+
+#[async_trait]
+impl Handler for LiveIngestor {
+    async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary> {
+        LiveIngestor::handle(self, event).await
+    }
+}
+
+#[async_trait]
+impl Handler for Ingestor {
+    async fn handle(&self, event: &EsmEvent) -> Result<IngestSummary> {
+        Ingestor::handle(self, event).await
+    }
+}
+
+/// `--starting-position`: where a partition without a checkpoint starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StartingPosition {
+    /// The oldest record the broker keeps (`TRIM_HORIZON`).
+    TrimHorizon,
+    /// Only records produced from now on (`LATEST`).
+    Latest,
+}
+
+/// `--event-source`: the shape of the events, as Lambda sends them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventSourceKind {
+    /// Amazon MSK (`"eventSource": "aws:kafka"`, with `eventSourceArn`).
+    Msk,
+    /// A self-managed cluster (`"eventSource": "SelfManagedKafka"`).
+    SelfManaged,
+}
+
+/// Arguments of `streamtable run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    /// The cluster.
+    pub connection: Connection,
+    /// Topics to read (default: every topic of the pipeline spec).
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    /// `BatchSize`: records per invocation at most (1 to 10,000; template.yaml's default).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch_size: u32,
+    /// `MaximumBatchingWindowInSeconds`: how long records wait for a batch to fill (0 to 300;
+    /// template.yaml's default is 10).
+    #[arg(long, default_value_t = 10.0)]
+    pub maximum_batching_window: f64,
+    /// The events' shape: MSK (`aws:kafka`) or self-managed (`SelfManagedKafka`).
+    #[arg(long, value_enum, default_value_t = EventSourceKind::SelfManaged)]
+    pub event_source: EventSourceKind,
+    /// Where a partition without a checkpoint starts.
+    #[arg(long, value_enum, default_value_t = StartingPosition::TrimHorizon)]
+    pub starting_position: StartingPosition,
+    /// The consumer group whose offsets are committed after each landed batch (for Kafka's
+    /// tools; never read).
+    #[arg(long, default_value = "streamtable")]
+    pub group_id: String,
+    /// Seconds between runs of the scheduled stage (commit, compaction, maintenance);
+    /// template.yaml's ScheduleExpression is `rate(1 minute)`. 0: never.
+    #[arg(long, default_value_t = 60.0)]
+    pub schedule_interval: f64,
+    /// Exit once every partition is caught up and nothing new arrived for this many seconds,
+    /// after a last run of the scheduled stage (for scripts and tests).
+    #[arg(long)]
+    pub until_idle: Option<f64>,
+    /// Invocations of one batch before giving up on it (-1: until it lands, as an event source
+    /// mapping without MaximumRetryAttempts does). Giving up stops `run` with an error;
+    /// nothing is skipped.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub maximum_retry_attempts: i64,
+}
+
+impl RunArgs {
+    /// Defaults for `bootstrap` (for the demo and tests).
+    pub fn new(bootstrap: &str) -> RunArgs {
+        RunArgs {
+            connection: Connection::plaintext(bootstrap),
+            topics: Vec::new(),
+            batch_size: 10_000,
+            maximum_batching_window: 10.0,
+            event_source: EventSourceKind::SelfManaged,
+            starting_position: StartingPosition::TrimHorizon,
+            group_id: "streamtable".into(),
+            schedule_interval: 60.0,
+            until_idle: None,
+            maximum_retry_attempts: -1,
+        }
+    }
+
+    fn seconds(name: &str, v: f64, max: f64) -> Result<Duration> {
+        if !(0.0..=max).contains(&v) {
+            return Err(Error::Config(format!(
+                "--{name} {v}: give seconds from 0 to {max}"
+            )));
+        }
+        Ok(Duration::from_secs_f64(v))
+    }
+
+    fn shape(&self) -> Result<BatchShape> {
+        Ok(BatchShape {
+            batch_size: self.batch_size as usize,
+            window: Self::seconds(
+                "maximum-batching-window",
+                self.maximum_batching_window,
+                300.0,
+            )?,
+            max_payload: MAX_PAYLOAD_BYTES,
+            source: match self.event_source {
+                EventSourceKind::Msk => EventSource::Msk {
+                    arn: "arn:aws:kafka:local:000000000000:cluster/streamtable-local/local".into(),
+                },
+                EventSourceKind::SelfManaged => EventSource::SelfManaged,
+            },
+            bootstrap_servers: self.connection.bootstrap_servers.clone(),
+        })
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone)]
+pub struct RunReport {
+    /// Records fetched.
+    pub fetched: u64,
+    /// Invocations that landed.
+    pub batches: u64,
+    /// Invocations that failed (and were retried).
+    pub failed_invocations: u64,
+    /// The handlers' summaries, added up.
+    pub ingest: IngestSummary,
+    /// Per topic-partition, where it resumes.
+    pub next_offsets: BTreeMap<(String, i32), i64>,
+    /// Runs of the scheduled stage.
+    pub scheduled_runs: u64,
+}
+
+/// One partition's end of log as librdkafka last reported it.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    /// The last stable offset (the end a read_committed consumer can reach); -1 unknown.
+    stable: i64,
+    /// The log's start offset; -1 unknown.
+    start: i64,
+    /// Where the consumer's application position was.
+    app: i64,
+    /// When this was reported.
+    at: Instant,
+}
+
+/// The consumer's context: keeps the ends of the partitions from librdkafka's statistics.
+#[derive(Default)]
+struct Context {
+    ends: Mutex<BTreeMap<(String, i32), End>>,
+}
+
+impl ClientContext for Context {
+    fn stats(&self, statistics: Statistics) {
+        let at = Instant::now();
+        let Ok(mut ends) = self.ends.lock() else {
+            return;
+        };
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                if partition < 0 {
+                    continue;
+                }
+                let stable = if p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                ends.insert(
+                    (topic.clone(), partition),
+                    End {
+                        stable,
+                        start: p.lo_offset,
+                        app: p.app_offset,
+                        at,
+                    },
+                );
+            }
+        }
+    }
+}
+
+impl ConsumerContext for Context {}
+
+/// Per assigned partition: where it started, what was fetched and what landed.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    /// One past the last record fetched (the start offset before any).
+    fetched: i64,
+    /// One past the last record landed (the checkpoint before any).
+    landed: i64,
+}
+
+/// A handle that stops a run between invocations (SIGINT/SIGTERM).
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    /// Asks the run to stop after the invocation in flight.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// A handle set by SIGINT or SIGTERM.
+    pub fn on_signals() -> Stop {
+        let stop = Stop::default();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{SignalKind, signal};
+                if let Ok(mut term) = signal(SignalKind::terminate()) {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                } else {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("stopping after the batch in flight (again to abort)");
+            s.stop();
+            let _ = tokio::signal::ctrl_c().await;
+            std::process::exit(130);
+        });
+        stop
+    }
+}
+
+/// The local event source mapping.
+pub struct LocalEsm {
+    args: RunArgs,
+    consumer: StreamConsumer<Context>,
+    topics: Vec<String>,
+    handler: Arc<dyn Handler>,
+    backend: Backend,
+    tables: Option<Arc<TableSet>>,
+    scheduled: ScheduledOptions,
+    positions: BTreeMap<(String, i32), Position>,
+    /// Topics not found in the cluster yet (reported once).
+    missing: std::collections::BTreeSet<String>,
+    stop: Stop,
+}
+
+impl LocalEsm {
+    /// A mapping of `topics` on `args`' cluster to `handler`; `tables` is what the scheduled
+    /// stage commits (none: it never runs).
+    pub fn new(
+        args: RunArgs,
+        topics: Vec<String>,
+        handler: Arc<dyn Handler>,
+        backend: Backend,
+        tables: Option<Arc<TableSet>>,
+        stop: Stop,
+    ) -> Result<LocalEsm> {
+        if topics.is_empty() {
+            return Err(Error::Config(
+                "no topic to read: the spec has no table (or give --topic)".into(),
+            ));
+        }
+        args.shape()?;
+        let mut config = args.connection.client_config()?;
+        config
+            .set("group.id", &args.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set(
+                "auto.offset.reset",
+                match args.starting_position {
+                    StartingPosition::TrimHorizon => "earliest",
+                    StartingPosition::Latest => "latest",
+                },
+            )
+            .set("statistics.interval.ms", "1000")
+            // Up to the 6 MB payload per partition and fetch, as the ESM's pollers fetch.
+            .set("max.partition.fetch.bytes", "6291456")
+            .set("fetch.max.bytes", "52428800");
+        let consumer: StreamConsumer<Context> = config
+            .create_with_context(Context::default())
+            .map_err(|e| kafka_error("create the consumer", e))?;
+        Ok(LocalEsm {
+            scheduled: ScheduledOptions::from_env()?,
+            args,
+            consumer,
+            topics,
+            handler,
+            backend,
+            tables,
+            positions: BTreeMap::new(),
+            missing: Default::default(),
+            stop,
+        })
+    }
+
+    /// Finds the topics' partitions and assigns the new ones at their checkpoints.
+    async fn discover(&mut self) -> Result<()> {
+        let mut found: Vec<(String, i32)> = Vec::new();
+        for topic in self.topics.clone() {
+            let consumer = &self.consumer;
+            let metadata = tokio::task::block_in_place(|| {
+                consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))
+            })
+            .map_err(|e| kafka_error(&format!("read the metadata of topic {topic}"), e))?;
+            let partitions: Vec<i32> = metadata
+                .topics()
+                .iter()
+                .filter(|t| t.name() == topic && t.error().is_none())
+                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                .collect();
+            if partitions.is_empty() {
+                if self.missing.insert(topic.clone()) {
+                    eprintln!("topic {topic} does not exist yet: waiting for it");
+                }
+                continue;
+            }
+            self.missing.remove(&topic);
+            for p in partitions {
+                if !self.positions.contains_key(&(topic.clone(), p)) {
+                    found.push((topic.clone(), p));
+                }
+            }
+        }
+        if found.is_empty() {
+            return Ok(());
+        }
+        let sources: Vec<SourcePartition> = found
+            .iter()
+            .map(|(t, p)| SourcePartition::new(t, *p))
+            .collect();
+        let checkpoints = self.backend.state.checkpoints(&sources).await?;
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, p), c) in found.iter().zip(checkpoints) {
+            let offset = if c.version > 0 {
+                Offset::Offset(c.next_offset)
+            } else {
+                match self.args.starting_position {
+                    StartingPosition::TrimHorizon => Offset::Beginning,
+                    StartingPosition::Latest => Offset::End,
+                }
+            };
+            tpl.add_partition_offset(topic, *p, offset)
+                .map_err(|e| kafka_error("assign", e))?;
+            let start = if c.version > 0 { c.next_offset } else { -1 };
+            self.positions.insert(
+                (topic.clone(), *p),
+                Position {
+                    fetched: start,
+                    landed: start,
+                },
+            );
+        }
+        self.consumer
+            .incremental_assign(&tpl)
+            .map_err(|e| kafka_error("assign the partitions", e))?;
+        tracing::info!(partitions = found.len(), "assigned");
+        Ok(())
+    }
+
+    /// Invokes the handler with `batch` until it lands (or the retries run out).
+    async fn invoke(&mut self, batch: &Batch, report: &mut RunReport) -> Result<IngestSummary> {
+        let mut attempt: i64 = 0;
+        loop {
+            attempt += 1;
+            match self.handler.handle(&batch.event).await {
+                Ok(summary) => return Ok(summary),
+                Err(e) => {
+                    report.failed_invocations += 1;
+                    let limit = self.args.maximum_retry_attempts;
+                    let partitions: Vec<String> = batch
+                        .carried
+                        .iter()
+                        .map(|c| format!("{}/{} {}..{}", c.topic, c.partition, c.first, c.next))
+                        .collect();
+                    if limit >= 0 && attempt > limit {
+                        return Err(Error::Internal(format!(
+                            "a batch ({}) did not land after {attempt} invocations: {e}; \
+                             nothing was skipped: run again to retry it",
+                            partitions.join(", ")
+                        )));
+                    }
+                    if self.stop.requested() {
+                        return Err(Error::Internal(format!(
+                            "stopped with a batch ({}) not landed: {e}; run again to retry it",
+                            partitions.join(", ")
+                        )));
+                    }
+                    let wait = Duration::from_millis((250u64 << attempt.min(7)).min(30_000));
+                    tracing::warn!(error = %e, retryable = e.is_retryable(), attempt,
+                        batch = %partitions.join(", "),
+                        "batch not landed; retrying it whole in {} ms", wait.as_millis());
+                    eprintln!(
+                        "batch {} not landed (attempt {attempt}): {e}; retrying it whole",
+                        partitions.join(", ")
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// After a landed batch: the positions, and the consumer group's offsets.
+    fn landed(&mut self, batch: &Batch) {
+        let mut tpl = TopicPartitionList::new();
+        for c in &batch.carried {
+            if let Some(p) = self.positions.get_mut(&(c.topic.clone(), c.partition)) {
+                p.landed = p.landed.max(c.next);
+            }
+            let _ = tpl.add_partition_offset(&c.topic, c.partition, Offset::Offset(c.next));
+        }
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+            tracing::warn!(error = %e, "could not commit the consumer group's offsets");
+        }
+    }
+
+    /// Per partition: its lag (records between where it resumes and the end a read_committed
+    /// reader can reach), `None` when not known yet.
+    fn lags(&self) -> Vec<((String, i32), Option<i64>)> {
+        let ends = self
+            .consumer
+            .context()
+            .ends
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
+        self.positions
+            .iter()
+            .map(|(k, p)| {
+                let lag = ends.get(k).filter(|e| e.stable >= 0).map(|e| {
+                    let at = p.landed.max(0);
+                    (e.stable - at).max(0)
+                });
+                (k.clone(), lag)
+            })
+            .collect()
+    }
+
+    /// Whether every partition was caught up in statistics reported after `since`.
+    fn caught_up(&self, since: Instant) -> bool {
+        let Ok(ends) = self.consumer.context().ends.lock() else {
+            return false;
+        };
+        // A topic that does not exist has nothing to read.
+        self.positions.iter().all(|(k, p)| {
+            ends.get(k).is_some_and(|e| {
+                e.at > since && e.stable >= 0 && p.fetched.max(e.app).max(e.start) >= e.stable
+            })
+        })
+    }
+
+    /// Runs until stopped (or idle, with `--until-idle`).
+    pub async fn run(mut self) -> Result<RunReport> {
+        let shape = self.args.shape()?;
+        let mut batcher = Batcher::new(shape);
+        let mut report = RunReport::default();
+        let until_idle = match self.args.until_idle {
+            Some(s) => Some(RunArgs::seconds("until-idle", s, 86_400.0)?),
+            None => None,
+        };
+        let interval =
+            RunArgs::seconds("schedule-interval", self.args.schedule_interval, 86_400.0)?;
+        let progress = Progress::new();
+        let started = Instant::now();
+        let mut last_message = Instant::now();
+        let mut last_discover: Option<Instant> = None;
+        let mut last_schedule = Instant::now();
+        let mut scheduled: Option<tokio::task::JoinHandle<Result<Vec<String>>>> = None;
+        loop {
+            if self.stop.requested() {
+                break;
+            }
+            let now = Instant::now();
+            if last_discover.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5)) {
+                if let Err(e) = self.discover().await {
+                    if last_discover.is_none() && !e.is_retryable() {
+                        return Err(e);
+                    }
+                    tracing::warn!(error = %e, "could not read the topics' partitions");
+                }
+                last_discover = Some(now);
+            }
+            if batcher.due(now)
+                && let Some(batch) = batcher.take()
+            {
+                let summary = self.invoke(&batch, &mut report).await?;
+                self.landed(&batch);
+                report.batches += 1;
+                report.ingest.add(&summary);
+                continue;
+            }
+            // The scheduled stage, on its interval, beside ingest (as its Lambda runs).
+            if let Some(h) = &scheduled
+                && h.is_finished()
+                && let Some(h) = scheduled.take()
+            {
+                report.scheduled_runs += 1;
+                match h.await {
+                    Ok(Ok(lines)) => progress.lines("scheduled", &lines),
+                    Ok(Err(e)) => eprintln!("scheduled stage failed: {e}"),
+                    Err(e) => eprintln!("scheduled stage failed: {e}"),
+                }
+            }
+            if scheduled.is_none()
+                && !interval.is_zero()
+                && now.duration_since(last_schedule) >= interval
+                && let Some(tables) = &self.tables
+            {
+                scheduled = Some(tokio::spawn(scheduled_run(
+                    self.backend.clone(),
+                    tables.clone(),
+                    self.scheduled.clone(),
+                )));
+                last_schedule = now;
+            }
+            if let Some(idle) = until_idle
+                && batcher.is_empty()
+                && now.duration_since(last_message) >= idle
+                && self.caught_up(last_message.max(started))
+            {
+                break;
+            }
+            progress.tick(&report, &self.lags(), started);
+            let wait = batcher
+                .deadline()
+                .map_or(Duration::from_millis(200), |d| {
+                    d.saturating_duration_since(now)
+                })
+                .min(Duration::from_millis(200));
+            match tokio::time::timeout(wait, self.consumer.recv()).await {
+                Ok(Ok(message)) => {
+                    let record = esm_record(&message);
+                    let (topic, partition) = (message.topic().to_string(), message.partition());
+                    if let Some(p) = self.positions.get_mut(&(topic.clone(), partition)) {
+                        p.fetched = p.fetched.max(record.offset + 1);
+                    }
+                    drop(message);
+                    batcher.push(&topic, partition, record, Instant::now());
+                    report.fetched += 1;
+                    last_message = Instant::now();
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "kafka");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(_) => {}
+            }
+        }
+        if let Some(h) = scheduled.take() {
+            report.scheduled_runs += 1;
+            match h.await {
+                Ok(Ok(lines)) => progress.lines("scheduled", &lines),
+                Ok(Err(e)) => eprintln!("scheduled stage failed: {e}"),
+                Err(e) => eprintln!("scheduled stage failed: {e}"),
+            }
+        }
+        // Nothing buffered is lost by stopping: it was never landed, and the next run fetches
+        // it again from the checkpoints.
+        if until_idle.is_some()
+            && !self.stop.requested()
+            && let Some(tables) = &self.tables
+        {
+            let lines =
+                scheduled_run(self.backend.clone(), tables.clone(), self.scheduled.clone()).await?;
+            report.scheduled_runs += 1;
+            progress.lines("scheduled", &lines);
+        }
+        progress.finish(&report, &self.lags(), started);
+        report.next_offsets = self
+            .positions
+            .iter()
+            .map(|(k, p)| (k.clone(), p.landed))
+            .collect();
+        Ok(report)
+    }
+}
+
+async fn scheduled_run(
+    backend: Backend,
+    tables: Arc<TableSet>,
+    options: ScheduledOptions,
+) -> Result<Vec<String>> {
+    let report = crate::scheduled::run(&backend, &tables, &options).await?;
+    Ok(report.lines())
+}
+
+/// Progress on the terminal: a status line redrawn every second, or a plain line every ten
+/// seconds when standard error is not a terminal.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(Duration::from_millis(250));
+            bar
+        });
+        Progress {
+            bar,
+            last: Mutex::new(None),
+        }
+    }
+
+    fn line(report: &RunReport, lags: &[((String, i32), Option<i64>)], started: Instant) -> String {
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        let total: i64 = lags.iter().filter_map(|(_, l)| *l).sum();
+        let unknown = lags.iter().filter(|(_, l)| l.is_none()).count();
+        let mut worst: Vec<&((String, i32), Option<i64>)> = lags
+            .iter()
+            .filter(|(_, l)| l.is_some_and(|l| l > 0))
+            .collect();
+        worst.sort_by_key(|(_, l)| std::cmp::Reverse(l.unwrap_or(0)));
+        let worst: Vec<String> = worst
+            .iter()
+            .take(4)
+            .map(|((t, p), l)| format!("{t}/{p}={}", l.unwrap_or(0)))
+            .collect();
+        format!(
+            "{} records landed ({:.0}/s) in {} batches, {} dead letters; lag {total}{}{}",
+            report.ingest.records,
+            report.ingest.records as f64 / secs,
+            report.batches,
+            report.ingest.dead_lettered,
+            if unknown > 0 {
+                format!(" (+{unknown} partitions not read yet)")
+            } else {
+                String::new()
+            },
+            if worst.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", worst.join(" "))
+            }
+        )
+    }
+
+    fn tick(&self, report: &RunReport, lags: &[((String, i32), Option<i64>)], started: Instant) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        let every = if self.bar.is_some() { 1 } else { 10 };
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(every)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let line = Self::line(report, lags, started);
+        match &self.bar {
+            Some(bar) => bar.set_message(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn lines(&self, what: &str, lines: &[String]) {
+        for l in lines {
+            match &self.bar {
+                Some(bar) => bar.println(format!("{what}: {l}")),
+                None => eprintln!("{what}: {l}"),
+            }
+        }
+    }
+
+    fn finish(&self, report: &RunReport, lags: &[((String, i32), Option<i64>)], started: Instant) {
+        let line = Self::line(report, lags, started);
+        match &self.bar {
+            Some(bar) => bar.finish_with_message(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+/// The topics a spec reads, each once, in order.
+pub fn spec_topics(spec: &crate::spec::PipelineSpec) -> Vec<String> {
+    let mut topics: Vec<String> = Vec::new();
+    for t in spec
+        .tables
+        .iter()
+        .map(|t| &t.topic)
+        .chain(spec.derived.iter().map(|d| &d.table.topic))
+    {
+        if !topics.contains(t) {
+            topics.push(t.clone());
+        }
+    }
+    topics
+}
