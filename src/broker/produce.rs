@@ -161,7 +161,7 @@ pub async fn send(
     Ok(delivered)
 }
 
-/// The demo's records for `topic` (by its name without a prefix), `count` of them over
+/// The demo's records for `topic` (the demo topic its name contains), `count` of them over
 /// `partitions`, ids from `first_id`, every `bad_every`-th bad, a producer retry's copy now
 /// and then: an hour of event time ending now, out of order by up to 10 s.
 pub fn demo_records(
@@ -173,7 +173,7 @@ pub fn demo_records(
 ) -> Vec<SourceRecord> {
     let base = ["orders", "payments", "readings"]
         .into_iter()
-        .find(|b| topic.ends_with(b))
+        .find(|b| topic.contains(b))
         .unwrap_or(topic);
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
     let mut offsets = vec![0i64; partitions.max(1) as usize];

@@ -233,6 +233,8 @@ struct Position {
     fetched: i64,
     /// One past the last record landed (the checkpoint before any).
     landed: i64,
+    /// The consumer group's offset last committed.
+    committed: i64,
 }
 
 /// A handle that stops a run between invocations (SIGINT/SIGTERM).
@@ -397,6 +399,7 @@ impl LocalEsm {
                 Position {
                     fetched: start,
                     landed: start,
+                    committed: -1,
                 },
             );
         }
@@ -455,6 +458,7 @@ impl LocalEsm {
         for c in &batch.carried {
             if let Some(p) = self.positions.get_mut(&(c.topic.clone(), c.partition)) {
                 p.landed = p.landed.max(c.next);
+                p.committed = p.committed.max(c.next);
             }
             let _ = tpl.add_partition_offset(&c.topic, c.partition, Offset::Offset(c.next));
         }
@@ -476,13 +480,48 @@ impl LocalEsm {
         self.positions
             .iter()
             .map(|(k, p)| {
-                let lag = ends.get(k).filter(|e| e.stable >= 0).map(|e| {
-                    let at = p.landed.max(0);
-                    (e.stable - at).max(0)
-                });
+                let lag = ends
+                    .get(k)
+                    .filter(|e| e.stable >= 0)
+                    .map(|e| (e.stable - Self::resumes_at(p, e)).max(0));
                 (k.clone(), lag)
             })
             .collect()
+    }
+
+    /// Where a partition resumes: past its last landed record, and past the control records
+    /// and aborted transactions after it (librdkafka's position) once everything fetched has
+    /// landed.
+    fn resumes_at(p: &Position, end: &End) -> i64 {
+        if p.landed >= p.fetched {
+            p.landed.max(end.app).max(0)
+        } else {
+            p.landed.max(0)
+        }
+    }
+
+    /// With nothing waiting: moves the consumer group's offsets past control records and
+    /// aborted transactions that follow the last landed record (as a Java consumer's position
+    /// does), so that Kafka's tools show no lag for a caught-up partition.
+    fn commit_positions(&mut self, mode: CommitMode) {
+        let ends = match self.consumer.context().ends.lock() {
+            Ok(e) => e.clone(),
+            Err(_) => return,
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (k, p) in self.positions.iter_mut() {
+            let Some(e) = ends.get(k) else { continue };
+            let at = Self::resumes_at(p, e);
+            if p.landed >= p.fetched && at > p.committed {
+                p.committed = at;
+                let _ = tpl.add_partition_offset(&k.0, k.1, Offset::Offset(at));
+            }
+        }
+        if tpl.count() > 0
+            && let Err(e) = self.consumer.commit(&tpl, mode)
+        {
+            tracing::warn!(error = %e, "could not commit the consumer group's offsets");
+        }
     }
 
     /// Whether every partition was caught up in statistics reported after `since`.
@@ -514,6 +553,7 @@ impl LocalEsm {
         let mut last_message = Instant::now();
         let mut last_discover: Option<Instant> = None;
         let mut last_schedule = Instant::now();
+        let mut last_positions: Option<Instant> = None;
         let mut scheduled: Option<tokio::task::JoinHandle<Result<Vec<String>>>> = None;
         loop {
             if self.stop.requested() {
@@ -569,6 +609,12 @@ impl LocalEsm {
             {
                 break;
             }
+            if batcher.is_empty()
+                && last_positions.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(2))
+            {
+                self.commit_positions(CommitMode::Async);
+                last_positions = Some(now);
+            }
             progress.tick(&report, &self.lags(), started);
             let wait = batcher
                 .deadline()
@@ -614,6 +660,8 @@ impl LocalEsm {
             report.scheduled_runs += 1;
             progress.lines("scheduled", &lines);
         }
+        // Synchronously: the consumer closes next.
+        tokio::task::block_in_place(|| self.commit_positions(CommitMode::Sync));
         progress.finish(&report, &self.lags(), started);
         report.next_offsets = self
             .positions

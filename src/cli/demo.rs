@@ -47,6 +47,11 @@ pub struct DemoArgs {
     /// its own; required on the aws backend.
     #[arg(long)]
     pub topic_prefix: Option<String>,
+    /// Run the demo through a Kafka cluster (e.g. scripts/kafka-local's): produce the events
+    /// into its topics, then read them back with the local event source mapping
+    /// (`streamtable run`) instead of handing batches to the handler directly.
+    #[arg(long)]
+    pub bootstrap_servers: Option<String>,
 }
 
 /// Refuses to run the demo where it would write into production state: on the aws backend the
@@ -194,9 +199,17 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         "1. ingest: {} events per topic, ESM batches of {}",
         args.events, args.batch_size
     );
+    let mut total = IngestSummary::default();
     let multi = MultiProgress::new();
     let mut tasks = Vec::new();
-    for t in &spec.tables {
+    if let Some(bootstrap) = &args.bootstrap_servers {
+        total = through_broker(bootstrap, &spec, &avro, ingestor.clone(), &backend, args).await?;
+    }
+    for t in spec
+        .tables
+        .iter()
+        .filter(|_| args.bootstrap_servers.is_none())
+    {
         let pb = bar(&multi, args.events, &t.topic);
         let producer = (t.format == Format::Avro).then(|| avro.clone());
         let job = feed(
@@ -213,7 +226,6 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         );
         tasks.push((t.name.clone(), tokio::spawn(job)));
     }
-    let mut total = IngestSummary::default();
     for (name, task) in tasks {
         let s = task
             .await
@@ -268,6 +280,62 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The demo's events through a Kafka cluster: produced into the spec's topics (the Avro topic
+/// as Avro), then read back by the local event source mapping into the handler, until caught
+/// up.
+async fn through_broker(
+    bootstrap: &str,
+    spec: &crate::spec::PipelineSpec,
+    avro: &Arc<AvroProducer>,
+    ingestor: Arc<Ingestor>,
+    backend: &Backend,
+    args: &DemoArgs,
+) -> Result<IngestSummary> {
+    use crate::broker::source::{LocalEsm, RunArgs, Stop, spec_topics};
+    use crate::broker::{Connection, produce};
+    let connection = Connection::plaintext(bootstrap);
+    let multi = MultiProgress::new();
+    for t in &spec.tables {
+        let partitions = produce::ensure_topic(&connection, &t.topic, args.partitions).await?;
+        let (_, first_id) = produce::watermarks(&connection, &t.topic)?;
+        let mut records = produce::demo_records(
+            &t.topic,
+            args.events,
+            partitions,
+            first_id as u64,
+            BAD_EVERY,
+        );
+        if t.format == Format::Avro {
+            for r in &mut records {
+                let json = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok());
+                if let Some(value) = json.and_then(|j| avro.encode_json(j).ok()) {
+                    r.value = Some(value);
+                }
+            }
+        }
+        let pb = bar(&multi, records.len() as u64, &t.topic);
+        produce::send(&connection, "lz4", records, 0, |n| pb.set_position(n)).await?;
+        pb.finish_with_message(format!("produced to {bootstrap}"));
+    }
+    let mut run = RunArgs::new(bootstrap);
+    run.batch_size = args.batch_size.clamp(1, 10_000) as u32;
+    run.maximum_batching_window = 0.5;
+    run.until_idle = Some(1.0);
+    run.schedule_interval = 0.0;
+    run.group_id = "streamtable-demo".into();
+    println!("   reading them back: the local event source mapping (streamtable run)");
+    let esm = LocalEsm::new(
+        run,
+        spec_topics(spec),
+        ingestor,
+        backend.clone(),
+        None,
+        Stop::on_signals(),
+    )?;
+    let report = esm.run().await?;
+    Ok(report.ingest)
 }
 
 /// Makes [`AVRO_TOPIC`]'s table an Avro topic: its writer schema (derived from the table's
@@ -338,6 +406,7 @@ mod tests {
             rows: 1,
             namespace: namespace.map(str::to_string),
             topic_prefix: prefix.map(str::to_string),
+            bootstrap_servers: None,
         }
     }
 

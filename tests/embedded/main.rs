@@ -14,6 +14,7 @@ mod formats;
 mod fuzz_properties;
 mod ingest;
 mod joins;
+mod kafka;
 mod reliability;
 mod tables;
 mod windows;

@@ -67,6 +67,7 @@ fn orders_batch(
                 offset: n,
                 timestamp_us: (at / 1000 + 250) * 1000,
                 key: None,
+                headers: &[],
             },
         );
     }

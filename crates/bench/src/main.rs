@@ -3,6 +3,7 @@
 //! `scripts/bench` and `scripts/bench-moto` wrap it). They drive the same library code the
 //! Lambda functions and the command line run.
 
+mod broker;
 mod compact;
 mod cost;
 mod formats;
@@ -234,6 +235,29 @@ pub enum BenchCommand {
         #[arg(long)]
         moto: bool,
     },
+    /// A real Kafka broker (e.g. scripts/kafka-local) to committed tables through the local
+    /// event source mapping, next to `streamtable ingest` of the same records from event
+    /// files; then the time the lag takes to return to zero after a steady producer stops.
+    Kafka {
+        /// The broker, host:port.
+        #[arg(long)]
+        bootstrap_servers: String,
+        /// Records.
+        #[arg(long, default_value_t = 200_000)]
+        records: u64,
+        /// Partitions of the topic.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// `BatchSize`.
+        #[arg(long, default_value_t = 10_000)]
+        batch_size: u32,
+        /// Records per second of the steady producer (lag measurement).
+        #[arg(long, default_value_t = 5_000)]
+        rate: u64,
+        /// Seconds the steady producer runs.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
     /// streamtable against the Python Lambda a team would write instead (pyarrow + pyiceberg,
     /// in bench/reference/), on the same inputs in one run, with ratios: ingest, compaction,
     /// the demo at scale, and the ingest Lambda's init time and size. `scripts/bench` runs it.
@@ -346,6 +370,24 @@ async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             freshness::freshness(config, &args).await
         }
         BenchCommand::Reference(args) => reference::run(config, args).await,
+        BenchCommand::Kafka {
+            bootstrap_servers,
+            records,
+            partitions,
+            batch_size,
+            rate,
+            seconds,
+        } => {
+            let args = broker::KafkaBenchArgs {
+                bootstrap: bootstrap_servers.clone(),
+                records: *records,
+                partitions: *partitions,
+                batch_size: (*batch_size).clamp(1, 10_000),
+                rate: (*rate).max(1),
+                seconds: (*seconds).max(1),
+            };
+            broker::kafka(config, &args).await
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The derived tables of a pipeline, planned, with the reference tables they join to.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
@@ -91,6 +91,8 @@ pub struct Processor {
     pub(super) times: HashMap<String, SourceTime>,
     /// The interval joins (run by the scheduled stage, not here), by table name.
     joins: Vec<(String, crate::spec::IntervalJoin)>,
+    /// The source tables planned with their `kafka_headers` column (the spec asks for it).
+    headers: HashSet<String>,
 }
 
 impl Processor {
@@ -194,11 +196,18 @@ impl Processor {
                 used.push((r.clone(), Arc::new(TableLayout::for_reference(r)?)));
             }
         }
+        let headers = spec
+            .tables
+            .iter()
+            .filter(|t| t.kafka_headers)
+            .map(|t| t.name.clone())
+            .collect();
         Ok(Processor {
             tables,
             references: References::new(used),
             times,
             joins,
+            headers,
         })
     }
 
@@ -357,6 +366,18 @@ impl Processor {
         states: &mut BTreeMap<i32, PartitionState>,
         now_ms: i64,
     ) -> Result<Vec<Derived>> {
+        // A table that kept `kafka_headers` after its spec stopped asking for them has the
+        // column in its rows, which the SQL was not planned with.
+        let without_headers;
+        let rows = match rows.schema().index_of(crate::kafka::HEADERS) {
+            Ok(i) if !self.headers.contains(source) => {
+                let mut r = rows.clone();
+                r.remove_column(i);
+                without_headers = r;
+                &without_headers
+            }
+            _ => rows,
+        };
         let mut out = Vec::new();
         for t in self
             .tables

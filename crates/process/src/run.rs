@@ -123,7 +123,13 @@ fn evaluate_batch(
                 .map_err(|e| format!("{name}: {e}"))?
         });
     }
-    let kafka_start = plan.source_offset + source.num_columns() - kafka::COLUMNS.len();
+    // The five Kafka columns every table has (not the source's `kafka_headers`, which follows
+    // them in a table that has it: a derived table does not carry it).
+    let kafka_start = plan.source_offset
+        + source
+            .schema()
+            .index_of(kafka::PARTITION)
+            .map_err(|e| e.to_string())?;
     for i in 0..kafka::COLUMNS.len() {
         out.push(Arc::clone(input.column(kafka_start + i)));
     }

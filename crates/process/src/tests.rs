@@ -497,6 +497,7 @@ sql = """{sql}"""
                     offset: i as i64,
                     timestamp_us: 0,
                     key: None,
+                    headers: &[],
                 },
             );
         }

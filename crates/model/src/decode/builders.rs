@@ -147,17 +147,23 @@ pub struct RowBuilder {
 }
 
 impl RowBuilder {
-    /// A builder for `table`, sized for `capacity` rows.
+    /// A builder for `table`, sized for `capacity` rows. When `layout` has `kafka_headers`, the
+    /// rows carry the records' headers if the spec asks for them (`kafka_headers = true`), NULL
+    /// if not (the table kept the column after the option was turned off).
     pub fn new(table: &TableSpec, layout: Arc<TableLayout>, capacity: usize) -> Result<Self> {
         let columns = table
             .leaves()
             .iter()
             .map(|c| ColumnBuilder::new(c.column_type, capacity))
             .collect::<Result<_>>()?;
+        let mut kafka = KafkaBuilders::with_capacity(capacity);
+        if let Some((_, field)) = layout.arrow_schema.column_with_name(kafka::HEADERS) {
+            kafka = kafka.with_headers(field, table.kafka_headers)?;
+        }
         Ok(RowBuilder {
             layout,
             columns,
-            kafka: KafkaBuilders::with_capacity(capacity),
+            kafka,
             rows: 0,
         })
     }
@@ -187,13 +193,19 @@ impl RowBuilder {
     /// The rows as one batch in the table's Arrow schema; the builder is empty afterwards.
     pub fn finish(&mut self) -> Result<RecordBatch> {
         let leaves: Vec<ArrayRef> = self.columns.iter_mut().map(ColumnBuilder::finish).collect();
-        let business = self.layout.arrow_schema.fields().len() - kafka::COLUMNS.len();
+        // The Kafka columns come last: the five, then `kafka_headers` where the table has it.
+        let business = self
+            .layout
+            .arrow_schema
+            .fields()
+            .len()
+            .saturating_sub(self.kafka.columns());
         let mut leaves = leaves.into_iter();
-        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(business + kafka::COLUMNS.len());
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(business + self.kafka.columns());
         for field in self.layout.arrow_schema.fields().iter().take(business) {
             arrays.push(assemble(field, &mut leaves, &self.layout.name)?);
         }
-        arrays.extend(self.kafka.finish());
+        arrays.extend(self.kafka.finish()?);
         self.rows = 0;
         RecordBatch::try_new(self.layout.arrow_schema.clone(), arrays).map_err(|e| {
             Error::Internal(format!(

@@ -216,7 +216,7 @@ columns = [
                 .collect();
             for (i, text) in texts.iter().enumerate() {
                 let cells = decoder.decode(text).expect("decodes");
-                rows.append(&cells, RecordMeta { partition: 0, offset: i as i64, timestamp_us: 0, key: None });
+                rows.append(&cells, RecordMeta { partition: 0, offset: i as i64, timestamp_us: 0, key: None, headers: &[] });
             }
             let batch = rows.finish().expect("batch");
             let c = batch.column(1).as_any().downcast_ref::<StructArray>().expect("struct");
@@ -232,5 +232,175 @@ columns = [
                 prop_assert_eq!(c.is_valid(i), want_name.is_some() || want_zip.is_some());
             }
         }
+    }
+}
+
+/// The records' headers in `kafka_headers`, after the other Kafka columns.
+mod headers {
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Array, RecordBatch};
+
+    use super::*;
+    use crate::esm::EsmHeader;
+    use crate::kafka::{self, RecordMeta};
+    use crate::schema::TableLayout;
+    use crate::spec::TableSpec;
+
+    /// A table with a struct column (its fields' ids come before the headers' nested ones).
+    fn table(headers: bool) -> TableSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "t"
+topic = "t"
+kafka_headers = {headers}
+columns = [
+  {{ name = "id", type = "string", required = true }},
+  {{ name = "c", type = "struct", path = "$.customer", fields = [{{ name = "name", type = "string" }}] }},
+]
+"#
+        );
+        PipelineSpec::parse(&text, Path::new("t.toml"), &crate::spec::NoSql)
+            .expect("spec")
+            .tables
+            .remove(0)
+    }
+
+    fn header(key: &str, value: Option<&[u8]>) -> EsmHeader {
+        EsmHeader {
+            key: key.into(),
+            value: value.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// The rows of `records` (JSON value, headers) for `table`, written with `layout`.
+    fn batch(
+        table: &TableSpec,
+        layout: TableLayout,
+        records: &[(&str, Vec<EsmHeader>)],
+    ) -> RecordBatch {
+        let decoder = RecordDecoder::new(table);
+        let mut rows = RowBuilder::new(table, Arc::new(layout), records.len()).expect("builder");
+        for (i, (json, headers)) in records.iter().enumerate() {
+            let cells = decoder.decode(json).expect("decodes");
+            rows.append(
+                &cells,
+                RecordMeta {
+                    partition: 0,
+                    offset: i as i64,
+                    timestamp_us: 0,
+                    key: None,
+                    headers,
+                },
+            );
+        }
+        rows.finish().expect("batch")
+    }
+
+    /// Each row's headers: `None` for NULL, else (key, value) in order.
+    type Headers = Option<Vec<(String, Option<Vec<u8>>)>>;
+
+    fn headers_of(batch: &RecordBatch) -> Vec<Headers> {
+        let list = batch
+            .column_by_name(kafka::HEADERS)
+            .expect("kafka_headers")
+            .as_list::<i32>();
+        (0..list.len())
+            .map(|i| {
+                list.is_valid(i).then(|| {
+                    let entries = list.value(i);
+                    let entries = entries.as_struct();
+                    let keys = entries.column(0).as_string::<i32>();
+                    let values = entries.column(1).as_binary::<i64>();
+                    (0..entries.len())
+                        .map(|j| {
+                            let value = values.is_valid(j).then(|| values.value(j).to_vec());
+                            (keys.value(j).to_string(), value)
+                        })
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    fn records() -> Vec<(&'static str, Vec<EsmHeader>)> {
+        vec![
+            (
+                r#"{"id": "1", "customer": {"name": "x"}}"#,
+                vec![
+                    header("trace", Some(b"a")),
+                    header("trace", Some(b"b")),
+                    header("flag", None),
+                    header("trace", Some(b"")),
+                ],
+            ),
+            (r#"{"id": "2"}"#, vec![]),
+            (r#"{"id": "3"}"#, vec![header("source", Some(b"web"))]),
+        ]
+    }
+
+    #[test]
+    fn a_batch_carries_each_records_headers_in_order() {
+        let t = table(true);
+        let layout = TableLayout::for_table(&t).expect("layout");
+        let b = batch(&t, layout, &records());
+        let names: Vec<&str> = b
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(names[2..7], kafka::NAMES);
+        assert_eq!(names[7..], [kafka::HEADERS]);
+        let h = |k: &str, v: Option<&[u8]>| (k.to_string(), v.map(<[u8]>::to_vec));
+        assert_eq!(
+            headers_of(&b),
+            [
+                // Repeated keys in the record's order; a header without a value has NULL.
+                Some(vec![
+                    h("trace", Some(b"a")),
+                    h("trace", Some(b"b")),
+                    h("flag", None),
+                    h("trace", Some(b"")),
+                ]),
+                // No headers: an empty list, not NULL.
+                Some(vec![]),
+                Some(vec![h("source", Some(b"web"))]),
+            ]
+        );
+        // The business columns are still assembled in front of the Kafka columns.
+        let c = b.column(1).as_struct();
+        assert!(c.is_valid(0) && !c.is_valid(1));
+        assert_eq!(
+            b.column_by_name(kafka::OFFSET)
+                .expect("offset")
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .values(),
+            &[0, 1, 2]
+        );
+    }
+
+    #[test]
+    fn a_table_without_the_option_has_no_headers_column() {
+        let t = table(false);
+        let layout = TableLayout::for_table(&t).expect("layout");
+        assert!(!layout.has_headers());
+        let b = batch(&t, layout, &records());
+        assert_eq!(b.num_columns(), 2 + kafka::COLUMNS.len());
+        assert!(b.column_by_name(kafka::HEADERS).is_none());
+    }
+
+    #[test]
+    fn a_table_that_kept_the_column_gets_null_once_the_option_is_off() {
+        // The catalog's table has the column; the spec no longer asks for it.
+        let kept = TableLayout::for_table(&table(true)).expect("layout");
+        let off = table(false);
+        let spec_layout = TableLayout::for_table(&off).expect("layout");
+        assert!(kept.fits(&spec_layout) && !kept.same_shape(&spec_layout));
+        assert!(!spec_layout.fits(&kept));
+        let b = batch(&off, kept, &records());
+        assert_eq!(headers_of(&b), [None, None, None]);
     }
 }

@@ -13,6 +13,9 @@
 //! - a column no longer in the spec is dropped from the schema (its data stays in the files that
 //!   have it), unless a partition field is computed from it.
 //!
+//! `kafka_headers = true` adds the `kafka_headers` column after the other Kafka columns; turning
+//! the option off never drops it (new rows leave it NULL).
+//!
 //! A struct column's fields are planned the same way, one level down (`+ column customer.tier`).
 
 use std::fmt;
@@ -224,6 +227,22 @@ pub fn plan(
             }
         }
     }
+    // The headers: kept where the table has them (even when the spec no longer asks for them),
+    // added when the spec asks.
+    match by_name(kafka::HEADERS) {
+        Some(f) => evolved.push(f.as_ref().clone()),
+        None if spec.kafka_headers => {
+            let id = p.next_id + 1;
+            let f = kafka::headers_field(id, id + 1);
+            p.next_id = id + kafka::HEADERS_NESTED_IDS;
+            p.changes.push(Change::Add {
+                name: f.name.clone(),
+                ty: show_type(&f.field_type),
+            });
+            evolved.push(f);
+        }
+        None => {}
+    }
 
     let same_order = {
         let have: Vec<&NestedField> = current
@@ -256,9 +275,13 @@ fn ids(fields: &[&NestedField]) -> Vec<i32> {
     let mut out = Vec::new();
     for f in fields {
         out.push(f.id);
-        if let Type::Struct(s) = f.field_type.as_ref() {
-            let inner: Vec<&NestedField> = s.fields().iter().map(|f| f.as_ref()).collect();
-            out.extend(ids(&inner));
+        match f.field_type.as_ref() {
+            Type::Struct(s) => {
+                let inner: Vec<&NestedField> = s.fields().iter().map(|f| f.as_ref()).collect();
+                out.extend(ids(&inner));
+            }
+            Type::List(l) => out.extend(ids(&[l.element_field.as_ref()])),
+            _ => {}
         }
     }
     out
@@ -449,10 +472,12 @@ impl Planner<'_> {
     }
 }
 
-/// A type as plans show it: `string`, `decimal(18,2)`, `struct<id string, tier string>`.
+/// A type as plans show it: `string`, `decimal(18,2)`, `struct<id string, tier string>`,
+/// `list<struct<key string, value binary>>`.
 pub fn show_type(ty: &Type) -> String {
     match ty {
         Type::Primitive(p) => show(p),
+        Type::List(l) => format!("list<{}>", show_type(&l.element_field.field_type)),
         Type::Struct(s) => {
             let fields: Vec<String> = s
                 .fields()

@@ -260,3 +260,73 @@ fn a_structs_fields_are_added_widened_and_dropped_by_field_id() {
         p.refused
     );
 }
+
+fn with_headers(columns: &str, headers: bool) -> TableSpec {
+    let mut t = table(columns);
+    t.kafka_headers = headers;
+    t
+}
+
+#[test]
+fn turning_the_headers_on_adds_the_column_after_the_kafka_columns() {
+    let s = current();
+    let last = s.highest_field_id();
+    let p = plan(&s, last, &[4], &with_headers(V1, true));
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+    assert_eq!(
+        lines(&p),
+        ["+ column kafka_headers list<struct<key string, value binary>> (optional)"]
+    );
+    let evolved = p.evolved.expect("evolved");
+    let names: Vec<&str> = evolved
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names[4..9], crate::kafka::NAMES);
+    assert_eq!(names[9..], [crate::kafka::HEADERS]);
+    // The column, then its element, key and value, after every id the table has used.
+    let id = |name: &str| evolved.field_by_name(name).map(|f| f.id);
+    assert_eq!(id("kafka_headers"), Some(last + 1));
+    assert_eq!(id("kafka_headers.element"), Some(last + 2));
+    assert_eq!(id("kafka_headers.element.key"), Some(last + 3));
+    assert_eq!(id("kafka_headers.element.value"), Some(last + 4));
+    assert_eq!(evolved.highest_field_id(), last + 4);
+    assert!(
+        !evolved
+            .field_by_name("kafka_headers")
+            .expect("headers")
+            .required
+    );
+    // The Kafka columns keep their ids.
+    for k in crate::kafka::NAMES {
+        assert_eq!(id(k), s.field_by_name(k).map(|f| f.id));
+    }
+    // Planned again against the evolved table: nothing left to do.
+    let again = plan(&evolved, last + 4, &[4], &with_headers(V1, true));
+    assert!(again.is_empty(), "{:?}", lines(&again));
+}
+
+#[test]
+fn turning_the_headers_off_keeps_the_column() {
+    let s = TableLayout::for_table(&with_headers(V1, true))
+        .expect("layout")
+        .schema
+        .as_ref()
+        .clone();
+    let headers = s.field_by_name("kafka_headers").expect("headers").clone();
+    let p = plan(&s, s.highest_field_id(), &[4], &with_headers(V1, false));
+    assert!(p.is_empty(), "{:?}", lines(&p));
+    assert!(p.evolved.is_none());
+    // Another change keeps it too, with its ids, still last.
+    let v2 = format!("{V1}\n{{ name = \"extra\", type = \"double\" }},");
+    let p = plan(&s, s.highest_field_id(), &[4], &with_headers(&v2, false));
+    assert_eq!(lines(&p), ["+ column extra double (optional)"]);
+    let evolved = p.evolved.expect("evolved");
+    assert_eq!(evolved.field_by_name("kafka_headers"), Some(&headers));
+    assert_eq!(
+        evolved.as_struct().fields().last().map(|f| f.name.as_str()),
+        Some(crate::kafka::HEADERS)
+    );
+}

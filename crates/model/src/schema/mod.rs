@@ -1,7 +1,8 @@
 //! Schema mapping: a [`TableSpec`] becomes an Iceberg schema, partition spec and Arrow schema.
 //!
 //! Field ids are assigned in order, business columns first (1..n) then the Kafka metadata
-//! columns, which is also the order in which Iceberg assigns fresh ids when a table is created,
+//! columns, then the nested fields (struct columns' fields, `kafka_headers`' element, key and
+//! value), which is also the order in which Iceberg assigns fresh ids when a table is created,
 //! so the Parquet files written by ingest carry the ids the table will have.
 
 use std::sync::Arc;
@@ -83,20 +84,43 @@ impl TableLayout {
     /// Whether `other` has the same columns (names, types, nullability, order) and partitioning,
     /// whatever the field ids: the rows one builds fit the other.
     pub fn same_shape(&self, other: &TableLayout) -> bool {
-        let strip = |s: &arrow_schema::Schema| {
-            s.fields()
-                .iter()
-                .map(|f| {
-                    (
-                        f.name().clone(),
-                        without_ids(f.data_type()),
-                        f.is_nullable(),
-                    )
-                })
-                .collect::<Vec<_>>()
-        };
-        strip(&self.arrow_schema) == strip(&other.arrow_schema)
-            && self.partitioning() == other.partitioning()
+        self.shape() == other.shape() && self.partitioning() == other.partitioning()
+    }
+
+    /// Whether this layout (the catalog's) can stand for `spec` (the spec's layout) when rows
+    /// of the spec's table are written: the same shape, or the same but for a `kafka_headers`
+    /// column at the end that the spec no longer asks for (the table keeps it, and rows built
+    /// with this layout leave it NULL).
+    pub fn fits(&self, spec: &TableLayout) -> bool {
+        if self.same_shape(spec) {
+            return true;
+        }
+        let (mine, theirs) = (self.shape(), spec.shape());
+        self.partitioning() == spec.partitioning()
+            && !theirs.iter().any(|(name, _, _)| name == kafka::HEADERS)
+            && mine
+                .split_last()
+                .is_some_and(|(last, rest)| last.0 == kafka::HEADERS && rest == theirs)
+    }
+
+    /// Whether the layout has the `kafka_headers` column.
+    pub fn has_headers(&self) -> bool {
+        self.arrow_schema.column_with_name(kafka::HEADERS).is_some()
+    }
+
+    /// The columns' names, types (without field ids) and nullability, in order.
+    fn shape(&self) -> Vec<(String, arrow_schema::DataType, bool)> {
+        self.arrow_schema
+            .fields()
+            .iter()
+            .map(|f| {
+                (
+                    f.name().clone(),
+                    without_ids(f.data_type()),
+                    f.is_nullable(),
+                )
+            })
+            .collect()
     }
 
     /// The partitioning as written in specs and messages: `["day(created_at)"]`. Pending files
@@ -105,14 +129,20 @@ impl TableLayout {
         describe_partitioning(&self.partition_spec, &self.schema)
     }
 
-    /// The layout of a table from the pipeline spec: its columns, then the Kafka columns.
+    /// The layout of a table from the pipeline spec: its columns, then the Kafka columns
+    /// (`kafka_headers` last, when the spec asks for it).
     pub fn for_table(spec: &TableSpec) -> Result<Self> {
         // Ids as Iceberg assigns them at creation: the top level first (the columns, then the
-        // Kafka columns), then each struct's fields, its own structs' before the next struct's.
+        // Kafka columns), then each struct's fields, its own structs' before the next struct's,
+        // then `kafka_headers`' element and the element's key and value.
         let n = spec.columns.len() as i32;
-        let mut next = n + kafka::COLUMNS.len() as i32 + 1;
+        let kafka_n = kafka::COLUMNS.len() as i32 + i32::from(spec.kafka_headers);
+        let mut next = n + kafka_n + 1;
         let mut fields = fields_with_ids(&spec.columns, 1, &mut next);
         fields.extend(kafka::fields(n + 1));
+        if spec.kafka_headers {
+            fields.push(kafka::headers_field(n + kafka_n, next));
+        }
         let partitions: Vec<_> = spec
             .partition_by
             .iter()
@@ -164,16 +194,16 @@ pub fn describe_partitioning(spec: &PartitionSpec, schema: &Schema) -> Vec<Strin
         .collect()
 }
 
-/// `ty` without the field ids of nested fields (a struct's fields carry theirs as metadata).
+/// `ty` without the field ids of nested fields (a struct's fields and a list's element carry
+/// theirs as metadata).
 fn without_ids(ty: &arrow_schema::DataType) -> arrow_schema::DataType {
     use arrow_schema::{DataType, Field};
+    let bare = |f: &Field| Field::new(f.name(), without_ids(f.data_type()), f.is_nullable());
     match ty {
-        DataType::Struct(fields) => DataType::Struct(
-            fields
-                .iter()
-                .map(|f| Field::new(f.name(), without_ids(f.data_type()), f.is_nullable()))
-                .collect(),
-        ),
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(|f| bare(f)).collect()),
+        DataType::List(element) => DataType::List(Arc::new(bare(element))),
+        DataType::LargeList(element) => DataType::LargeList(Arc::new(bare(element))),
+        DataType::Map(entries, sorted) => DataType::Map(Arc::new(bare(entries)), *sorted),
         other => other.clone(),
     }
 }
@@ -273,6 +303,117 @@ columns = [
         assert_eq!(id("s.inner.deep"), Some(13));
         assert_eq!(id("u.z"), Some(14));
         assert_eq!(id("kafka_partition"), Some(5));
+    }
+
+    /// `kafka_headers`: the last top-level column, its element and the element's key and value
+    /// numbered after every struct column's fields, as table creation numbers them.
+    #[test]
+    fn the_headers_column_has_its_type_and_the_ids_table_creation_assigns() {
+        let text = r#"
+[[tables]]
+name = "t"
+topic = "t"
+kafka_headers = true
+columns = [
+  { name = "a", type = "string" },
+  { name = "s", type = "struct", fields = [
+      { name = "x", type = "int" },
+      { name = "inner", type = "struct", fields = [{ name = "deep", type = "long" }] },
+  ] },
+  { name = "b", type = "double" },
+]
+"#;
+        let spec =
+            PipelineSpec::parse(text, Path::new("t.toml"), &crate::spec::NoSql).expect("spec");
+        let layout = TableLayout::for_table(&spec.tables[0]).expect("layout");
+        let creation = iceberg::TableCreation::builder()
+            .name("t".into())
+            .location("file:///tmp/t".into())
+            .schema(layout.schema.as_ref().clone())
+            .build();
+        let created = iceberg::spec::TableMetadataBuilder::from_table_creation(creation)
+            .and_then(|b| b.build())
+            .expect("metadata")
+            .metadata;
+        assert_eq!(
+            created.current_schema().as_struct(),
+            layout.schema.as_struct()
+        );
+        let top: Vec<&str> = layout
+            .schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(top[3..8], kafka::NAMES);
+        assert_eq!(top[8..], [kafka::HEADERS]);
+        let id = |name: &str| layout.schema.field_by_name(name).map(|f| f.id);
+        assert_eq!(id("kafka_key_bytes"), Some(8));
+        assert_eq!(id("kafka_headers"), Some(9));
+        assert_eq!(id("s.inner.deep"), Some(12));
+        let headers = layout
+            .schema
+            .field_by_name("kafka_headers")
+            .expect("headers");
+        assert!(!headers.required);
+        let Type::List(list) = headers.field_type.as_ref() else {
+            panic!("{:?}", headers.field_type);
+        };
+        assert_eq!(list.element_field.id, 13);
+        assert!(list.element_field.required);
+        let Type::Struct(entry) = list.element_field.field_type.as_ref() else {
+            panic!("{:?}", list.element_field.field_type);
+        };
+        let entry: Vec<(i32, &str, bool, &Type)> = entry
+            .fields()
+            .iter()
+            .map(|f| (f.id, f.name.as_str(), f.required, f.field_type.as_ref()))
+            .collect();
+        assert_eq!(
+            entry,
+            [
+                (14, "key", true, &Type::Primitive(PrimitiveType::String)),
+                (15, "value", false, &Type::Primitive(PrimitiveType::Binary)),
+            ]
+        );
+        // Arrow: a list of (Utf8, LargeBinary), the ids carried as field metadata.
+        let field = layout
+            .arrow_schema
+            .field_with_name("kafka_headers")
+            .expect("field");
+        let DataType::List(element) = field.data_type() else {
+            panic!("{}", field.data_type());
+        };
+        assert_eq!(
+            element
+                .metadata()
+                .get("PARQUET:field_id")
+                .map(String::as_str),
+            Some("13")
+        );
+        let DataType::Struct(fields) = element.data_type() else {
+            panic!("{}", element.data_type());
+        };
+        assert_eq!(fields[0].data_type(), &DataType::Utf8);
+        assert_eq!(fields[1].data_type(), &DataType::LargeBinary);
+        // The same shape as a layout whose ids differ (an evolved table's).
+        let evolved_ids = TableLayout::build(
+            "t",
+            layout
+                .schema
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|f| match f.name.as_str() {
+                    "kafka_headers" => kafka::headers_field(f.id, 40),
+                    _ => f.as_ref().clone(),
+                })
+                .collect(),
+            &[],
+        )
+        .expect("layout");
+        assert!(evolved_ids.same_shape(&layout));
     }
 
     #[test]

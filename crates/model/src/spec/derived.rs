@@ -273,6 +273,7 @@ pub(super) fn parse_derived(
                 format: super::Format::Json,
                 registry_subject: None,
                 registry_message: None,
+                kafka_headers: false,
             },
             source: inferred.source,
             references: inferred.references,

@@ -67,6 +67,8 @@ struct RawTable {
     idle_timeout: Option<Spanned<String>>,
     max_event_time_ahead: Option<Spanned<String>>,
     format: Option<Spanned<String>>,
+    /// Any value, so that a wrong one is refused naming the key.
+    kafka_headers: Option<Spanned<toml::Value>>,
 }
 
 fn yes() -> bool {
@@ -268,6 +270,26 @@ pub(super) fn parse_spec(
                 _ => et.max_ahead_ms = ms,
             }
         }
+        let kafka_headers = match &t.kafka_headers {
+            None => false,
+            Some(v) => match v.get_ref() {
+                toml::Value::Boolean(b) => *b,
+                other => {
+                    let shown = match other {
+                        toml::Value::String(s) => format!("the string {s:?}"),
+                        toml::Value::Integer(i) => format!("the integer {i}"),
+                        toml::Value::Float(f) => format!("the float {f}"),
+                        other => format!("a value of type {}", other.type_str()),
+                    };
+                    return Err(at(
+                        v.span(),
+                        format!(
+                            "table {name:?}: kafka_headers must be true (the records' headers in a column kafka_headers) or false (the default), not {shown}"
+                        ),
+                    ));
+                }
+            },
+        };
         tables.push(TableSpec {
             name: name.clone(),
             topic: topic.clone(),
@@ -279,6 +301,7 @@ pub(super) fn parse_spec(
             format,
             registry_subject,
             registry_message,
+            kafka_headers,
         });
     }
     let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;

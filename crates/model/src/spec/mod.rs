@@ -20,6 +20,9 @@
 //!   { name = "created_at", type = "timestamp", required = true },
 //! ]
 //! ```
+//!
+//! `kafka_headers = true` in a `[[tables]]` entry adds the records' headers to the table, as
+//! the column `kafka_headers list<struct<key string, value binary>>` (see [`crate::kafka`]).
 
 mod columns;
 mod derived;
@@ -225,6 +228,9 @@ pub struct TableSpec {
     /// For a Protobuf registry table: the message whose fields are the columns (`message =
     /// "shop.Order"`; default the file's first message).
     pub registry_message: Option<String>,
+    /// Whether the table has the records' headers in a `kafka_headers` column (`kafka_headers =
+    /// true`; default false). Turning it off later keeps the column, with NULL in new rows.
+    pub kafka_headers: bool,
 }
 
 /// How a topic's record values are encoded.

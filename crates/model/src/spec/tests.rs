@@ -52,6 +52,29 @@ fn unknown_keys_are_refused() {
 }
 
 #[test]
+fn kafka_headers_is_off_by_default_and_takes_true_or_false() {
+    assert!(!parse(GOOD).expect("valid").tables[0].kafka_headers);
+    let on = GOOD.replace("topic = \"t\"", "topic = \"t\"\nkafka_headers = true");
+    assert!(parse(&on).expect("valid").tables[0].kafka_headers);
+    let off = GOOD.replace("topic = \"t\"", "topic = \"t\"\nkafka_headers = false");
+    assert!(!parse(&off).expect("valid").tables[0].kafka_headers);
+    for wrong in ["\"yes\"", "1", "[true]"] {
+        let msg = error(&GOOD.replace(
+            "topic = \"t\"",
+            &format!("topic = \"t\"\nkafka_headers = {wrong}"),
+        ));
+        assert!(msg.starts_with("p.toml:5:17:"), "{msg}");
+        assert!(msg.contains("kafka_headers must be true"), "{msg}");
+    }
+    assert!(
+        error(&on.replace("kafka_headers = true", "kafka_headers = \"yes\""))
+            .contains("the string \"yes\"")
+    );
+    // The column's name is reserved like the other Kafka columns'.
+    assert!(error(&GOOD.replace("name = \"id\"", "name = \"kafka_headers\"")).contains("reserved"));
+}
+
+#[test]
 fn reserved_and_invalid_names_are_refused() {
     assert!(error(&GOOD.replace("name = \"id\"", "name = \"kafka_offset\"")).contains("reserved"));
     assert!(error(&GOOD.replace("name = \"t\"", "name = \"dead_letters\"")).contains("reserved"));

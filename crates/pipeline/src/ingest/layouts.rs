@@ -84,14 +84,16 @@ impl Ingestor {
     /// Writes with `resolved`'s layouts, and refuses the topics of refused tables.
     pub fn use_layouts(&mut self, resolved: &Resolved) {
         for layout in resolved.layouts.values() {
+            // A topic's table may have `kafka_headers` its spec no longer asks for: its rows are
+            // built with the column (NULL), and the derived tables' SQL runs without it.
             for t in self.topics.values_mut() {
-                if t.spec.name == layout.name && t.layout.same_shape(layout) {
+                if t.spec.name == layout.name && layout.fits(&t.layout) {
                     t.layout = layout.clone();
                 }
             }
             self.processor.use_layout(layout);
             if let Some(l) = self.layouts.get_mut(&layout.name)
-                && l.same_shape(layout)
+                && layout.fits(l)
             {
                 *l = layout.clone();
             }

@@ -219,7 +219,181 @@ fn decode_one(
             offset: record.offset,
             timestamp_us,
             key,
+            headers: &record.headers,
         },
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Array, RecordBatch};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use crate::backend::{Backend, BackendConfig};
+    use crate::esm::EsmEvent;
+    use crate::ingest::Ingestor;
+    use crate::kafka;
+    use crate::spec::PipelineSpec;
+    use crate::table::encode::EncodedFile;
+    use crate::tables::TableSet;
+
+    /// A topic's table with `kafka_headers` as `headers` says, and a derived table over it that
+    /// does not select them.
+    fn spec(headers: bool) -> PipelineSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+kafka_headers = {headers}
+columns = [{{ name = "id", type = "string", required = true }}]
+
+[[derived_tables]]
+name = "orders_upper"
+sql = "SELECT id, upper(id) AS big FROM orders"
+"#
+        );
+        PipelineSpec::parse(&text, Path::new("p.toml"), &crate::process::Planner).expect("spec")
+    }
+
+    /// Three records: two headers under one key and one without a value; none; one.
+    fn event() -> EsmEvent {
+        use base64::Engine as _;
+        let value = |id: &str| {
+            base64::engine::general_purpose::STANDARD.encode(format!(r#"{{"id":"{id}"}}"#))
+        };
+        serde_json::from_str(&format!(
+            r#"{{"records":{{"orders-0":[
+              {{"topic":"orders","partition":0,"offset":0,"timestamp":1,"value":"{}",
+                "headers":[{{"trace":[97]}},{{"trace":[98,99]}},{{"empty":null}}]}},
+              {{"topic":"orders","partition":0,"offset":1,"timestamp":1,"value":"{}"}},
+              {{"topic":"orders","partition":0,"offset":2,"timestamp":1,"value":"{}",
+                "headers":[{{"source":[119,101,98]}}]}}
+            ]}}}}"#,
+            value("a"),
+            value("b"),
+            value("c")
+        ))
+        .expect("event")
+    }
+
+    /// The rows of the files of `table`, read back from their Parquet bytes.
+    fn rows(files: &[EncodedFile], table: &str) -> Vec<RecordBatch> {
+        files
+            .iter()
+            .filter(|f| f.table == table)
+            .flat_map(|f| {
+                ParquetRecordBatchReaderBuilder::try_new(f.bytes.clone())
+                    .expect("parquet")
+                    .build()
+                    .expect("reader")
+                    .map(|b| b.expect("batch"))
+            })
+            .collect()
+    }
+
+    /// Each row's headers: `None` for NULL, else (key, value) in order.
+    type Headers = Option<Vec<(String, Option<Vec<u8>>)>>;
+
+    fn headers(batch: &RecordBatch) -> Vec<Headers> {
+        let list = batch
+            .column_by_name(kafka::HEADERS)
+            .expect("kafka_headers")
+            .as_list::<i32>();
+        (0..list.len())
+            .map(|i| {
+                list.is_valid(i).then(|| {
+                    let entries = list.value(i);
+                    let entries = entries.as_struct();
+                    let keys = entries.column(0).as_string::<i32>();
+                    let values = entries.column(1).as_binary::<i64>();
+                    (0..entries.len())
+                        .map(|j| {
+                            let value = values.is_valid(j).then(|| values.value(j).to_vec());
+                            (keys.value(j).to_string(), value)
+                        })
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn headers_land_in_order_and_derived_tables_still_run() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let backend = Backend::connect(&BackendConfig::Embedded {
+            home: home.path().to_path_buf(),
+        })
+        .await
+        .expect("backend");
+        let ingestor = Ingestor::new(&spec(true), &backend).expect("ingestor");
+        let (records, files) = ingestor.encode_event(&event()).await.expect("encode");
+        assert_eq!(records, 3);
+        let orders = rows(&files, "orders");
+        assert_eq!(orders.len(), 1);
+        let schema = orders[0].schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names[names.len() - 2..],
+            [kafka::KEY_BYTES, kafka::HEADERS],
+            "{names:?}"
+        );
+        let h = |k: &str, v: Option<&[u8]>| (k.to_string(), v.map(<[u8]>::to_vec));
+        assert_eq!(
+            headers(&orders[0]),
+            [
+                Some(vec![
+                    h("trace", Some(b"a")),
+                    h("trace", Some(b"bc")),
+                    h("empty", None)
+                ]),
+                Some(vec![]),
+                Some(vec![h("source", Some(b"web"))]),
+            ]
+        );
+        // The derived table runs over the same rows, without the headers.
+        let upper = rows(&files, "orders_upper");
+        assert_eq!(upper.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
+        assert!(upper[0].column_by_name(kafka::HEADERS).is_none());
+        assert!(upper[0].column_by_name(kafka::OFFSET).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_table_that_keeps_its_headers_column_gets_null_once_the_option_is_off() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let backend = Backend::connect(&BackendConfig::Embedded {
+            home: home.path().to_path_buf(),
+        })
+        .await
+        .expect("backend");
+        let on = spec(true);
+        TableSet::new(&on, &backend.namespace)
+            .expect("tables")
+            .ensure_all(&backend)
+            .await
+            .expect("created with the headers");
+        let off = spec(false);
+        let ingestor = Ingestor::connect(&off, &backend).await.expect("ingestor");
+        assert!(!ingestor.has_refused());
+        let (_, files) = ingestor.encode_event(&event()).await.expect("encode");
+        let orders = rows(&files, "orders");
+        assert_eq!(headers(&orders[0]), [None, None, None]);
+        // The file carries the table's ids (the column kept, after the five).
+        let id = |name: &str| {
+            orders[0]
+                .schema()
+                .field_with_name(name)
+                .expect(name)
+                .metadata()
+                .get("PARQUET:field_id")
+                .cloned()
+        };
+        assert_eq!(id(kafka::HEADERS).as_deref(), Some("7"));
+        let upper = rows(&files, "orders_upper");
+        assert_eq!(upper.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
+    }
 }

@@ -1,0 +1,565 @@
+//! `streamtable run` against a real Apache Kafka broker (scripts/kafka-local, started by
+//! scripts/test as `STREAMTABLE_TEST_KAFKA`), with records produced by a client nobody here
+//! wrote (confluent-kafka, tests/py/kafka_client.py), read back by pyiceberg.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn broker() -> String {
+    std::env::var("STREAMTABLE_TEST_KAFKA").expect(
+        "STREAMTABLE_TEST_KAFKA is not set: these tests need a Kafka broker; run ./scripts/test, \
+         which starts one (scripts/kafka-local)",
+    )
+}
+
+fn python() -> String {
+    std::env::var("STREAMTABLE_TEST_PYTHON").expect(
+        "STREAMTABLE_TEST_PYTHON is not set: run ./scripts/test, which installs confluent-kafka \
+         and pyiceberg",
+    )
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(name)
+}
+
+/// A name no other test (or earlier run on the same broker) uses.
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}_{:x}", nanos % (1 << 40))
+}
+
+fn client(bootstrap: &str, args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg(script("kafka_client.py"))
+        .args(args)
+        .args(["--bootstrap", bootstrap])
+        .output()
+        .expect("run kafka_client.py");
+    assert!(
+        out.status.success(),
+        "kafka_client.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.stdout.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout).expect("kafka_client.py prints JSON")
+    }
+}
+
+fn produce(bootstrap: &str, plan: Value) -> Vec<Value> {
+    let v = client(bootstrap, &["produce", "--plan", &plan.to_string()]);
+    v.as_array().expect("a manifest").clone()
+}
+
+/// A spec with one JSON table per topic (table name = topic), columns id, n, amount.
+fn write_spec(dir: &Path, topics: &[&str], headers: bool) -> PathBuf {
+    let mut toml = String::from("[settings]\nmax_record_bytes = 1048576\n");
+    for t in topics {
+        toml.push_str(&format!(
+            "\n[[tables]]\nname = \"{t}\"\ntopic = \"{t}\"\n{}columns = [\n  \
+             {{ name = \"id\", type = \"string\", required = true }},\n  \
+             {{ name = \"n\", type = \"long\", required = true }},\n  \
+             {{ name = \"amount\", type = \"double\" }},\n]\n",
+            if headers {
+                "kafka_headers = true\n"
+            } else {
+                ""
+            }
+        ));
+    }
+    let path = dir.join("pipeline.toml");
+    std::fs::write(&path, toml).expect("write spec");
+    path
+}
+
+fn streamtable(home: &Path, spec: &Path, bootstrap: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_streamtable"));
+    c.env("STREAMTABLE_HOME", home)
+        .env("STREAMTABLE_PIPELINE", spec)
+        .env_remove("STREAMTABLE_BACKEND")
+        .env("RUST_LOG", "warn")
+        .args(["run", "--bootstrap-servers", bootstrap])
+        .args([
+            "--maximum-batching-window",
+            "0.2",
+            "--schedule-interval",
+            "1",
+        ])
+        .args(extra);
+    c
+}
+
+/// Runs `streamtable run --until-idle` to its end, within `limit`.
+fn run_until_idle(home: &Path, spec: &Path, bootstrap: &str, extra: &[&str], limit: Duration) {
+    let mut child = streamtable(home, spec, bootstrap, extra)
+        .args(["--until-idle", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn streamtable run");
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let out = child.wait_with_output().expect("output");
+            assert!(
+                status.success(),
+                "streamtable run failed: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "streamtable run --until-idle did not finish within {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// pyiceberg's (partition, offset) keys of `table` (with the topic for dead_letters).
+fn keys(home: &Path, table: &str) -> Vec<Value> {
+    let out = Command::new(python())
+        .arg(script("read_table.py"))
+        .args([
+            "--reader",
+            "pyiceberg",
+            "--catalog",
+            "sql",
+            "--table",
+            table,
+        ])
+        .arg("--home")
+        .arg(home)
+        .output()
+        .expect("run read_table.py");
+    assert!(
+        out.status.success(),
+        "read_table.py {table}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    v["keys"].as_array().expect("keys").clone()
+}
+
+/// Per topic: the (partition, offset) of its records of each kind in `manifest`.
+fn expected(manifest: &[Value]) -> BTreeMap<(String, String), BTreeSet<(i64, i64)>> {
+    let mut out: BTreeMap<(String, String), BTreeSet<(i64, i64)>> = BTreeMap::new();
+    for r in manifest {
+        let key = (
+            r["topic"].as_str().expect("topic").to_string(),
+            r["kind"].as_str().expect("kind").to_string(),
+        );
+        let po = (
+            r["partition"].as_i64().expect("partition"),
+            r["offset"].as_i64().expect("offset"),
+        );
+        assert!(out.entry(key).or_default().insert(po), "{po:?} twice");
+    }
+    out
+}
+
+/// Asserts every committed good record of `topic` is in its table once, every bad one (and
+/// tombstone) in dead_letters once, and no aborted one anywhere.
+fn assert_exactly_once(home: &Path, topic: &str, manifest: &[Value], dead: &[Value]) {
+    let want = expected(manifest);
+    let of = |kind: &str| {
+        want.get(&(topic.to_string(), kind.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let landed: Vec<(i64, i64)> = keys(home, topic)
+        .iter()
+        .map(|k| (k[0].as_i64().expect("p"), k[1].as_i64().expect("o")))
+        .collect();
+    let landed_set: BTreeSet<(i64, i64)> = landed.iter().copied().collect();
+    assert_eq!(
+        landed.len(),
+        landed_set.len(),
+        "{topic}: a record landed twice"
+    );
+    let mut good = of("good");
+    for kind in want.keys().filter(|(t, _)| t == topic).map(|(_, k)| k) {
+        if kind.starts_with("size") {
+            good.extend(of(kind));
+        }
+    }
+    let missing: Vec<_> = good.difference(&landed_set).take(10).collect();
+    let extra: Vec<_> = landed_set.difference(&good).take(10).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{topic}: {} committed records, {} rows; missing {missing:?}, not produced as good \
+         {extra:?}",
+        good.len(),
+        landed.len()
+    );
+    let dead: Vec<(i64, i64)> = dead
+        .iter()
+        .filter(|k| k[0].as_str() == Some(topic))
+        .map(|k| (k[1].as_i64().expect("p"), k[2].as_i64().expect("o")))
+        .collect();
+    let dead_set: BTreeSet<(i64, i64)> = dead.iter().copied().collect();
+    assert_eq!(dead.len(), dead_set.len(), "{topic}: a dead letter twice");
+    let mut bad = of("bad");
+    bad.extend(of("tombstone"));
+    assert_eq!(dead_set, bad, "{topic}: dead letters");
+    let aborted = of("aborted");
+    assert!(
+        aborted.is_disjoint(&landed_set) && aborted.is_disjoint(&dead_set),
+        "{topic}: an aborted record landed"
+    );
+}
+
+/// A small deterministic generator (the seed is printed, so a failure can be replayed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// 100,000 records (1 in 100 bad) into 3 topics × 4 partitions by a real client, with lz4, zstd
+/// and gzip batches, and a transactional producer that aborts every third transaction, while
+/// `streamtable run` is killed with SIGKILL at random moments and restarted: every committed
+/// record lands exactly once, aborted ones never, bad ones are dead letters.
+#[test]
+fn records_from_a_real_broker_land_exactly_once_through_kills_and_aborted_transactions() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let base = unique("e2e");
+    let topics: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|s| format!("{base}_{s}"))
+        .collect();
+    let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let spec = write_spec(dir.path(), &refs, false);
+    for t in &topics {
+        client(&bootstrap, &["create", "--topic", t, "--partitions", "4"]);
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs());
+    eprintln!("kill schedule seed {seed}");
+    let mut rng = Lcg(seed);
+
+    // The producers, in the background: 30,000 + 30,000 + 30,000 plain records and 10,000
+    // transactional ones (every third transaction of 50 aborted).
+    let plans = [
+        serde_json::json!({"topic": topics[0], "records": 30000, "partitions": 4, "bad_every": 100, "compression": "lz4"}),
+        serde_json::json!({"topic": topics[1], "records": 30000, "partitions": 4, "bad_every": 100, "compression": "zstd"}),
+        serde_json::json!({"topic": topics[2], "records": 30000, "partitions": 4, "bad_every": 100, "compression": "gzip"}),
+        serde_json::json!({"topic": topics[0], "records": 10000, "first": 1000000, "partitions": 4, "bad_every": 100, "compression": "zstd",
+            "transactional": {"id": format!("{base}-txn"), "per_txn": 50, "abort_every": 3}}),
+    ];
+    let producers: Vec<std::thread::JoinHandle<Vec<Value>>> = plans
+        .into_iter()
+        .map(|plan| {
+            let b = bootstrap.clone();
+            std::thread::spawn(move || produce(&b, plan))
+        })
+        .collect();
+
+    // Kill `streamtable run` at random moments, five times.
+    for round in 0..5 {
+        let mut child: Child = streamtable(
+            &home,
+            &spec,
+            &bootstrap,
+            &["--batch-size", "2000", "--group-id", &base],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn streamtable run");
+        let wait = 500 + rng.below(3000);
+        std::thread::sleep(Duration::from_millis(wait));
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        eprintln!("round {round}: killed after {wait} ms");
+    }
+    let mut manifest = Vec::new();
+    for p in producers {
+        manifest.extend(p.join().expect("producer"));
+    }
+    assert_eq!(manifest.len(), 100_000);
+    run_until_idle(
+        &home,
+        &spec,
+        &bootstrap,
+        &["--batch-size", "2000", "--group-id", &base],
+        Duration::from_secs(300),
+    );
+    let dead = keys(&home, "dead_letters");
+    for t in &topics {
+        assert_exactly_once(&home, t, &manifest, &dead);
+    }
+    let want = expected(&manifest);
+    let aborted = want
+        .get(&(topics[0].clone(), "aborted".to_string()))
+        .map_or(0, BTreeSet::len);
+    assert!(aborted >= 3000, "aborted transactions: {aborted} records");
+    // The consumer group's offsets were committed after landed batches: Kafka's view of the
+    // group has reached every record the tables hold.
+    let committed = client(
+        &bootstrap,
+        &["committed", "--topic", &topics[1], "--group", &base],
+    );
+    for k in keys(&home, &topics[1]) {
+        let (p, o) = (k[0].as_i64().unwrap_or(-1), k[1].as_i64().unwrap_or(-1));
+        let c = committed[p.to_string()].as_i64().unwrap_or(-1);
+        assert!(
+            c > o,
+            "{}/{p}: the group committed {c}, the table holds offset {o}",
+            topics[1]
+        );
+    }
+}
+
+/// Kafka's corners, each produced by confluent-kafka: a compacted topic (offsets missing where
+/// the cleaner removed records), null keys and tombstones, records near the size limits (one
+/// over `max_record_bytes`, one of 5.5 MB that an invocation takes alone), and a topic of 64
+/// partitions.
+#[test]
+fn compacted_topics_tombstones_null_keys_large_values_and_64_partitions_land() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let base = unique("corners");
+    let compacted = format!("{base}_compacted");
+    let wide = format!("{base}_wide");
+    let sizes = format!("{base}_sizes");
+    let spec = write_spec(dir.path(), &[&compacted, &wide, &sizes], false);
+    client(
+        &bootstrap,
+        &[
+            "create",
+            "--topic",
+            &compacted,
+            "--partitions",
+            "2",
+            "--config",
+            "cleanup.policy=compact",
+            "--config",
+            "segment.ms=100",
+            "--config",
+            "min.cleanable.dirty.ratio=0.01",
+            "--config",
+            "delete.retention.ms=100",
+        ],
+    );
+    client(
+        &bootstrap,
+        &["create", "--topic", &wide, "--partitions", "64"],
+    );
+    client(
+        &bootstrap,
+        &["create", "--topic", &sizes, "--partitions", "1"],
+    );
+
+    // The compacted topic: 10 keys written 50 times each, a null key and a tombstone now and
+    // then; then wait for the cleaner to remove superseded records.
+    let mut manifest = produce(
+        &bootstrap,
+        serde_json::json!({"topic": compacted, "records": 500, "partitions": 2, "keys": 10,
+            "tombstone_every": 37, "bad_every": 0, "compression": "lz4"}),
+    );
+    let produced = manifest.len();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let survivors = loop {
+        // A record after the cleaner's delay rolls the active segment.
+        std::thread::sleep(Duration::from_millis(1500));
+        manifest.extend(produce(
+            &bootstrap,
+            serde_json::json!({"topic": compacted, "records": 2, "first": 100000 + manifest.len(),
+                "partitions": 2, "keys": 10, "compression": "lz4"}),
+        ));
+        let read = client(&bootstrap, &["consume", "--topic", &compacted]);
+        let n = read.as_array().map_or(0, Vec::len);
+        if n < produced / 2 {
+            break read;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cleaner never compacted {compacted}: {n} of {produced} records remain"
+        );
+    };
+    let survivors: BTreeSet<(i64, i64)> = survivors
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| {
+            (
+                r["partition"].as_i64().unwrap_or(-1),
+                r["offset"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+
+    // 64 partitions, null keys every 7th record.
+    let wide_manifest = produce(
+        &bootstrap,
+        serde_json::json!({"topic": wide, "records": 640, "partitions": 64, "null_key_every": 7,
+            "bad_every": 50, "compression": "zstd"}),
+    );
+    // Values near the limits: 900 kB (lands), 2 MB (over max_record_bytes: a dead letter) and
+    // 5.5 MB (near the 6 MB invocation payload: goes alone, a dead letter).
+    let sizes_manifest = produce(
+        &bootstrap,
+        serde_json::json!({"topic": sizes, "records": 20, "partitions": 1,
+            "sizes": [900000, 2000000, 5500000], "compression": "zstd"}),
+    );
+
+    run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(240));
+    let dead = keys(&home, "dead_letters");
+
+    // The compacted topic: what the log still holds, no more and no less.
+    let landed: BTreeSet<(i64, i64)> = keys(&home, &compacted)
+        .iter()
+        .map(|k| (k[0].as_i64().unwrap_or(-1), k[1].as_i64().unwrap_or(-1)))
+        .collect();
+    let tombstones: BTreeSet<(i64, i64)> = dead
+        .iter()
+        .filter(|k| k[0].as_str() == Some(compacted.as_str()))
+        .map(|k| (k[1].as_i64().unwrap_or(-1), k[2].as_i64().unwrap_or(-1)))
+        .collect();
+    let mut all: BTreeSet<(i64, i64)> = landed.clone();
+    all.extend(&tombstones);
+    // The cleaner may have removed more since it was read, never less.
+    assert!(
+        all.is_subset(&survivors),
+        "{compacted}: landed records the log no longer held"
+    );
+    assert!(
+        survivors.len() - all.len() <= survivors.len() / 2 && !landed.is_empty(),
+        "{compacted}: {} of {} surviving records landed",
+        all.len(),
+        survivors.len()
+    );
+    assert!(
+        landed.len() + tombstones.len() < produced,
+        "nothing was compacted"
+    );
+
+    assert_exactly_once(&home, &wide, &wide_manifest, &dead);
+    let wide_partitions: BTreeSet<i64> = keys(&home, &wide)
+        .iter()
+        .map(|k| k[0].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(wide_partitions.len(), 64);
+
+    // 900 kB lands; 2 MB and 5.5 MB are dead letters (over max_record_bytes).
+    let mut m = sizes_manifest.clone();
+    for r in &mut m {
+        if r["kind"] == "size2000000" || r["kind"] == "size5500000" {
+            r["kind"] = "bad".into();
+        }
+    }
+    assert_exactly_once(&home, &sizes, &m, &dead);
+}
+
+/// The broker stopped and started again mid-run (the partitions' leader restarts): `run`
+/// waits, reconnects and lands what was produced before and after, exactly once.
+#[test]
+fn a_broker_restart_mid_run_loses_and_duplicates_nothing() {
+    let Ok(kafka_local) = std::env::var("STREAMTABLE_KAFKA_LOCAL") else {
+        panic!("STREAMTABLE_KAFKA_LOCAL is not set: run ./scripts/test, which sets it");
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("kafka");
+    let start = |port: Option<&str>| -> (Child, String) {
+        let mut c = Command::new(&kafka_local);
+        c.arg("--data").arg(&data);
+        if let Some(p) = port {
+            c.args(["--port", p]);
+        }
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start scripts/kafka-local");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("read bootstrap line");
+        let bootstrap = line
+            .trim()
+            .strip_prefix("bootstrap=")
+            .unwrap_or_else(|| panic!("kafka-local printed {line:?}"))
+            .to_string();
+        (child, bootstrap)
+    };
+    let stop = |child: &mut Child| {
+        // SIGTERM: the script stops the broker cleanly (SIGKILL would orphan it).
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    };
+    let (mut broker, bootstrap) = start(None);
+    let port = bootstrap.rsplit(':').next().unwrap_or_default().to_string();
+    let home = dir.path().join("home");
+    let topic = unique("restart");
+    let spec = write_spec(dir.path(), &[&topic], false);
+    client(
+        &bootstrap,
+        &["create", "--topic", &topic, "--partitions", "3"],
+    );
+    let mut manifest = produce(
+        &bootstrap,
+        serde_json::json!({"topic": topic, "records": 3000, "partitions": 3, "bad_every": 100}),
+    );
+    let mut run = streamtable(&home, &spec, &bootstrap, &["--until-idle", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn streamtable run");
+    std::thread::sleep(Duration::from_secs(2));
+    stop(&mut broker);
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut broker, again) = start(Some(&port));
+    assert_eq!(again, bootstrap);
+    manifest.extend(produce(
+        &bootstrap,
+        serde_json::json!({"topic": topic, "records": 3000, "first": 3000, "partitions": 3, "bad_every": 100}),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(s) = run.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run did not finish after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let out = run.wait_with_output().expect("output");
+    assert!(
+        status.success(),
+        "run failed across the restart: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dead = keys(&home, "dead_letters");
+    assert_exactly_once(&home, &topic, &manifest, &dead);
+    stop(&mut broker);
+}
