@@ -7,9 +7,11 @@
 //!   6 MB payload), without Kafka;
 //! - [`source`]: the poller: assignment from the pipeline's checkpoints, invocations with
 //!   retries, the consumer group's offsets, lag, the scheduled stage on its interval;
+//! - [`invoke`]: `--invoke URL`, the events POSTed to a Lambda runtime emulator;
 //! - [`produce`]: records into a topic.
 
 pub mod batch;
+pub mod invoke;
 pub mod produce;
 pub mod source;
 

@@ -110,6 +110,11 @@ pub struct RunArgs {
     /// nothing is skipped.
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub maximum_retry_attempts: i64,
+    /// POST each event to this Lambda Invoke endpoint (e.g. `cargo lambda watch`'s
+    /// http://127.0.0.1:9000/2015-03-31/functions/ingest/invocations) instead of calling the
+    /// handler in this process, so the real bootstrap binary runs.
+    #[arg(long, value_name = "URL")]
+    pub invoke: Option<String>,
 }
 
 impl RunArgs {
@@ -126,6 +131,7 @@ impl RunArgs {
             schedule_interval: 60.0,
             until_idle: None,
             maximum_retry_attempts: -1,
+            invoke: None,
         }
     }
 

@@ -75,10 +75,17 @@ pub async fn run(config: &Config, args: &crate::broker::source::RunArgs) -> Resu
     } else {
         args.topics.clone()
     };
-    let handler = Arc::new(crate::ingest::LiveIngestor::from_config(
-        config,
-        backend.clone(),
-    ));
+    let handler: Arc<dyn crate::broker::source::Handler> = match &args.invoke {
+        // Lambda's longest timeout: an invocation that has not answered by then failed.
+        Some(url) => Arc::new(crate::broker::invoke::HttpInvoke::new(
+            url,
+            std::time::Duration::from_secs(900),
+        )?),
+        None => Arc::new(crate::ingest::LiveIngestor::from_config(
+            config,
+            backend.clone(),
+        )),
+    };
     eprintln!(
         "reading {} from {} (batches of at most {} records, {} s window)",
         topics.join(", "),

@@ -563,3 +563,196 @@ fn a_broker_restart_mid_run_loses_and_duplicates_nothing() {
     assert_exactly_once(&home, &topic, &manifest, &dead);
     stop(&mut broker);
 }
+
+/// A table with `kafka_headers = true` keeps each record's headers as Kafka sent them
+/// (repeated keys in order, a header without a value, binary values), read back by pyiceberg.
+#[test]
+fn headers_with_repeated_keys_land_in_kafka_headers() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let topic = unique("headers");
+    let spec = write_spec(dir.path(), &[&topic], true);
+    client(
+        &bootstrap,
+        &["create", "--topic", &topic, "--partitions", "1"],
+    );
+    let manifest = produce(
+        &bootstrap,
+        serde_json::json!({"topic": topic, "records": 20, "partitions": 1, "headers": true}),
+    );
+    run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(120));
+    assert_exactly_once(&home, &topic, &manifest, &keys(&home, "dead_letters"));
+    let out = Command::new(python())
+        .arg(script("read_table.py"))
+        .args([
+            "--reader",
+            "pyiceberg",
+            "--catalog",
+            "sql",
+            "--table",
+            &topic,
+            "--rows",
+        ])
+        .arg("--home")
+        .arg(&home)
+        .output()
+        .expect("run read_table.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let columns: Vec<&str> = v["columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let h = columns
+        .iter()
+        .position(|c| *c == "kafka_headers")
+        .expect("a kafka_headers column");
+    let n = columns.iter().position(|c| *c == "n").expect("n");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 20);
+    for row in rows {
+        let n: u64 = row[n].as_str().and_then(|s| s.parse().ok()).expect("n");
+        let headers = row[h].as_str().expect("headers as text");
+        let want = format!(
+            "[{{'key': 'trace', 'value': b't{n}'}}, {{'key': 'trace', 'value': b'again'}}, \
+             {{'key': 'bin', 'value': b'\\x00\\xff{}'}}, {{'key': 'none', 'value': None}}]",
+            match n % 256 {
+                9 => "\\t".to_string(),
+                10 => "\\n".to_string(),
+                13 => "\\r".to_string(),
+                b @ 0x20..=0x7e if b != u64::from(b'\\') && b != u64::from(b'\'') => {
+                    (b as u8 as char).to_string()
+                }
+                b => format!("\\x{b:02x}"),
+            }
+        );
+        assert_eq!(headers, want, "record {n}");
+    }
+}
+
+/// `run --invoke URL` against a stand-in for a Lambda Invoke endpoint that fails the first two
+/// invocations: the events have the event source mapping's shape (eventSource, ARN,
+/// `topic-partition` keys, base64 keys and values, headers as key → byte arrays, at most
+/// `--batch-size` records), and a failed batch is retried whole, unchanged.
+#[test]
+fn invocations_have_the_esm_shape_and_a_failed_batch_is_retried_whole() {
+    use base64::Engine as _;
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bodies = dir.path().join("bodies");
+    std::fs::create_dir_all(&bodies).expect("mkdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let mut server = Command::new(python())
+        .arg(script("fake_invoke.py"))
+        .arg(port.to_string())
+        .arg(&bodies)
+        .arg("2")
+        .spawn()
+        .expect("start fake_invoke.py");
+    let home = dir.path().join("home");
+    let topic = unique("invoke");
+    let spec = write_spec(dir.path(), &[&topic], false);
+    client(
+        &bootstrap,
+        &["create", "--topic", &topic, "--partitions", "2"],
+    );
+    produce(
+        &bootstrap,
+        serde_json::json!({"topic": topic, "records": 250, "partitions": 2, "headers": true,
+            "null_key_every": 5}),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let url = format!("http://127.0.0.1:{port}/2015-03-31/functions/ingest/invocations");
+    run_until_idle(
+        &home,
+        &spec,
+        &bootstrap,
+        &[
+            "--invoke",
+            &url,
+            "--batch-size",
+            "100",
+            "--event-source",
+            "msk",
+        ],
+        Duration::from_secs(120),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&bodies)
+        .expect("bodies")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    let events: Vec<Value> = files
+        .iter()
+        .map(|f| serde_json::from_slice(&std::fs::read(f).expect("read")).expect("JSON"))
+        .collect();
+    assert!(events.len() >= 5, "{} invocations", events.len());
+    // The two failures and the success that follows them are the same batch.
+    assert_eq!(events[0], events[1]);
+    assert_eq!(events[1], events[2]);
+    let mut seen: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for e in &events[2..] {
+        assert_eq!(e["eventSource"], "aws:kafka");
+        assert!(
+            e["eventSourceArn"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("arn:aws:kafka:"))
+        );
+        assert_eq!(e["bootstrapServers"].as_str(), Some(bootstrap.as_str()));
+        let records = e["records"].as_object().expect("records");
+        let count: usize = records
+            .values()
+            .map(|v| v.as_array().map_or(0, Vec::len))
+            .sum();
+        assert!(count <= 100, "{count} records in one invocation");
+        for (group, recs) in records {
+            for r in recs.as_array().expect("array") {
+                let p = r["partition"].as_i64().expect("partition");
+                assert_eq!(group, &format!("{topic}-{p}"));
+                assert_eq!(r["topic"].as_str(), Some(topic.as_str()));
+                assert_eq!(r["timestampType"], "CREATE_TIME");
+                let value = base64::engine::general_purpose::STANDARD
+                    .decode(r["value"].as_str().expect("value"))
+                    .expect("base64");
+                let v: Value = serde_json::from_slice(&value).expect("the produced JSON");
+                let n = v["n"].as_i64().expect("n");
+                if n % 5 == 0 {
+                    assert!(r["key"].is_null(), "record {n} has no key");
+                } else {
+                    let key = base64::engine::general_purpose::STANDARD
+                        .decode(r["key"].as_str().expect("key"))
+                        .expect("base64");
+                    assert_eq!(key, format!("k{}", n % 97).into_bytes());
+                }
+                let trace: Vec<u8> = format!("t{n}").into_bytes();
+                assert_eq!(
+                    r["headers"],
+                    serde_json::json!([{"trace": trace}, {"trace": b"again".to_vec()},
+                        {"bin": [0, 255, n % 256]}, {"none": null}]),
+                    "record {n}'s headers"
+                );
+                seen.entry(p)
+                    .or_default()
+                    .push(r["offset"].as_i64().expect("offset"));
+            }
+        }
+    }
+    // Every record once, in offset order per partition, across the invocations that landed.
+    let total: usize = seen.values().map(Vec::len).sum();
+    assert_eq!(total, 250);
+    for offsets in seen.values() {
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+    }
+}
