@@ -67,31 +67,72 @@ pub async fn ensure_topic(connection: &Connection, topic: &str, partitions: i32)
     Ok(count)
 }
 
-/// The number of partitions of `topic` and the sum of their high watermarks.
+/// The number of partitions of `topic` and the sum of their high watermarks. Right after a
+/// topic is created its partitions may have no leader yet: that is waited for (up to 30 s).
 pub fn watermarks(connection: &Connection, topic: &str) -> Result<(i32, i64)> {
     let consumer: BaseConsumer = connection
         .client_config()?
         .create()
         .map_err(|e| kafka_error("create a client", e))?;
-    let metadata = tokio::task::block_in_place(|| {
-        consumer.fetch_metadata(Some(topic), Duration::from_secs(30))
-    })
-    .map_err(|e| kafka_error(&format!("read the metadata of topic {topic}"), e))?;
-    let ids: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    let mut sum = 0;
-    for p in &ids {
-        let (_, high) = tokio::task::block_in_place(|| {
-            consumer.fetch_watermarks(topic, *p, Duration::from_secs(30))
-        })
-        .map_err(|e| kafka_error(&format!("read the end of {topic}/{p}"), e))?;
-        sum += high.max(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let retry = |e: rdkafka::error::KafkaError, what: &str| -> Result<()> {
+        let transient = matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::NotLeaderForPartition
+                    | RDKafkaErrorCode::LeaderNotAvailable
+                    | RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::UnknownPartition
+                    | RDKafkaErrorCode::UnknownTopic
+                    | RDKafkaErrorCode::OperationTimedOut
+                    | RDKafkaErrorCode::RequestTimedOut
+            )
+        );
+        if transient && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(())
+        } else {
+            Err(kafka_error(what, e))
+        }
+    };
+    loop {
+        let metadata = match tokio::task::block_in_place(|| {
+            consumer.fetch_metadata(Some(topic), Duration::from_secs(30))
+        }) {
+            Ok(m) => m,
+            Err(e) => {
+                retry(e, &format!("read the metadata of topic {topic}"))?;
+                continue;
+            }
+        };
+        let partitions: Vec<(i32, i32)> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic)
+            .flat_map(|t| t.partitions().iter().map(|p| (p.id(), p.leader())))
+            .collect();
+        if partitions.iter().any(|(_, leader)| *leader < 0) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        let mut sum = 0;
+        let mut again = false;
+        for (p, _) in &partitions {
+            match tokio::task::block_in_place(|| {
+                consumer.fetch_watermarks(topic, *p, Duration::from_secs(30))
+            }) {
+                Ok((_, high)) => sum += high.max(0),
+                Err(e) => {
+                    retry(e, &format!("read the end of {topic}/{p}"))?;
+                    again = true;
+                    break;
+                }
+            }
+        }
+        if !again {
+            return Ok((partitions.len() as i32, sum));
+        }
     }
-    Ok((ids.len() as i32, sum))
 }
 
 /// Sends `records` to their topics and partitions (at most `rate` per second when not 0);

@@ -756,3 +756,104 @@ fn invocations_have_the_esm_shape_and_a_failed_batch_is_retried_whole() {
         assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
     }
 }
+
+/// `streamtable produce` of the demo's payments, some stamped hours ahead (retried payments):
+/// the broker refuses a record more than an hour ahead (`log.message.timestamp.after.max.ms`),
+/// so their Kafka timestamps are clamped to now and every record is delivered; `run` with a
+/// spec naming a topic that does not exist still finishes (`--until-idle`: nothing to read).
+#[test]
+fn produce_delivers_records_stamped_ahead_and_run_finishes_beside_a_missing_topic() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let topic = unique("p_payments");
+    let out = Command::new(env!("CARGO_BIN_EXE_streamtable"))
+        .env("STREAMTABLE_HOME", &home)
+        .args([
+            "produce",
+            "--bootstrap-servers",
+            &bootstrap,
+            "--topic",
+            &topic,
+        ])
+        .args(["--records", "400", "--partitions", "2", "--bad-every", "0"])
+        .output()
+        .expect("run streamtable produce");
+    assert!(
+        out.status.success(),
+        "produce failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = client(&bootstrap, &["consume", "--topic", &topic]);
+    let n = read.as_array().map_or(0, Vec::len);
+    assert!(n >= 400, "{n} of at least 400 records in {topic}");
+
+    let missing = unique("never_created");
+    let spec = write_spec(dir.path(), &[&topic, &missing], false);
+    let started = Instant::now();
+    run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(60));
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// `streamtable demo --bootstrap-servers`: the whole demo through the broker (the Avro topic
+/// included). Every record of each demo topic is in its table (once) or a dead letter.
+#[test]
+fn the_demo_runs_through_the_broker() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let prefix = format!("{}-", unique("demo"));
+    let out = Command::new(env!("CARGO_BIN_EXE_streamtable"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("STREAMTABLE_HOME", &home)
+        .env_remove("STREAMTABLE_PIPELINE")
+        .env_remove("STREAMTABLE_BACKEND")
+        .args([
+            "demo",
+            "--bootstrap-servers",
+            &bootstrap,
+            "--events",
+            "3000",
+        ])
+        .args(["--topic-prefix", &prefix])
+        .output()
+        .expect("run streamtable demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Revenue in EUR by country"), "{stdout}");
+    let dead = keys(&home, "dead_letters");
+    for table in ["orders", "payments", "readings"] {
+        let topic = format!("{prefix}{table}");
+        let all: BTreeSet<(i64, i64)> = client(&bootstrap, &["consume", "--topic", &topic])
+            .as_array()
+            .expect("records")
+            .iter()
+            .map(|r| {
+                (
+                    r["partition"].as_i64().unwrap_or(-1),
+                    r["offset"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        assert!(all.len() >= 3000, "{topic}: {} records", all.len());
+        let rows: Vec<(i64, i64)> = keys(&home, table)
+            .iter()
+            .map(|k| (k[0].as_i64().unwrap_or(-1), k[1].as_i64().unwrap_or(-1)))
+            .collect();
+        let mut landed: BTreeSet<(i64, i64)> = rows.iter().copied().collect();
+        assert_eq!(landed.len(), rows.len(), "{table}: a record landed twice");
+        landed.extend(
+            dead.iter()
+                .filter(|k| k[0].as_str() == Some(topic.as_str()))
+                .map(|k| (k[1].as_i64().unwrap_or(-1), k[2].as_i64().unwrap_or(-1))),
+        );
+        assert_eq!(
+            landed, all,
+            "{table}: records neither in the table nor dead letters"
+        );
+    }
+}
