@@ -133,6 +133,11 @@ impl Batcher {
         self.records
     }
 
+    /// Bytes buffered (an upper bound of their JSON).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Whether nothing is buffered.
     pub fn is_empty(&self) -> bool {
         self.records == 0

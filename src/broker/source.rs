@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::statistics::Statistics;
@@ -416,48 +417,6 @@ impl LocalEsm {
         Ok(())
     }
 
-    /// Invokes the handler with `batch` until it lands (or the retries run out).
-    async fn invoke(&mut self, batch: &Batch, report: &mut RunReport) -> Result<IngestSummary> {
-        let mut attempt: i64 = 0;
-        loop {
-            attempt += 1;
-            match self.handler.handle(&batch.event).await {
-                Ok(summary) => return Ok(summary),
-                Err(e) => {
-                    report.failed_invocations += 1;
-                    let limit = self.args.maximum_retry_attempts;
-                    let partitions: Vec<String> = batch
-                        .carried
-                        .iter()
-                        .map(|c| format!("{}/{} {}..{}", c.topic, c.partition, c.first, c.next))
-                        .collect();
-                    if limit >= 0 && attempt > limit {
-                        return Err(Error::Internal(format!(
-                            "a batch ({}) did not land after {attempt} invocations: {e}; \
-                             nothing was skipped: run again to retry it",
-                            partitions.join(", ")
-                        )));
-                    }
-                    if self.stop.requested() {
-                        return Err(Error::Internal(format!(
-                            "stopped with a batch ({}) not landed: {e}; run again to retry it",
-                            partitions.join(", ")
-                        )));
-                    }
-                    let wait = Duration::from_millis((250u64 << attempt.min(7)).min(30_000));
-                    tracing::warn!(error = %e, retryable = e.is_retryable(), attempt,
-                        batch = %partitions.join(", "),
-                        "batch not landed; retrying it whole in {} ms", wait.as_millis());
-                    eprintln!(
-                        "batch {} not landed (attempt {attempt}): {e}; retrying it whole",
-                        partitions.join(", ")
-                    );
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        }
-    }
-
     /// After a landed batch: the positions, and the consumer group's offsets.
     fn landed(&mut self, batch: &Batch) {
         let mut tpl = TopicPartitionList::new();
@@ -560,6 +519,8 @@ impl LocalEsm {
         let mut last_discover: Option<Instant> = None;
         let mut last_schedule = Instant::now();
         let mut last_positions: Option<Instant> = None;
+        let mut in_flight: Option<tokio::task::JoinHandle<(Batch, Result<IngestSummary>)>> = None;
+        let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut scheduled: Option<tokio::task::JoinHandle<Result<Vec<String>>>> = None;
         loop {
             if self.stop.requested() {
@@ -575,13 +536,19 @@ impl LocalEsm {
                 }
                 last_discover = Some(now);
             }
-            if batcher.due(now)
+            // One invocation in flight at a time (never two for a partition); fetching goes on
+            // beside it, as the mapping's pollers do.
+            if in_flight.is_none()
+                && batcher.due(now)
                 && let Some(batch) = batcher.take()
             {
-                let summary = self.invoke(&batch, &mut report).await?;
-                self.landed(&batch);
-                report.batches += 1;
-                report.ingest.add(&summary);
+                in_flight = Some(tokio::spawn(land(
+                    self.handler.clone(),
+                    batch,
+                    self.args.maximum_retry_attempts,
+                    self.stop.clone(),
+                    failures.clone(),
+                )));
                 continue;
             }
             // The scheduled stage, on its interval, beside ingest (as its Lambda runs).
@@ -610,12 +577,14 @@ impl LocalEsm {
             }
             if let Some(idle) = until_idle
                 && batcher.is_empty()
+                && in_flight.is_none()
                 && now.duration_since(last_message) >= idle
                 && self.caught_up(last_message.max(started))
             {
                 break;
             }
             if batcher.is_empty()
+                && in_flight.is_none()
                 && last_positions.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(2))
             {
                 self.commit_positions(CommitMode::Async);
@@ -628,24 +597,59 @@ impl LocalEsm {
                     d.saturating_duration_since(now)
                 })
                 .min(Duration::from_millis(200));
-            match tokio::time::timeout(wait, self.consumer.recv()).await {
-                Ok(Ok(message)) => {
-                    let record = esm_record(&message);
-                    let (topic, partition) = (message.topic().to_string(), message.partition());
-                    if let Some(p) = self.positions.get_mut(&(topic.clone(), partition)) {
-                        p.fetched = p.fetched.max(record.offset + 1);
+            // Back-pressure: with two batches' worth buffered, wait for the one in flight.
+            let full = batcher.len() >= 2 * batcher.shape().batch_size
+                || batcher.bytes() >= 2 * batcher.shape().max_payload;
+            let landed = tokio::select! {
+                biased;
+                done = async {
+                    match in_flight.as_mut() {
+                        Some(h) => h.await,
+                        None => std::future::pending().await,
                     }
-                    drop(message);
-                    batcher.push(&topic, partition, record, Instant::now());
-                    report.fetched += 1;
-                    last_message = Instant::now();
+                } => Some(done),
+                message = self.consumer.recv(), if !full => {
+                    match message {
+                        Ok(m) => {
+                            fetched(&mut self.positions, &m, &mut batcher, &mut report);
+                            // Whatever else librdkafka has queued, without waiting.
+                            let limit = 2 * batcher.shape().batch_size;
+                            while batcher.len() < limit {
+                                let Some(Ok(m)) = self.consumer.recv().now_or_never() else {
+                                    break;
+                                };
+                                fetched(&mut self.positions, &m, &mut batcher, &mut report);
+                            }
+                            last_message = Instant::now();
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "kafka");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                    None
                 }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "kafka");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(_) => {}
+                _ = tokio::time::sleep(wait) => None,
+            };
+            if let Some(done) = landed {
+                in_flight = None;
+                let (batch, result) =
+                    done.map_err(|e| Error::Internal(format!("invocation task: {e}")))?;
+                let summary = result?;
+                self.landed(&batch);
+                report.batches += 1;
+                report.ingest.add(&summary);
             }
+        }
+        if let Some(h) = in_flight.take() {
+            // Stopped: the batch in flight lands (or fails) first.
+            let (batch, result) = h
+                .await
+                .map_err(|e| Error::Internal(format!("invocation task: {e}")))?;
+            let summary = result?;
+            self.landed(&batch);
+            report.batches += 1;
+            report.ingest.add(&summary);
         }
         if let Some(h) = scheduled.take() {
             report.scheduled_runs += 1;
@@ -669,12 +673,74 @@ impl LocalEsm {
         // Synchronously: the consumer closes next.
         tokio::task::block_in_place(|| self.commit_positions(CommitMode::Sync));
         progress.finish(&report, &self.lags(), started);
+        report.failed_invocations = failures.load(Ordering::Relaxed);
         report.next_offsets = self
             .positions
             .iter()
             .map(|(k, p)| (k.clone(), p.landed))
             .collect();
         Ok(report)
+    }
+}
+
+/// A fetched record into the buffer.
+fn fetched(
+    positions: &mut BTreeMap<(String, i32), Position>,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    batcher: &mut Batcher,
+    report: &mut RunReport,
+) {
+    let record = esm_record(message);
+    let (topic, partition) = (message.topic(), message.partition());
+    if let Some(p) = positions.get_mut(&(topic.to_string(), partition)) {
+        p.fetched = p.fetched.max(record.offset + 1);
+    }
+    batcher.push(topic, partition, record, Instant::now());
+    report.fetched += 1;
+}
+
+/// Invokes `handler` with `batch` until it lands (or `limit` retries run out, or a stop is
+/// asked for between attempts); counts failed invocations in `failures`.
+async fn land(
+    handler: Arc<dyn Handler>,
+    batch: Batch,
+    limit: i64,
+    stop: Stop,
+    failures: Arc<std::sync::atomic::AtomicU64>,
+) -> (Batch, Result<IngestSummary>) {
+    let mut attempt: i64 = 0;
+    loop {
+        attempt += 1;
+        let e = match handler.handle(&batch.event).await {
+            Ok(summary) => return (batch, Ok(summary)),
+            Err(e) => e,
+        };
+        failures.fetch_add(1, Ordering::Relaxed);
+        let partitions: Vec<String> = batch
+            .carried
+            .iter()
+            .map(|c| format!("{}/{} {}..{}", c.topic, c.partition, c.first, c.next))
+            .collect();
+        let partitions = partitions.join(", ");
+        // MaximumRetryAttempts does not count the first invocation.
+        if limit >= 0 && attempt > limit {
+            let e = Error::Internal(format!(
+                "a batch ({partitions}) did not land after {attempt} invocations: {e}; \
+                 nothing was skipped: run again to retry it"
+            ));
+            return (batch, Err(e));
+        }
+        if stop.requested() {
+            let e = Error::Internal(format!(
+                "stopped with a batch ({partitions}) not landed: {e}; run again to retry it"
+            ));
+            return (batch, Err(e));
+        }
+        let wait = Duration::from_millis((250u64 << attempt.min(7)).min(30_000));
+        tracing::warn!(error = %e, retryable = e.is_retryable(), attempt, batch = %partitions,
+            "batch not landed; retrying it whole in {} ms", wait.as_millis());
+        eprintln!("batch {partitions} not landed (attempt {attempt}): {e}; retrying it whole");
+        tokio::time::sleep(wait).await;
     }
 }
 
