@@ -121,24 +121,48 @@ impl Connection {
     }
 }
 
-/// A Kafka client error as the project's error, naming what was being done.
+/// A Kafka client error as the project's error, naming what was being done: a configuration
+/// or authorisation problem is not retryable, an unreachable broker or a moving leader is.
 pub(crate) fn kafka_error(op: &str, e: rdkafka::error::KafkaError) -> Error {
     use rdkafka::error::RDKafkaErrorCode as Code;
-    let fatal = matches!(
-        e.rdkafka_error_code(),
+    let code = e.rdkafka_error_code();
+    let config = matches!(
+        code,
         Some(
             Code::SaslAuthenticationFailed
+                | Code::Authentication
                 | Code::TopicAuthorizationFailed
                 | Code::GroupAuthorizationFailed
                 | Code::ClusterAuthorizationFailed
                 | Code::InvalidConfig
+                | Code::InvalidArgument
                 | Code::UnknownTopicOrPartition
         )
+    ) || matches!(e, rdkafka::error::KafkaError::ClientConfig(..));
+    if config {
+        return Error::Config(format!("kafka: {op}: {e}"));
+    }
+    let retryable = matches!(
+        code,
+        Some(
+            Code::BrokerTransportFailure
+                | Code::AllBrokersDown
+                | Code::OperationTimedOut
+                | Code::RequestTimedOut
+                | Code::NotLeaderForPartition
+                | Code::LeaderNotAvailable
+                | Code::NetworkException
+                | Code::CoordinatorLoadInProgress
+                | Code::CoordinatorNotAvailable
+                | Code::NotCoordinator
+                | Code::Resolve
+                | Code::MessageTimedOut
+        )
     );
-    if fatal {
-        Error::Config(format!("kafka: {op}: {e}"))
-    } else {
-        Error::Internal(format!("kafka: {op}: {e}"))
+    Error::Kafka {
+        op: op.to_string(),
+        message: e.to_string(),
+        retryable,
     }
 }
 

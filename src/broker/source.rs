@@ -111,6 +111,10 @@ pub struct RunArgs {
     /// nothing is skipped.
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub maximum_retry_attempts: i64,
+    /// When records were deleted (retention, a delete) before they landed, go on from the
+    /// log's start instead of stopping: those records are lost to the tables.
+    #[arg(long)]
+    pub skip_deleted_records: bool,
     /// POST each event to this Lambda Invoke endpoint (e.g. `cargo lambda watch`'s
     /// http://127.0.0.1:9000/2015-03-31/functions/ingest/invocations) instead of calling the
     /// handler in this process, so the real bootstrap binary runs.
@@ -132,6 +136,7 @@ impl RunArgs {
             schedule_interval: 60.0,
             until_idle: None,
             maximum_retry_attempts: -1,
+            skip_deleted_records: false,
             invoke: None,
         }
     }
@@ -189,6 +194,8 @@ struct End {
     stable: i64,
     /// The log's start offset; -1 unknown.
     start: i64,
+    /// The high watermark: past the last stable offset while a transaction is open.
+    high: i64,
     /// Where the consumer's application position was.
     app: i64,
     /// When this was reported.
@@ -222,6 +229,7 @@ impl ClientContext for Context {
                     End {
                         stable,
                         start: p.lo_offset,
+                        high: p.hi_offset,
                         app: p.app_offset,
                         at,
                     },
@@ -258,28 +266,34 @@ impl Stop {
         self.0.load(Ordering::SeqCst)
     }
 
-    /// A handle set by SIGINT or SIGTERM.
+    /// A handle set by SIGINT or SIGTERM; a second signal aborts (exit 130).
     pub fn on_signals() -> Stop {
         let stop = Stop::default();
         let s = stop.clone();
         tokio::spawn(async move {
             #[cfg(unix)]
-            {
-                use tokio::signal::unix::{SignalKind, signal};
-                if let Ok(mut term) = signal(SignalKind::terminate()) {
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = term.recv() => {}
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            for n in 0..2 {
+                #[cfg(unix)]
+                match term.as_mut() {
+                    Some(t) => {
+                        tokio::select! {
+                            _ = tokio::signal::ctrl_c() => {}
+                            _ = t.recv() => {}
+                        }
                     }
-                } else {
-                    let _ = tokio::signal::ctrl_c().await;
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+                #[cfg(not(unix))]
+                let _ = tokio::signal::ctrl_c().await;
+                if n == 0 {
+                    eprintln!("stopping after the batches in flight (a second signal aborts)");
+                    s.stop();
                 }
             }
-            #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
-            eprintln!("stopping after the batch in flight (again to abort)");
-            s.stop();
-            let _ = tokio::signal::ctrl_c().await;
             std::process::exit(130);
         });
         stop
@@ -298,6 +312,12 @@ pub struct LocalEsm {
     positions: BTreeMap<(String, i32), Position>,
     /// Topics not found in the cluster yet (reported once).
     missing: std::collections::BTreeSet<String>,
+    /// Whether the topics' partitions were read once: `--starting-position latest` applies to
+    /// the partitions there were then; partitions and topics created later start at their
+    /// beginning (nothing produced to them is skipped).
+    discovered: bool,
+    /// Topics whose partitions are paused (their buffer is full while a batch is in flight).
+    paused: std::collections::BTreeSet<String>,
     stop: Stop,
 }
 
@@ -324,13 +344,10 @@ impl LocalEsm {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
-            .set(
-                "auto.offset.reset",
-                match args.starting_position {
-                    StartingPosition::TrimHorizon => "earliest",
-                    StartingPosition::Latest => "latest",
-                },
-            )
+            // Every partition is assigned at an explicit position; a position outside the log
+            // (records deleted before they landed, a topic deleted and created again) is an
+            // error to stop on, never a silent jump.
+            .set("auto.offset.reset", "error")
             .set("statistics.interval.ms", "1000")
             // Up to the 6 MB payload per partition and fetch, as the ESM's pollers fetch.
             .set("max.partition.fetch.bytes", "6291456")
@@ -348,11 +365,14 @@ impl LocalEsm {
             tables,
             positions: BTreeMap::new(),
             missing: Default::default(),
+            discovered: false,
+            paused: Default::default(),
             stop,
         })
     }
 
-    /// Finds the topics' partitions and assigns the new ones at their checkpoints.
+    /// Finds the topics' partitions and assigns the new ones: at their checkpoints, else at
+    /// the starting position; forgets the partitions of a topic that is gone.
     async fn discover(&mut self) -> Result<()> {
         let mut found: Vec<(String, i32)> = Vec::new();
         for topic in self.topics.clone() {
@@ -369,7 +389,21 @@ impl LocalEsm {
                 .collect();
             if partitions.is_empty() {
                 if self.missing.insert(topic.clone()) {
-                    eprintln!("topic {topic} does not exist yet: waiting for it");
+                    eprintln!("topic {topic} does not exist (yet): waiting for it");
+                }
+                let gone: Vec<(String, i32)> = self
+                    .positions
+                    .keys()
+                    .filter(|(t, _)| *t == topic)
+                    .cloned()
+                    .collect();
+                if !gone.is_empty() {
+                    let mut tpl = TopicPartitionList::new();
+                    for (t, p) in &gone {
+                        tpl.add_partition(t, *p);
+                        self.positions.remove(&(t.clone(), *p));
+                    }
+                    let _ = self.consumer.incremental_unassign(&tpl);
                 }
                 continue;
             }
@@ -380,6 +414,8 @@ impl LocalEsm {
                 }
             }
         }
+        let latest = self.args.starting_position == StartingPosition::Latest && !self.discovered;
+        self.discovered = true;
         if found.is_empty() {
             return Ok(());
         }
@@ -388,33 +424,143 @@ impl LocalEsm {
             .map(|(t, p)| SourcePartition::new(t, *p))
             .collect();
         let checkpoints = self.backend.state.checkpoints(&sources).await?;
+        // LATEST, as a new mapping's: where a run before this one started (kept in the group's
+        // offsets), else the end of the log now, kept in the group's offsets at once so that a
+        // restart before anything lands does not skip what arrived in between.
+        let group: BTreeMap<(String, i32), i64> = if latest {
+            let mut tpl = TopicPartitionList::new();
+            for (t, p) in &found {
+                tpl.add_partition(t, *p);
+            }
+            let consumer = &self.consumer;
+            tokio::task::block_in_place(|| consumer.committed_offsets(tpl, Duration::from_secs(10)))
+                .map_err(|e| kafka_error("read the consumer group's offsets", e))?
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => {
+                        Some(((e.topic().to_string(), e.partition()), o))
+                    }
+                    _ => None,
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let mut tpl = TopicPartitionList::new();
+        let mut starts = TopicPartitionList::new();
         for ((topic, p), c) in found.iter().zip(checkpoints) {
-            let offset = if c.version > 0 {
-                Offset::Offset(c.next_offset)
-            } else {
-                match self.args.starting_position {
-                    StartingPosition::TrimHorizon => Offset::Beginning,
-                    StartingPosition::Latest => Offset::End,
+            let start = if c.version > 0 {
+                c.next_offset
+            } else if latest {
+                match group.get(&(topic.clone(), *p)) {
+                    Some(o) => *o,
+                    None => {
+                        let consumer = &self.consumer;
+                        let (_, high) = tokio::task::block_in_place(|| {
+                            consumer.fetch_watermarks(topic, *p, Duration::from_secs(10))
+                        })
+                        .map_err(|e| kafka_error(&format!("read the end of {topic}/{p}"), e))?;
+                        let _ = starts.add_partition_offset(topic, *p, Offset::Offset(high));
+                        high
+                    }
                 }
+            } else {
+                -1
+            };
+            let offset = if start >= 0 {
+                Offset::Offset(start)
+            } else {
+                Offset::Beginning
             };
             tpl.add_partition_offset(topic, *p, offset)
                 .map_err(|e| kafka_error("assign", e))?;
-            let start = if c.version > 0 { c.next_offset } else { -1 };
             self.positions.insert(
                 (topic.clone(), *p),
                 Position {
                     fetched: start,
                     landed: start,
-                    committed: -1,
+                    committed: if latest { start } else { -1 },
                 },
             );
+        }
+        if starts.count() > 0 {
+            let consumer = &self.consumer;
+            tokio::task::block_in_place(|| consumer.commit(&starts, CommitMode::Sync))
+                .map_err(|e| kafka_error("keep the starting position in the group", e))?;
         }
         self.consumer
             .incremental_assign(&tpl)
             .map_err(|e| kafka_error("assign the partitions", e))?;
         tracing::info!(partitions = found.len(), "assigned");
         Ok(())
+    }
+
+    /// After librdkafka found a position outside its partition's log: which partitions, where
+    /// the log is, and what to do; an error to stop on.
+    fn outside_the_log(&mut self, e: &rdkafka::error::KafkaError) -> Option<Error> {
+        let mut out = Vec::new();
+        let mut deleted: Vec<(String, i32, i64, i64)> = Vec::new();
+        for ((topic, p), pos) in &self.positions {
+            let at = pos.fetched.max(pos.landed);
+            if at < 0 {
+                continue;
+            }
+            let consumer = &self.consumer;
+            let Ok((low, high)) = tokio::task::block_in_place(|| {
+                consumer.fetch_watermarks(topic, *p, Duration::from_secs(10))
+            }) else {
+                continue;
+            };
+            if at < low {
+                deleted.push((topic.clone(), *p, at, low));
+                out.push(format!(
+                    "{topic}/{p}: the pipeline resumes at offset {at} but the log starts at \
+                     {low}: {} records were deleted (retention, or a delete) before they landed",
+                    low - at
+                ));
+            } else if at > high {
+                out.push(format!(
+                    "{topic}/{p}: the pipeline resumes at offset {at} past the log's end {high}: \
+                     was the topic deleted and created again?"
+                ));
+            }
+        }
+        if self.args.skip_deleted_records && !deleted.is_empty() && out.len() == deleted.len() {
+            for (topic, p, at, low) in deleted {
+                eprintln!(
+                    "{topic}/{p}: {} records (offsets {at}..{low}) were deleted before they \
+                     landed: going on from {low} (--skip-deleted-records)",
+                    low - at
+                );
+                // The partition stopped in error: assigned again, at the log's start.
+                let mut old = TopicPartitionList::new();
+                old.add_partition(&topic, p);
+                let mut new = TopicPartitionList::new();
+                let again = new
+                    .add_partition_offset(&topic, p, Offset::Offset(low))
+                    .and_then(|()| self.consumer.incremental_unassign(&old))
+                    .and_then(|()| self.consumer.incremental_assign(&new));
+                if let Err(e) = again {
+                    return Some(kafka_error(&format!("go on from {topic}/{p} {low}"), e));
+                }
+                if let Some(pos) = self.positions.get_mut(&(topic, p)) {
+                    pos.fetched = low;
+                }
+            }
+            return None;
+        }
+        let what = if out.is_empty() {
+            format!("a partition's position is outside its log ({e})")
+        } else {
+            out.join("; ")
+        };
+        Some(Error::Config(format!(
+            "{what}. Nothing was skipped: run stops rather than jump. Records deleted before \
+             they landed are lost to the tables: --skip-deleted-records goes on from the log's \
+             start. A topic created again under the same name needs a pipeline state of its \
+             own (its checkpoints are by topic name and partition)"
+        )))
     }
 
     /// After a landed batch: the positions, and the consumer group's offsets.
@@ -434,7 +580,7 @@ impl LocalEsm {
 
     /// Per partition: its lag (records between where it resumes and the end a read_committed
     /// reader can reach), `None` when not known yet.
-    fn lags(&self) -> Vec<((String, i32), Option<i64>)> {
+    fn lags(&self) -> Lags {
         let ends = self
             .consumer
             .context()
@@ -449,7 +595,11 @@ impl LocalEsm {
                     .get(k)
                     .filter(|e| e.stable >= 0)
                     .map(|e| (e.stable - Self::resumes_at(p, e)).max(0));
-                (k.clone(), lag)
+                let open = ends
+                    .get(k)
+                    .filter(|e| e.stable >= 0)
+                    .map_or(0, |e| (e.high - e.stable).max(0));
+                (k.clone(), lag, open)
             })
             .collect()
     }
@@ -502,10 +652,44 @@ impl LocalEsm {
         })
     }
 
+    /// Pauses fetching for a topic whose buffer holds two batches while one is in flight, and
+    /// resumes it once it drained: a topic whose batches fail holds back only itself.
+    fn pace(&mut self, topic: &str, full: bool) {
+        if full == self.paused.contains(topic) {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in self.positions.keys().filter(|(t, _)| t == topic) {
+            tpl.add_partition(t, *p);
+        }
+        let done = if full {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        match done {
+            Ok(()) if full => {
+                self.paused.insert(topic.to_string());
+            }
+            Ok(()) => {
+                self.paused.remove(topic);
+            }
+            Err(e) => tracing::warn!(error = %e, topic, "could not pause or resume fetching"),
+        }
+    }
+
     /// Runs until stopped (or idle, with `--until-idle`).
     pub async fn run(mut self) -> Result<RunReport> {
         let shape = self.args.shape()?;
-        let mut batcher = Batcher::new(shape);
+        // One buffer and at most one invocation in flight per topic, as the template maps each
+        // topic with its own event source mapping: a topic whose batches fail holds back only
+        // itself.
+        let mut batchers: BTreeMap<String, Batcher> = self
+            .topics
+            .iter()
+            .map(|t| (t.clone(), Batcher::new(shape.clone())))
+            .collect();
+        let mut in_flight: BTreeMap<String, InFlight> = BTreeMap::new();
         let mut report = RunReport::default();
         let until_idle = match self.args.until_idle {
             Some(s) => Some(RunArgs::seconds("until-idle", s, 86_400.0)?),
@@ -519,7 +703,6 @@ impl LocalEsm {
         let mut last_discover: Option<Instant> = None;
         let mut last_schedule = Instant::now();
         let mut last_positions: Option<Instant> = None;
-        let mut in_flight: Option<tokio::task::JoinHandle<(Batch, Result<IngestSummary>)>> = None;
         let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut scheduled: Option<tokio::task::JoinHandle<Result<Vec<String>>>> = None;
         loop {
@@ -536,20 +719,34 @@ impl LocalEsm {
                 }
                 last_discover = Some(now);
             }
-            // One invocation in flight at a time (never two for a partition); fetching goes on
-            // beside it, as the mapping's pollers do.
-            if in_flight.is_none()
-                && batcher.due(now)
-                && let Some(batch) = batcher.take()
-            {
-                in_flight = Some(tokio::spawn(land(
-                    self.handler.clone(),
-                    batch,
-                    self.args.maximum_retry_attempts,
-                    self.stop.clone(),
-                    failures.clone(),
-                )));
-                continue;
+            // Each topic's next invocation, when due and none of its own is in flight.
+            for (topic, batcher) in batchers.iter_mut() {
+                if !in_flight.contains_key(topic)
+                    && batcher.due(now)
+                    && let Some(batch) = batcher.take()
+                {
+                    in_flight.insert(
+                        topic.clone(),
+                        tokio::spawn(land(
+                            self.handler.clone(),
+                            batch,
+                            self.args.maximum_retry_attempts,
+                            self.stop.clone(),
+                            failures.clone(),
+                        )),
+                    );
+                }
+            }
+            let fill: Vec<(String, bool)> = batchers
+                .iter()
+                .map(|(t, b)| {
+                    let full =
+                        b.len() >= 2 * shape.batch_size || b.bytes() >= 2 * shape.max_payload;
+                    (t.clone(), full)
+                })
+                .collect();
+            for (topic, full) in fill {
+                self.pace(&topic, full);
             }
             // The scheduled stage, on its interval, beside ingest (as its Lambda runs).
             if let Some(h) = &scheduled
@@ -575,52 +772,57 @@ impl LocalEsm {
                 )));
                 last_schedule = now;
             }
+            let idle_now = in_flight.is_empty() && batchers.values().all(Batcher::is_empty);
             if let Some(idle) = until_idle
-                && batcher.is_empty()
-                && in_flight.is_none()
+                && idle_now
                 && now.duration_since(last_message) >= idle
                 && self.caught_up(last_message.max(started))
             {
                 break;
             }
-            if batcher.is_empty()
-                && in_flight.is_none()
-                && last_positions.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(2))
-            {
+            if last_positions.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(2)) {
                 self.commit_positions(CommitMode::Async);
                 last_positions = Some(now);
             }
             progress.tick(&report, &self.lags(), started);
-            let wait = batcher
-                .deadline()
+            let wait = batchers
+                .values()
+                .filter_map(Batcher::deadline)
+                .min()
                 .map_or(Duration::from_millis(200), |d| {
                     d.saturating_duration_since(now)
                 })
                 .min(Duration::from_millis(200));
-            // Back-pressure: with two batches' worth buffered, wait for the one in flight.
-            let full = batcher.len() >= 2 * batcher.shape().batch_size
-                || batcher.bytes() >= 2 * batcher.shape().max_payload;
+            let topics_in_flight: Vec<String> = in_flight.keys().cloned().collect();
             let landed = tokio::select! {
                 biased;
-                done = async {
-                    match in_flight.as_mut() {
-                        Some(h) => h.await,
-                        None => std::future::pending().await,
+                (done, i, _) = async {
+                    if in_flight.is_empty() {
+                        std::future::pending().await
+                    } else {
+                        futures::future::select_all(in_flight.values_mut()).await
                     }
-                } => Some(done),
-                message = self.consumer.recv(), if !full => {
+                } => Some((topics_in_flight.get(i).cloned().unwrap_or_default(), done)),
+                message = self.consumer.recv() => {
                     match message {
                         Ok(m) => {
-                            fetched(&mut self.positions, &m, &mut batcher, &mut report);
+                            fetched(&mut self.positions, &m, &mut batchers, &mut report);
                             // Whatever else librdkafka has queued, without waiting.
-                            let limit = 2 * batcher.shape().batch_size;
-                            while batcher.len() < limit {
+                            for _ in 0..shape.batch_size {
                                 let Some(Ok(m)) = self.consumer.recv().now_or_never() else {
                                     break;
                                 };
-                                fetched(&mut self.positions, &m, &mut batcher, &mut report);
+                                fetched(&mut self.positions, &m, &mut batchers, &mut report);
                             }
                             last_message = Instant::now();
+                        }
+                        Err(e) if e.rdkafka_error_code()
+                            == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) =>
+                        {
+                            if let Some(stop) = self.outside_the_log(&e) {
+                                drain(&mut in_flight, &mut self, &mut report).await;
+                                return Err(stop);
+                            }
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "kafka");
@@ -631,26 +833,25 @@ impl LocalEsm {
                 }
                 _ = tokio::time::sleep(wait) => None,
             };
-            if let Some(done) = landed {
-                in_flight = None;
+            if let Some((topic, done)) = landed {
+                in_flight.remove(&topic);
                 let (batch, result) =
                     done.map_err(|e| Error::Internal(format!("invocation task: {e}")))?;
-                let summary = result?;
-                self.landed(&batch);
-                report.batches += 1;
-                report.ingest.add(&summary);
+                match result {
+                    Ok(summary) => {
+                        self.landed(&batch);
+                        report.batches += 1;
+                        report.ingest.add(&summary);
+                    }
+                    Err(e) => {
+                        drain(&mut in_flight, &mut self, &mut report).await;
+                        return Err(e);
+                    }
+                }
             }
         }
-        if let Some(h) = in_flight.take() {
-            // Stopped: the batch in flight lands (or fails) first.
-            let (batch, result) = h
-                .await
-                .map_err(|e| Error::Internal(format!("invocation task: {e}")))?;
-            let summary = result?;
-            self.landed(&batch);
-            report.batches += 1;
-            report.ingest.add(&summary);
-        }
+        // Stopped: the batches in flight land (or fail) first.
+        let failed = drain(&mut in_flight, &mut self, &mut report).await;
         if let Some(h) = scheduled.take() {
             report.scheduled_runs += 1;
             match h.await {
@@ -658,6 +859,9 @@ impl LocalEsm {
                 Ok(Err(e)) => eprintln!("scheduled stage failed: {e}"),
                 Err(e) => eprintln!("scheduled stage failed: {e}"),
             }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         // Nothing buffered is lost by stopping: it was never landed, and the next run fetches
         // it again from the checkpoints.
@@ -683,20 +887,56 @@ impl LocalEsm {
     }
 }
 
+/// Per partition: its lag (`None` before librdkafka reported its end) and the records past
+/// the last stable offset (in transactions still open).
+type Lags = Vec<((String, i32), Option<i64>, i64)>;
+
+/// An invocation in flight: its batch back, with whether it landed.
+type InFlight = tokio::task::JoinHandle<(Batch, Result<IngestSummary>)>;
+
+/// Waits for the invocations in flight and books those that landed; returns the first error.
+async fn drain(
+    in_flight: &mut BTreeMap<String, InFlight>,
+    esm: &mut LocalEsm,
+    report: &mut RunReport,
+) -> Option<Error> {
+    let mut first = None;
+    for (_, h) in std::mem::take(in_flight) {
+        match h.await {
+            Ok((batch, Ok(summary))) => {
+                esm.landed(&batch);
+                report.batches += 1;
+                report.ingest.add(&summary);
+            }
+            Ok((_, Err(e))) => {
+                first.get_or_insert(e);
+            }
+            Err(e) => {
+                first.get_or_insert(Error::Internal(format!("invocation task: {e}")));
+            }
+        }
+    }
+    first
+}
+
 /// A fetched record into the buffer.
 fn fetched(
     positions: &mut BTreeMap<(String, i32), Position>,
     message: &rdkafka::message::BorrowedMessage<'_>,
-    batcher: &mut Batcher,
+    batchers: &mut BTreeMap<String, Batcher>,
     report: &mut RunReport,
 ) {
     let record = esm_record(message);
     let (topic, partition) = (message.topic(), message.partition());
-    if let Some(p) = positions.get_mut(&(topic.to_string(), partition)) {
-        p.fetched = p.fetched.max(record.offset + 1);
+    let Some(p) = positions.get_mut(&(topic.to_string(), partition)) else {
+        // A partition no longer assigned (its topic went away): not ours to land.
+        return;
+    };
+    p.fetched = p.fetched.max(record.offset + 1);
+    if let Some(batcher) = batchers.get_mut(topic) {
+        batcher.push(topic, partition, record, Instant::now());
+        report.fetched += 1;
     }
-    batcher.push(topic, partition, record, Instant::now());
-    report.fetched += 1;
 }
 
 /// Invokes `handler` with `batch` until it lands (or `limit` retries run out, or a stop is
@@ -711,6 +951,11 @@ async fn land(
     let mut attempt: i64 = 0;
     loop {
         attempt += 1;
+        if attempt > 1 && stop.requested() {
+            let e =
+                Error::Internal("stopped with a batch not landed: run again to retry it".into());
+            return (batch, Err(e));
+        }
         let e = match handler.handle(&batch.event).await {
             Ok(summary) => return (batch, Ok(summary)),
             Err(e) => e,
@@ -740,7 +985,10 @@ async fn land(
         tracing::warn!(error = %e, retryable = e.is_retryable(), attempt, batch = %partitions,
             "batch not landed; retrying it whole in {} ms", wait.as_millis());
         eprintln!("batch {partitions} not landed (attempt {attempt}): {e}; retrying it whole");
-        tokio::time::sleep(wait).await;
+        let until = Instant::now() + wait;
+        while Instant::now() < until && !stop.requested() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
@@ -773,26 +1021,32 @@ impl Progress {
         }
     }
 
-    fn line(report: &RunReport, lags: &[((String, i32), Option<i64>)], started: Instant) -> String {
+    fn line(report: &RunReport, lags: &Lags, started: Instant) -> String {
         let secs = started.elapsed().as_secs_f64().max(1e-3);
-        let total: i64 = lags.iter().filter_map(|(_, l)| *l).sum();
-        let unknown = lags.iter().filter(|(_, l)| l.is_none()).count();
-        let mut worst: Vec<&((String, i32), Option<i64>)> = lags
+        let total: i64 = lags.iter().filter_map(|(_, l, _)| *l).sum();
+        let open: i64 = lags.iter().map(|(_, _, o)| *o).sum();
+        let unknown = lags.iter().filter(|(_, l, _)| l.is_none()).count();
+        let mut worst: Vec<&((String, i32), Option<i64>, i64)> = lags
             .iter()
-            .filter(|(_, l)| l.is_some_and(|l| l > 0))
+            .filter(|(_, l, _)| l.is_some_and(|l| l > 0))
             .collect();
-        worst.sort_by_key(|(_, l)| std::cmp::Reverse(l.unwrap_or(0)));
+        worst.sort_by_key(|(_, l, _)| std::cmp::Reverse(l.unwrap_or(0)));
         let worst: Vec<String> = worst
             .iter()
             .take(4)
-            .map(|((t, p), l)| format!("{t}/{p}={}", l.unwrap_or(0)))
+            .map(|((t, p), l, _)| format!("{t}/{p}={}", l.unwrap_or(0)))
             .collect();
         format!(
-            "{} records landed ({:.0}/s) in {} batches, {} dead letters; lag {total}{}{}",
+            "{} records in {} batches ({:.0}/s), {} dead letters; lag {total}{}{}{}",
             report.ingest.records,
-            report.ingest.records as f64 / secs,
             report.batches,
+            report.ingest.records as f64 / secs,
             report.ingest.dead_lettered,
+            if open > 0 {
+                format!(" (+{open} records behind open transactions, not readable yet)")
+            } else {
+                String::new()
+            },
             if unknown > 0 {
                 format!(" (+{unknown} partitions not read yet)")
             } else {
@@ -806,7 +1060,7 @@ impl Progress {
         )
     }
 
-    fn tick(&self, report: &RunReport, lags: &[((String, i32), Option<i64>)], started: Instant) {
+    fn tick(&self, report: &RunReport, lags: &Lags, started: Instant) {
         let Ok(mut last) = self.last.lock() else {
             return;
         };
@@ -831,7 +1085,7 @@ impl Progress {
         }
     }
 
-    fn finish(&self, report: &RunReport, lags: &[((String, i32), Option<i64>)], started: Instant) {
+    fn finish(&self, report: &RunReport, lags: &Lags, started: Instant) {
         let line = Self::line(report, lags, started);
         match &self.bar {
             Some(bar) => bar.finish_with_message(line),

@@ -70,8 +70,16 @@ pub async fn run(config: &Config, args: &crate::broker::source::RunArgs) -> Resu
     let spec = config.load_pipeline_resolved(&backend).await?;
     let tables = Arc::new(crate::tables::TableSet::new(&spec, &backend.namespace)?);
     tables.ensure_references(&backend).await?;
+    let read = spec_topics(&spec);
+    if let Some(t) = args.topics.iter().find(|t| !read.contains(t)) {
+        return Err(crate::error::Error::Config(format!(
+            "--topic {t}: no table of the spec reads it (its records would all be dead \
+             letters); the spec's topics: {}",
+            read.join(", ")
+        )));
+    }
     let topics = if args.topics.is_empty() {
-        spec_topics(&spec)
+        read
     } else {
         args.topics.clone()
     };
@@ -110,7 +118,11 @@ pub async fn run(config: &Config, args: &crate::broker::source::RunArgs) -> Resu
         report.ingest.line()
     );
     for ((topic, partition), next) in &report.next_offsets {
-        println!("{topic}/{partition}: next offset {next}");
+        if *next >= 0 {
+            println!("{topic}/{partition}: next offset {next}");
+        } else {
+            println!("{topic}/{partition}: no record landed yet");
+        }
     }
     Ok(())
 }

@@ -122,3 +122,25 @@ pub async fn an_idle_partition_moves_to_the_lowest_active_watermark(mut h: Harne
     assert_eq!(report.idle.partitions, 1, "{:?}", report.idle);
     assert_eq!(windows(&h).await, vec![("10:00".to_string(), 2)]);
 }
+
+/// A record without a Kafka timestamp (a producer that sets none: Kafka's -1,
+/// `NO_TIMESTAMP_TYPE`) is bounded by the time it is ingested, not by 1969: a good record is
+/// not a `future` dead letter of every stateful table.
+pub async fn a_record_without_a_kafka_timestamp_is_bounded_by_the_clock(mut h: Harness) {
+    setup(&mut h);
+    let mut none = order(0, 0, &at(0, 5));
+    none.timestamp_ms = -1;
+    let mut ahead = order(0, 1, "9999-01-01T00:00:00Z");
+    ahead.timestamp_ms = -1;
+    h.ingestor()
+        .handle(&event(&[none, ahead]))
+        .await
+        .expect("ingest");
+    let dead = h.dead_letters().await;
+    // Only the year-9999 record is not believed (by each of the two stateful tables).
+    assert!(
+        dead.iter().all(|d| d.offset == 1),
+        "a record without a timestamp was dead-lettered: {dead:?}"
+    );
+    assert_eq!(super::kinds(&dead).get("future"), Some(&2), "{dead:?}");
+}

@@ -47,6 +47,14 @@ async fn a_record_from_year_9999_does_not_move_the_watermark() {
 }
 
 #[tokio::test]
+async fn a_record_without_a_kafka_timestamp_is_bounded_by_the_clock() {
+    common::event_time_scenarios::a_record_without_a_kafka_timestamp_is_bounded_by_the_clock(
+        common::embedded().await,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn an_idle_partition_moves_to_the_lowest_active_watermark() {
     common::event_time_scenarios::an_idle_partition_moves_to_the_lowest_active_watermark(
         common::embedded().await,

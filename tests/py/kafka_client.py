@@ -167,17 +167,46 @@ def committed(args):
     json.dump(out, sys.stdout)
 
 
+def delete_records(args):
+    """Deletes every record of the topic's partitions below OFFSET (--offset)."""
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    md = admin.list_topics(args.topic, timeout=30)
+    parts = [TopicPartition(args.topic, p, args.offset) for p in sorted(md.topics[args.topic].partitions)]
+    for f in admin.delete_records(parts).values():
+        f.result(30)
+
+
+def delete_topic(args):
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    for f in admin.delete_topics([args.topic]).values():
+        f.result(30)
+    deadline = time.time() + 30
+    while args.topic in admin.list_topics(timeout=30).topics and time.time() < deadline:
+        time.sleep(0.2)
+
+
+def add_partitions(args):
+    """Grows the topic to --partitions partitions."""
+    from confluent_kafka.admin import NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    for f in admin.create_partitions([NewPartitions(args.topic, args.partitions)]).values():
+        f.result(30)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=["create", "produce", "consume", "committed"])
+    p.add_argument("command", choices=["create", "produce", "consume", "committed", "delete-records", "delete-topic", "add-partitions"])
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic")
     p.add_argument("--partitions", type=int, default=1)
     p.add_argument("--config", action="append")
     p.add_argument("--plan")
     p.add_argument("--group")
+    p.add_argument("--offset", type=int)
     args = p.parse_args()
-    {"create": create, "produce": produce, "consume": consume, "committed": committed}[args.command](args)
+    {"create": create, "produce": produce, "consume": consume, "committed": committed,
+     "delete-records": delete_records, "delete-topic": delete_topic, "add-partitions": add_partitions}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,17 @@ pub enum Error {
         retryable: bool,
     },
 
+    /// A Kafka cluster could not be read or written (`streamtable run` and `produce`).
+    #[error("kafka: {op}: {message}")]
+    Kafka {
+        /// What was being done.
+        op: String,
+        /// The client's error.
+        message: String,
+        /// Whether trying again later can succeed (a broker unreachable, a leader moving).
+        retryable: bool,
+    },
+
     /// The state store (DynamoDB or SQLite) failed.
     #[error("state store: {op}: {message}")]
     State {
@@ -175,7 +186,8 @@ impl Error {
         match self {
             Error::ObjectStore { retryable, .. }
             | Error::State { retryable, .. }
-            | Error::Registry { retryable, .. } => *retryable,
+            | Error::Registry { retryable, .. }
+            | Error::Kafka { retryable, .. } => *retryable,
             Error::CheckpointContention { .. }
             | Error::CommitContention { .. }
             | Error::CommitStateUnknown { .. }

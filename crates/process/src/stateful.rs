@@ -109,8 +109,10 @@ impl Processor {
                     .iter()
                     .enumerate()
                     .map(|(i, t)| {
+                        // A record without a timestamp (Kafka's -1, NO_TIMESTAMP_TYPE) is
+                        // bounded by the clock alone.
                         let k = kafka
-                            .filter(|k| k.is_valid(i))
+                            .filter(|k| k.is_valid(i) && k.value(i) >= 0)
                             .map_or(now_us, |k| k.value(i).min(now_us));
                         let t = (*t)?;
                         (t > k.saturating_add(time.max_ahead_us)).then(|| {
