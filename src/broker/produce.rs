@@ -24,7 +24,8 @@ pub struct ProduceArgs {
     /// a prefixed name such as demo-orders).
     #[arg(long, default_value = "orders")]
     pub topic: String,
-    /// Records to produce.
+    /// Records to produce (the generator adds a producer retry's copy of about one in 211, as
+    /// the demo's streams have).
     #[arg(long, default_value_t = 10_000)]
     pub records: u64,
     /// Records per second at most (0: as fast as the broker takes them).

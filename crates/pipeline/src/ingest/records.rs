@@ -211,6 +211,24 @@ fn decode_one(
             ),
         ));
     }
+    // A table that keeps the headers stores them too: they count toward the limit.
+    if table.spec.kafka_headers {
+        let headers: usize = record
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+            .sum();
+        if value_buf.len() + headers > max_record_bytes {
+            return Err(Rejection::new(
+                RejectKind::Oversize,
+                format!(
+                    "value and headers are {} bytes ({headers} of headers), over the limit of \
+                     {max_record_bytes} (max_record_bytes)",
+                    value_buf.len() + headers
+                ),
+            ));
+        }
+    }
     let cells = table.decoder.decode(value_buf, scratch, max_record_bytes)?;
     rows.append(
         &cells,
@@ -360,6 +378,42 @@ sql = "SELECT id, upper(id) AS big FROM orders"
         assert_eq!(upper.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
         assert!(upper[0].column_by_name(kafka::HEADERS).is_none());
         assert!(upper[0].column_by_name(kafka::OFFSET).is_some());
+    }
+
+    #[tokio::test]
+    async fn headers_count_toward_max_record_bytes_where_the_table_keeps_them() {
+        use crate::esm::{EsmEvent, EsmHeader, EsmRecord};
+        use base64::Engine as _;
+        let big = EsmRecord {
+            topic: Some("orders".into()),
+            partition: 0,
+            offset: 1,
+            timestamp: 1_796_037_119_142,
+            value: Some(base64::engine::general_purpose::STANDARD.encode(br#"{"id":"o-1"}"#)),
+            headers: vec![EsmHeader {
+                key: "blob".into(),
+                value: Some(vec![7; 2 * 1024 * 1024]),
+            }],
+            ..Default::default()
+        };
+        let event = EsmEvent {
+            records: [("orders-0".to_string(), vec![big])].into_iter().collect(),
+            ..Default::default()
+        };
+        for (keeps, dead) in [(true, 1), (false, 0)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let backend =
+                crate::backend::Backend::connect(&crate::backend::BackendConfig::Embedded {
+                    home: dir.path().to_path_buf(),
+                })
+                .await
+                .expect("backend");
+            let ingestor = crate::ingest::Ingestor::connect(&spec(keeps), &backend)
+                .await
+                .expect("ingestor");
+            let s = ingestor.handle(&event).await.expect("landed");
+            assert_eq!(s.dead_lettered, dead, "keeps headers: {keeps}: {s:?}");
+        }
     }
 
     #[tokio::test]
