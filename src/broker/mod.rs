@@ -155,8 +155,14 @@ pub(crate) fn kafka_error(op: &str, e: rdkafka::error::KafkaError) -> Error {
                 | Code::CoordinatorLoadInProgress
                 | Code::CoordinatorNotAvailable
                 | Code::NotCoordinator
-                | Code::Resolve
                 | Code::MessageTimedOut
+                | Code::QueueFull
+                | Code::NotEnoughReplicas
+                | Code::NotEnoughReplicasAfterAppend
+                | Code::KafkaStorageError
+                | Code::FencedLeaderEpoch
+                | Code::UnknownLeaderEpoch
+                | Code::ThrottlingQuotaExceeded
         )
     );
     Error::Kafka {

@@ -6,7 +6,8 @@
 //! Where it starts: each partition at the pipeline's own checkpoint (exactly once whatever the
 //! consumer group says), a partition without one at `--starting-position`. After each landed
 //! batch it commits the consumer group's offsets, so that Kafka's tools
-//! (`kafka-consumer-groups.sh --describe`) show the lag; the group's offsets are never read.
+//! (`kafka-consumer-groups.sh --describe`) show the lag; the group's offsets are read only where
+//! `--starting-position latest` kept its first position.
 //! It reads with `isolation.level=read_committed`: aborted transactions and control records
 //! never reach the handler, and offsets have gaps where they were.
 
@@ -95,7 +96,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = StartingPosition::TrimHorizon)]
     pub starting_position: StartingPosition,
     /// The consumer group whose offsets are committed after each landed batch (for Kafka's
-    /// tools; never read).
+    /// tools; read only where `--starting-position latest` kept its first position).
     #[arg(long, default_value = "streamtable")]
     pub group_id: String,
     /// Seconds between runs of the scheduled stage (commit, compaction, maintenance);
@@ -415,8 +416,8 @@ impl LocalEsm {
             }
         }
         let latest = self.args.starting_position == StartingPosition::Latest && !self.discovered;
-        self.discovered = true;
         if found.is_empty() {
+            self.discovered = true;
             return Ok(());
         }
         let sources: Vec<SourcePartition> = found
@@ -447,14 +448,24 @@ impl LocalEsm {
         } else {
             BTreeMap::new()
         };
+        // A topic some partition of which has a checkpoint or a kept position started before:
+        // its other partitions appeared later and start at their beginning.
+        let started: std::collections::BTreeSet<&String> = found
+            .iter()
+            .zip(&checkpoints)
+            .filter(|((t, p), c)| c.version > 0 || group.contains_key(&(t.to_string(), *p)))
+            .map(|((t, _), _)| t)
+            .collect();
         let mut tpl = TopicPartitionList::new();
         let mut starts = TopicPartitionList::new();
-        for ((topic, p), c) in found.iter().zip(checkpoints) {
+        let mut assigned = Vec::new();
+        for ((topic, p), c) in found.iter().zip(&checkpoints) {
             let start = if c.version > 0 {
                 c.next_offset
             } else if latest {
                 match group.get(&(topic.clone(), *p)) {
                     Some(o) => *o,
+                    None if started.contains(topic) => -1,
                     None => {
                         let consumer = &self.consumer;
                         let (_, high) = tokio::task::block_in_place(|| {
@@ -475,14 +486,14 @@ impl LocalEsm {
             };
             tpl.add_partition_offset(topic, *p, offset)
                 .map_err(|e| kafka_error("assign", e))?;
-            self.positions.insert(
+            assigned.push((
                 (topic.clone(), *p),
                 Position {
                     fetched: start,
                     landed: start,
                     committed: if latest { start } else { -1 },
                 },
-            );
+            ));
         }
         if starts.count() > 0 {
             let consumer = &self.consumer;
@@ -492,6 +503,13 @@ impl LocalEsm {
         self.consumer
             .incremental_assign(&tpl)
             .map_err(|e| kafka_error("assign the partitions", e))?;
+        // Only now: a failure above leaves nothing half-assigned, and is tried again.
+        for (key, position) in assigned {
+            // A paused topic's new partitions are paused with the others at the next turn.
+            self.paused.remove(&key.0);
+            self.positions.insert(key, position);
+        }
+        self.discovered = true;
         tracing::info!(partitions = found.len(), "assigned");
         Ok(())
     }
@@ -550,11 +568,13 @@ impl LocalEsm {
             }
             return None;
         }
-        let what = if out.is_empty() {
-            format!("a partition's position is outside its log ({e})")
-        } else {
-            out.join("; ")
-        };
+        if out.is_empty() {
+            // A reset reported for a partition already moved (librdkafka reports each
+            // partition's once, and they queue): nothing is outside its log now.
+            tracing::warn!(error = %e, "an offset reset was reported; every position is inside its log");
+            return None;
+        }
+        let what = out.join("; ");
         Some(Error::Config(format!(
             "{what}. Nothing was skipped: run stops rather than jump. Records deleted before \
              they landed are lost to the tables: --skip-deleted-records goes on from the log's \
@@ -690,6 +710,8 @@ impl LocalEsm {
             .map(|t| (t.clone(), Batcher::new(shape.clone())))
             .collect();
         let mut in_flight: BTreeMap<String, InFlight> = BTreeMap::new();
+        // Per topic in flight: whether its batch has failed at least once (is being retried).
+        let mut retrying: BTreeMap<String, Arc<AtomicBool>> = BTreeMap::new();
         let mut report = RunReport::default();
         let until_idle = match self.args.until_idle {
             Some(s) => Some(RunArgs::seconds("until-idle", s, 86_400.0)?),
@@ -701,6 +723,8 @@ impl LocalEsm {
         let started = Instant::now();
         let mut last_message = Instant::now();
         let mut last_discover: Option<Instant> = None;
+        // When the topics' partitions were last read from the cluster.
+        let mut last_read: Option<Instant> = None;
         let mut last_schedule = Instant::now();
         let mut last_positions: Option<Instant> = None;
         let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -711,11 +735,22 @@ impl LocalEsm {
             }
             let now = Instant::now();
             if last_discover.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5)) {
-                if let Err(e) = self.discover().await {
-                    if last_discover.is_none() && !e.is_retryable() {
-                        return Err(e);
+                match self.discover().await {
+                    Ok(()) => last_read = Some(Instant::now()),
+                    Err(e) => {
+                        if last_discover.is_none() && !e.is_retryable() {
+                            return Err(e);
+                        }
+                        // A script waiting for the end (--until-idle) is told, with the
+                        // transient fault's exit code, when the cluster cannot be read at all.
+                        if until_idle.is_some()
+                            && last_read.is_none()
+                            && started.elapsed() >= Duration::from_secs(15)
+                        {
+                            return Err(e);
+                        }
+                        tracing::warn!(error = %e, "could not read the topics' partitions");
                     }
-                    tracing::warn!(error = %e, "could not read the topics' partitions");
                 }
                 last_discover = Some(now);
             }
@@ -725,6 +760,8 @@ impl LocalEsm {
                     && batcher.due(now)
                     && let Some(batch) = batcher.take()
                 {
+                    let failing = Arc::new(AtomicBool::new(false));
+                    retrying.insert(topic.clone(), failing.clone());
                     in_flight.insert(
                         topic.clone(),
                         tokio::spawn(land(
@@ -732,21 +769,27 @@ impl LocalEsm {
                             batch,
                             self.args.maximum_retry_attempts,
                             self.stop.clone(),
-                            failures.clone(),
+                            (failures.clone(), failing),
                         )),
                     );
                 }
             }
-            let fill: Vec<(String, bool)> = batchers
+            // Back-pressure with two batches buffered for a topic: while its batch in flight is
+            // being retried, that topic alone is paused (the others go on); otherwise fetching
+            // waits for the invocation (pausing would drop librdkafka's prefetched records).
+            let mut blocked = false;
+            let fill: Vec<(String, bool, bool)> = batchers
                 .iter()
                 .map(|(t, b)| {
                     let full =
                         b.len() >= 2 * shape.batch_size || b.bytes() >= 2 * shape.max_payload;
-                    (t.clone(), full)
+                    let failing = retrying.get(t).is_some_and(|r| r.load(Ordering::Relaxed));
+                    (t.clone(), full, failing)
                 })
                 .collect();
-            for (topic, full) in fill {
-                self.pace(&topic, full);
+            for (topic, full, failing) in fill {
+                self.pace(&topic, full && failing);
+                blocked |= full && !failing;
             }
             // The scheduled stage, on its interval, beside ingest (as its Lambda runs).
             if let Some(h) = &scheduled
@@ -776,6 +819,7 @@ impl LocalEsm {
             if let Some(idle) = until_idle
                 && idle_now
                 && now.duration_since(last_message) >= idle
+                && last_read.is_some_and(|t| t > last_message.max(started))
                 && self.caught_up(last_message.max(started))
             {
                 break;
@@ -786,8 +830,9 @@ impl LocalEsm {
             }
             progress.tick(&report, &self.lags(), started);
             let wait = batchers
-                .values()
-                .filter_map(Batcher::deadline)
+                .iter()
+                .filter(|(t, _)| !in_flight.contains_key(*t))
+                .filter_map(|(_, b)| b.deadline())
                 .min()
                 .map_or(Duration::from_millis(200), |d| {
                     d.saturating_duration_since(now)
@@ -803,31 +848,44 @@ impl LocalEsm {
                         futures::future::select_all(in_flight.values_mut()).await
                     }
                 } => Some((topics_in_flight.get(i).cloned().unwrap_or_default(), done)),
-                message = self.consumer.recv() => {
+                message = self.consumer.recv(), if !blocked => {
+                    let mut error = None;
                     match message {
                         Ok(m) => {
                             fetched(&mut self.positions, &m, &mut batchers, &mut report);
-                            // Whatever else librdkafka has queued, without waiting.
+                            // Whatever else librdkafka has queued, without waiting (an error
+                            // among it is handled as the first would be).
                             for _ in 0..shape.batch_size {
-                                let Some(Ok(m)) = self.consumer.recv().now_or_never() else {
-                                    break;
-                                };
-                                fetched(&mut self.positions, &m, &mut batchers, &mut report);
+                                match self.consumer.recv().now_or_never() {
+                                    Some(Ok(m)) => {
+                                        fetched(&mut self.positions, &m, &mut batchers, &mut report)
+                                    }
+                                    Some(Err(e)) => {
+                                        error = Some(e);
+                                        break;
+                                    }
+                                    None => break,
+                                }
                             }
                             last_message = Instant::now();
                         }
-                        Err(e) if e.rdkafka_error_code()
+                        Err(e) => error = Some(e),
+                    }
+                    match error {
+                        Some(e) if e.rdkafka_error_code()
                             == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) =>
                         {
                             if let Some(stop) = self.outside_the_log(&e) {
+                                self.stop.stop();
                                 drain(&mut in_flight, &mut self, &mut report).await;
                                 return Err(stop);
                             }
                         }
-                        Err(e) => {
+                        Some(e) => {
                             tracing::warn!(error = %e, "kafka");
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
+                        None => {}
                     }
                     None
                 }
@@ -835,8 +893,15 @@ impl LocalEsm {
             };
             if let Some((topic, done)) = landed {
                 in_flight.remove(&topic);
-                let (batch, result) =
-                    done.map_err(|e| Error::Internal(format!("invocation task: {e}")))?;
+                retrying.remove(&topic);
+                let (batch, result) = match done {
+                    Ok(d) => d,
+                    Err(e) => {
+                        self.stop.stop();
+                        drain(&mut in_flight, &mut self, &mut report).await;
+                        return Err(Error::Internal(format!("invocation task: {e}")));
+                    }
+                };
                 match result {
                     Ok(summary) => {
                         self.landed(&batch);
@@ -844,6 +909,8 @@ impl LocalEsm {
                         report.ingest.add(&summary);
                     }
                     Err(e) => {
+                        // The other topics' batches in flight land or stop at their next retry.
+                        self.stop.stop();
                         drain(&mut in_flight, &mut self, &mut report).await;
                         return Err(e);
                     }
@@ -940,13 +1007,13 @@ fn fetched(
 }
 
 /// Invokes `handler` with `batch` until it lands (or `limit` retries run out, or a stop is
-/// asked for between attempts); counts failed invocations in `failures`.
+/// asked for between attempts); counts failed invocations in `failures` and marks `failing` once one failed.
 async fn land(
     handler: Arc<dyn Handler>,
     batch: Batch,
     limit: i64,
     stop: Stop,
-    failures: Arc<std::sync::atomic::AtomicU64>,
+    (failures, failing): (Arc<std::sync::atomic::AtomicU64>, Arc<AtomicBool>),
 ) -> (Batch, Result<IngestSummary>) {
     let mut attempt: i64 = 0;
     loop {
@@ -961,6 +1028,7 @@ async fn land(
             Err(e) => e,
         };
         failures.fetch_add(1, Ordering::Relaxed);
+        failing.store(true, Ordering::Relaxed);
         let partitions: Vec<String> = batch
             .carried
             .iter()

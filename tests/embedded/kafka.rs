@@ -884,32 +884,40 @@ fn a_position_outside_the_log_stops_run_instead_of_skipping() {
     let spec = write_spec(dir.path(), &[&topic], false);
     client(
         &bootstrap,
-        &["create", "--topic", &topic, "--partitions", "1"],
+        &["create", "--topic", &topic, "--partitions", "2"],
     );
-    let plan = |first: u64, records: u64| serde_json::json!({"topic": topic, "records": records, "first": first, "partitions": 1});
-    let mut manifest = produce(&bootstrap, plan(0, 20));
+    let plan = |first: u64, records: u64, partitions: u64| {
+        serde_json::json!({"topic": topic, "records": records, "first": first,
+            "partitions": partitions})
+    };
+    let mut manifest = produce(&bootstrap, plan(0, 40, 2));
     run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(60));
-    // 20 more, of which the first 10 are deleted before they land.
-    manifest.extend(produce(&bootstrap, plan(20, 20)));
+    // 20 more per partition, of which the first 10 of each are deleted before they land (two
+    // partitions: librdkafka reports each one's reset, queued one after the other).
+    manifest.extend(produce(&bootstrap, plan(40, 40, 2)));
     client(
         &bootstrap,
         &["delete-records", "--topic", &topic, "--offset", "30"],
     );
     let (ok, stderr) = run_status(&home, &spec, &bootstrap, &[]);
     assert!(!ok, "run went on past deleted records: {stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "{topic}/0: the pipeline resumes at offset 20 but the log starts at 30"
-        )),
-        "{stderr}"
-    );
+    for p in 0..2 {
+        assert!(
+            stderr.contains(&format!(
+                "{topic}/{p}: the pipeline resumes at offset 20 but the log starts at 30"
+            )),
+            "{stderr}"
+        );
+    }
     let (ok, stderr) = run_status(&home, &spec, &bootstrap, &["--skip-deleted-records"]);
     assert!(ok, "{stderr}");
-    let landed: Vec<i64> = keys(&home, &topic)
+    let landed: Vec<(i64, i64)> = keys(&home, &topic)
         .iter()
-        .map(|k| k[1].as_i64().unwrap_or(-1))
+        .map(|k| (k[0].as_i64().unwrap_or(-1), k[1].as_i64().unwrap_or(-1)))
         .collect();
-    let want: Vec<i64> = (0..20).chain(30..40).collect();
+    let want: Vec<(i64, i64)> = (0..2)
+        .flat_map(|p| (0..20).chain(30..40).map(move |o| (p, o)))
+        .collect();
     assert_eq!(landed, want);
 
     // The topic deleted and created again with fewer records than the checkpoint.
@@ -918,7 +926,7 @@ fn a_position_outside_the_log_stops_run_instead_of_skipping() {
         &bootstrap,
         &["create", "--topic", &topic, "--partitions", "1"],
     );
-    produce(&bootstrap, plan(100, 5));
+    produce(&bootstrap, plan(100, 5, 1));
     let (ok, stderr) = run_status(&home, &spec, &bootstrap, &[]);
     assert!(!ok, "run went on with a recreated topic: {stderr}");
     assert!(stderr.contains("created again"), "{stderr}");
@@ -1050,4 +1058,32 @@ fn a_failing_topic_holds_back_only_itself() {
         "the refused topic landed nothing more"
     );
     drop(manifest);
+}
+
+/// `run --until-idle` against a cluster it cannot reach reads nothing and says so with the
+/// transient fault's exit code (75), instead of finding "every partition caught up" among none
+/// and exiting 0.
+#[test]
+fn until_idle_against_an_unreachable_cluster_exits_75() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let spec = write_spec(dir.path(), &["nowhere"], false);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let out = streamtable(
+        &home,
+        &spec,
+        &format!("127.0.0.1:{port}"),
+        &["--until-idle", "1"],
+    )
+    .output()
+    .expect("run streamtable run");
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
