@@ -13,7 +13,9 @@
 pub mod batch;
 pub mod invoke;
 pub mod produce;
+pub mod progress;
 pub mod source;
+pub mod stop;
 
 use rdkafka::ClientConfig;
 use rdkafka::Message;

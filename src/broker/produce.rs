@@ -219,13 +219,7 @@ pub fn demo_records(
         .unwrap_or(topic);
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
     let mut offsets = vec![0i64; partitions.max(1) as usize];
-    let disorder = Disorder {
-        step_ms: (3_600_000 / count.max(1) as i64).max(1),
-        jitter_ms: 20_000,
-        late_every: 997,
-        late_by_ms: 420_000,
-        duplicate_every: 211,
-    };
+    let disorder = Disorder::demo(count);
     let mut records = synthetic_stream(
         &mut factory,
         base,

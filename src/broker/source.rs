@@ -12,7 +12,6 @@
 //! never reach the handler, and offsets have gaps where they were.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +24,8 @@ use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::batch::{Batch, BatchShape, Batcher, EventSource, MAX_PAYLOAD_BYTES};
+use super::progress::{Lags, Progress};
+pub use super::stop::Stop;
 use super::{Connection, esm_record, kafka_error};
 use crate::backend::Backend;
 use crate::checkpoint::SourcePartition;
@@ -251,54 +252,6 @@ struct Position {
     landed: i64,
     /// The consumer group's offset last committed.
     committed: i64,
-}
-
-/// A handle that stops a run between invocations (SIGINT/SIGTERM).
-#[derive(Debug, Clone, Default)]
-pub struct Stop(Arc<AtomicBool>);
-
-impl Stop {
-    /// Asks the run to stop after the invocation in flight.
-    pub fn stop(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    fn requested(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    /// A handle set by SIGINT or SIGTERM; a second signal aborts (exit 130).
-    pub fn on_signals() -> Stop {
-        let stop = Stop::default();
-        let s = stop.clone();
-        tokio::spawn(async move {
-            #[cfg(unix)]
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            for n in 0..2 {
-                #[cfg(unix)]
-                match term.as_mut() {
-                    Some(t) => {
-                        tokio::select! {
-                            _ = tokio::signal::ctrl_c() => {}
-                            _ = t.recv() => {}
-                        }
-                    }
-                    None => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
-                }
-                #[cfg(not(unix))]
-                let _ = tokio::signal::ctrl_c().await;
-                if n == 0 {
-                    eprintln!("stopping after the batches in flight (a second signal aborts)");
-                    s.stop();
-                }
-            }
-            std::process::exit(130);
-        });
-        stop
-    }
 }
 
 /// The local event source mapping.
@@ -954,10 +907,6 @@ impl LocalEsm {
     }
 }
 
-/// Per partition: its lag (`None` before librdkafka reported its end) and the records past
-/// the last stable offset (in transactions still open).
-type Lags = Vec<((String, i32), Option<i64>, i64)>;
-
 /// An invocation in flight: its batch back, with whether it landed.
 type InFlight = tokio::task::JoinHandle<(Batch, Result<IngestSummary>)>;
 
@@ -1067,99 +1016,6 @@ async fn scheduled_run(
 ) -> Result<Vec<String>> {
     let report = crate::scheduled::run(&backend, &tables, &options).await?;
     Ok(report.lines())
-}
-
-/// Progress on the terminal: a status line redrawn every second, or a plain line every ten
-/// seconds when standard error is not a terminal.
-struct Progress {
-    bar: Option<indicatif::ProgressBar>,
-    last: Mutex<Option<Instant>>,
-}
-
-impl Progress {
-    fn new() -> Progress {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.enable_steady_tick(Duration::from_millis(250));
-            bar
-        });
-        Progress {
-            bar,
-            last: Mutex::new(None),
-        }
-    }
-
-    fn line(report: &RunReport, lags: &Lags, started: Instant) -> String {
-        let secs = started.elapsed().as_secs_f64().max(1e-3);
-        let total: i64 = lags.iter().filter_map(|(_, l, _)| *l).sum();
-        let open: i64 = lags.iter().map(|(_, _, o)| *o).sum();
-        let unknown = lags.iter().filter(|(_, l, _)| l.is_none()).count();
-        let mut worst: Vec<&((String, i32), Option<i64>, i64)> = lags
-            .iter()
-            .filter(|(_, l, _)| l.is_some_and(|l| l > 0))
-            .collect();
-        worst.sort_by_key(|(_, l, _)| std::cmp::Reverse(l.unwrap_or(0)));
-        let worst: Vec<String> = worst
-            .iter()
-            .take(4)
-            .map(|((t, p), l, _)| format!("{t}/{p}={}", l.unwrap_or(0)))
-            .collect();
-        format!(
-            "{} records in {} batches ({:.0}/s), {} dead letters; lag {total}{}{}{}",
-            report.ingest.records,
-            report.batches,
-            report.ingest.records as f64 / secs,
-            report.ingest.dead_lettered,
-            if open > 0 {
-                format!(" (+{open} records behind open transactions, not readable yet)")
-            } else {
-                String::new()
-            },
-            if unknown > 0 {
-                format!(" (+{unknown} partitions not read yet)")
-            } else {
-                String::new()
-            },
-            if worst.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", worst.join(" "))
-            }
-        )
-    }
-
-    fn tick(&self, report: &RunReport, lags: &Lags, started: Instant) {
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        let every = if self.bar.is_some() { 1 } else { 10 };
-        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(every)) {
-            return;
-        }
-        *last = Some(Instant::now());
-        let line = Self::line(report, lags, started);
-        match &self.bar {
-            Some(bar) => bar.set_message(line),
-            None => eprintln!("{line}"),
-        }
-    }
-
-    fn lines(&self, what: &str, lines: &[String]) {
-        for l in lines {
-            match &self.bar {
-                Some(bar) => bar.println(format!("{what}: {l}")),
-                None => eprintln!("{what}: {l}"),
-            }
-        }
-    }
-
-    fn finish(&self, report: &RunReport, lags: &Lags, started: Instant) {
-        let line = Self::line(report, lags, started);
-        match &self.bar {
-            Some(bar) => bar.finish_with_message(line),
-            None => eprintln!("{line}"),
-        }
-    }
 }
 
 /// The topics a spec reads, each once, in order.

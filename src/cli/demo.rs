@@ -123,16 +123,7 @@ async fn feed(
     let first_id: u64 = offsets.iter().map(|o| *o as u64).sum();
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
     let start_ms = now_ms() - 3_600_000;
-    // An hour of events, out of order by up to 10 s either way, one in 997 late (alternately
-    // 7 minutes: past the windows' allowed lateness; and 2 minutes: a correction), one in 211
-    // re-sent by its producer.
-    let disorder = Disorder {
-        step_ms: (3_600_000 / events.max(1) as i64).max(1),
-        jitter_ms: 20_000,
-        late_every: 997,
-        late_by_ms: 420_000,
-        duplicate_every: 211,
-    };
+    let disorder = Disorder::demo(events);
     let mut total = IngestSummary::default();
     let (mut sent, mut n) = (0u64, 0u64);
     while sent < events {

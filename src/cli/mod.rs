@@ -274,6 +274,21 @@ pub struct Disorder {
     pub duplicate_every: u64,
 }
 
+impl Disorder {
+    /// The demo's streams: an hour of event time over `events` records, out of order by up to
+    /// 10 s either way, one in 997 late (alternately 7 minutes, past the windows' allowed
+    /// lateness, and 2 minutes: a correction), one in 211 re-sent by its producer.
+    pub fn demo(events: u64) -> Disorder {
+        Disorder {
+            step_ms: (3_600_000 / events.max(1) as i64).max(1),
+            jitter_ms: 20_000,
+            late_every: 997,
+            late_by_ms: 420_000,
+            duplicate_every: 211,
+        }
+    }
+}
+
 /// Records for one topic, spread round-robin over the partitions whose next offsets are in
 /// `next_offsets` (advanced as records are made), every `bad_every`-th one bad. `first_id`
 /// numbers the business ids.
