@@ -212,7 +212,7 @@ impl Batcher {
                     topic: topic.clone(),
                     partition: *partition,
                     first: first.offset,
-                    next: last.offset + 1,
+                    next: last.offset.saturating_add(1),
                     records: taken.len(),
                 });
                 event.records.insert(format!("{topic}-{partition}"), taken);

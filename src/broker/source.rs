@@ -335,13 +335,24 @@ impl LocalEsm {
                 consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))
             })
             .map_err(|e| kafka_error(&format!("read the metadata of topic {topic}"), e))?;
-            let partitions: Vec<i32> = metadata
-                .topics()
+            let listed = metadata.topics().iter().find(|t| t.name() == topic);
+            // Only a topic the cluster says it does not know is gone: another error (a leader
+            // election, a controller moving) keeps its partitions as they are.
+            let unknown = match listed.and_then(|t| t.error()) {
+                None => listed.is_none_or(|t| t.partitions().is_empty()),
+                Some(e) => {
+                    rdkafka::types::RDKafkaErrorCode::from(e)
+                        == rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+                }
+            };
+            if !unknown && listed.and_then(|t| t.error()).is_some() {
+                continue;
+            }
+            let partitions: Vec<i32> = listed
                 .iter()
-                .filter(|t| t.name() == topic && t.error().is_none())
                 .flat_map(|t| t.partitions().iter().map(|p| p.id()))
                 .collect();
-            if partitions.is_empty() {
+            if unknown {
                 if self.missing.insert(topic.clone()) {
                     eprintln!("topic {topic} does not exist (yet): waiting for it");
                 }
@@ -457,10 +468,24 @@ impl LocalEsm {
             .incremental_assign(&tpl)
             .map_err(|e| kafka_error("assign the partitions", e))?;
         // Only now: a failure above leaves nothing half-assigned, and is tried again.
+        let mut pause = TopicPartitionList::new();
+        let mut ends = self.consumer.context().ends.lock().ok();
         for (key, position) in assigned {
-            // A paused topic's new partitions are paused with the others at the next turn.
-            self.paused.remove(&key.0);
+            // A paused topic's new partitions are paused with the others.
+            if self.paused.contains(&key.0) {
+                pause.add_partition(&key.0, key.1);
+            }
+            // Statistics of an earlier assignment of the partition say nothing of this one.
+            if let Some(ends) = ends.as_mut() {
+                ends.remove(&key);
+            }
             self.positions.insert(key, position);
+        }
+        drop(ends);
+        if pause.count() > 0
+            && let Err(e) = self.consumer.pause(&pause)
+        {
+            tracing::warn!(error = %e, "could not pause new partitions of a paused topic");
         }
         self.discovered = true;
         tracing::info!(partitions = found.len(), "assigned");
@@ -948,7 +973,7 @@ fn fetched(
         // A partition no longer assigned (its topic went away): not ours to land.
         return;
     };
-    p.fetched = p.fetched.max(record.offset + 1);
+    p.fetched = p.fetched.max(record.offset.saturating_add(1));
     if let Some(batcher) = batchers.get_mut(topic) {
         batcher.push(topic, partition, record, Instant::now());
         report.fetched += 1;
