@@ -213,10 +213,7 @@ pub fn demo_records(
     first_id: u64,
     bad_every: u64,
 ) -> Vec<SourceRecord> {
-    let base = ["orders", "payments", "readings"]
-        .into_iter()
-        .find(|b| topic.contains(b))
-        .unwrap_or(topic);
+    let base = crate::cli::demo_kind(topic);
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
     let mut offsets = vec![0i64; partitions.max(1) as usize];
     let disorder = Disorder::demo(count);

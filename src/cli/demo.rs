@@ -128,9 +128,10 @@ async fn feed(
     let (mut sent, mut n) = (0u64, 0u64);
     while sent < events {
         let count = batch.min(events - sent);
+        // A prefixed topic (`demo-payments`) carries the events of its demo topic.
         let mut records = synthetic_stream(
             &mut factory,
-            &topic,
+            super::demo_kind(&topic),
             count,
             &mut offsets,
             first_id + sent,
@@ -138,6 +139,9 @@ async fn feed(
             start_ms,
             &disorder,
         );
+        for r in &mut records {
+            r.topic.clone_from(&topic);
+        }
         if let Some(p) = &avro {
             // A record the producer's serializer refuses stays as it is (a bad producer).
             for r in &mut records {

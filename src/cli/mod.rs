@@ -289,6 +289,16 @@ impl Disorder {
     }
 }
 
+/// The demo topic `topic` carries: `orders`, `payments` or `readings` when its name contains one
+/// (a prefixed topic such as `demo-payments`), else `topic` itself (which the generator makes
+/// orders of).
+pub fn demo_kind(topic: &str) -> &str {
+    ["orders", "payments", "readings"]
+        .into_iter()
+        .find(|b| topic.contains(b))
+        .unwrap_or(topic)
+}
+
 /// Records for one topic, spread round-robin over the partitions whose next offsets are in
 /// `next_offsets` (advanced as records are made), every `bad_every`-th one bad. `first_id`
 /// numbers the business ids.

@@ -75,7 +75,7 @@ pub async fn query_rows(h: &Harness, engine: &QueryEngine, table: &str) -> Vec<V
     rows
 }
 
-fn batch_with_bad_records() -> Vec<streamtable::generate::SourceRecord> {
+pub fn batch_with_bad_records() -> Vec<streamtable::generate::SourceRecord> {
     // 150 s of orders: the 1-minute windows of orders_per_minute close (watermark − 30 s).
     let mut recs = records("orders", 0, 0..150);
     // Payments for the first 30 orders, 20 s to 10 min after them (order_payments joins them).
@@ -120,6 +120,7 @@ pub async fn query_agrees_with_pyiceberg_on_every_table(h: &Harness) {
             ours, theirs,
             "streamtable query and pyiceberg disagree on {table}"
         );
+        h.assert_trino_reads_as_pyiceberg(table, None);
     }
 }
 
@@ -177,6 +178,14 @@ pub async fn time_travel_reads_earlier_snapshots(h: &Harness) {
         .await
         .expect("engine");
     assert_eq!(count(at).await, 10);
+    // Trino's `FOR VERSION AS OF` reads the same snapshot (on the AWS backend).
+    h.assert_trino_reads_as_pyiceberg("orders", Some(first));
+    h.assert_trino_reads_as_pyiceberg("orders", None);
+    if let Some(a) = h.trino_one(&format!(
+        "SELECT count(*) FROM orders FOR TIMESTAMP AS OF from_unixtime({first_ms} / 1e3 + 0.0005) AT TIME ZONE 'UTC'"
+    )) {
+        assert_eq!(a.rows, [["10"]], "FOR TIMESTAMP AS OF the first commit");
+    }
     let as_of = QueryEngine::new(&h.backend, TimeTravel::AsOf(first_ms))
         .await
         .expect("engine");

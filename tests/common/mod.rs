@@ -26,6 +26,7 @@ pub mod state_scenarios;
 pub mod status_scenarios;
 pub mod struct_scenarios;
 pub mod table_scenarios;
+pub mod trino;
 pub mod window_scenarios;
 
 use std::collections::BTreeMap;

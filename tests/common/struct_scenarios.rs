@@ -156,6 +156,9 @@ pub async fn a_struct_lands_and_evolves_inside(h: &Harness) {
     );
     assert_eq!(h.read_external("duckdb", "orders")["count"], 4);
     assert_eq!(rows(h, Some(s1)), before);
+    // Trino (on the AWS backend) reads the struct, its widened and added fields, as pyiceberg.
+    h.assert_trino_reads_as_pyiceberg("orders", None);
+    h.assert_trino_reads_as_pyiceberg("orders", Some(s1));
 
     // Compaction rewrites the files of both schemas into one, each struct read by field id.
     let after = rows(h, None);
@@ -173,6 +176,7 @@ pub async fn a_struct_lands_and_evolves_inside(h: &Harness) {
         "{report:?}"
     );
     assert_eq!(rows(h, None), after);
+    h.assert_trino_reads_as_pyiceberg("orders", None);
 
     // A struct field's value of the wrong type is a dead letter naming the path.
     let ingestor = Ingestor::connect(&v2, &h.backend).await.expect("ingestor");

@@ -14,4 +14,5 @@ mod ingest;
 mod joins;
 mod reliability;
 mod tables;
+mod trino;
 mod windows;
