@@ -117,7 +117,10 @@ pub async fn query_answer(engine: &QueryEngine, sql: &str) -> Vec<Vec<String>> {
                     DataType::Timestamp(_, _) => {
                         let us = cast(c, &DataType::Timestamp(TimeUnit::Microsecond, None))
                             .expect("to µs");
-                        cast(&cast(&us, &DataType::Int64).expect("to i64"), &DataType::Utf8)
+                        cast(
+                            &cast(&us, &DataType::Int64).expect("to i64"),
+                            &DataType::Utf8,
+                        )
                     }
                     DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
                         let bin = cast(c, &DataType::Binary).expect("binary");
@@ -125,9 +128,11 @@ pub async fn query_answer(engine: &QueryEngine, sql: &str) -> Vec<Vec<String>> {
                             .as_any()
                             .downcast_ref::<datafusion::arrow::array::BinaryArray>()
                             .expect("binary");
-                        Ok(std::sync::Arc::new(StringArray::from_iter(bin.iter().map(|v| {
-                            v.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-                        }))) as _)
+                        Ok(
+                            std::sync::Arc::new(StringArray::from_iter(bin.iter().map(|v| {
+                                v.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+                            }))) as _,
+                        )
                     }
                     _ => cast(c, &DataType::Utf8),
                 }
@@ -202,7 +207,13 @@ pub fn assert_same_answer(
         let key = |r: &Vec<String>| -> Vec<String> {
             r.iter()
                 .enumerate()
-                .map(|(i, v)| if approx.contains(&i) { String::new() } else { v.clone() })
+                .map(|(i, v)| {
+                    if approx.contains(&i) {
+                        String::new()
+                    } else {
+                        v.clone()
+                    }
+                })
                 .collect()
         };
         trino.sort_by_key(key);

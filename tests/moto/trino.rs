@@ -101,7 +101,13 @@ async fn trino_reads_every_table_and_view_of_the_pipeline() {
     for t in &tables {
         h.assert_trino_reads_as_pyiceberg(t, None);
     }
-    for t in ["orders", "payments", "readings", "dead_letters", "orders_clean"] {
+    for t in [
+        "orders",
+        "payments",
+        "readings",
+        "dead_letters",
+        "orders_clean",
+    ] {
         assert!(
             !h.trino_rows(t, None).expect("Trino").is_empty(),
             "{t} has rows"
@@ -173,7 +179,10 @@ async fn trino_reads_every_table_and_view_of_the_pipeline() {
     let in_range = h.trino_one(sql).expect("Trino");
     let ours = query_answer(&engine, sql).await;
     assert_same_answer("day-column predicates", &in_range, ours, false, &[]);
-    assert!(in_range.rows.contains(&vec!["0".to_string()]), "{in_range:?}");
+    assert!(
+        in_range.rows.contains(&vec!["0".to_string()]),
+        "{in_range:?}"
+    );
 }
 
 /// The SQL blocks of `template.yaml` under `key: |` (`QueryString` of the Athena named queries,
@@ -280,8 +289,16 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
         named.len() >= 7 && datasets.len() >= 7,
         "{named:?} {datasets:?}"
     );
-    queries.extend(named.into_iter().map(|(r, s)| (format!("named query {r}"), s)));
-    queries.extend(datasets.into_iter().map(|(r, s)| (format!("QuickSight {r}"), s)));
+    queries.extend(
+        named
+            .into_iter()
+            .map(|(r, s)| (format!("named query {r}"), s)),
+    );
+    queries.extend(
+        datasets
+            .into_iter()
+            .map(|(r, s)| (format!("QuickSight {r}"), s)),
+    );
     let sqls: Vec<&str> = queries.iter().map(|(_, s)| s.as_str()).collect();
     let answers = demo_h.trino(&sqls).expect("Trino");
     for ((what, sql), theirs) in queries.iter().zip(&answers) {
