@@ -77,3 +77,9 @@ async fn size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it() {
     c::size_tiers_leave_a_compacted_file_until_newer_files_add_up_to_it(&common::embedded().await)
         .await;
 }
+
+#[tokio::test]
+async fn upserts_read_back_as_the_last_record_per_key() {
+    let mut h = common::embedded().await;
+    common::upsert_scenarios::upserts_read_back_as_the_last_record_per_key(&mut h).await;
+}

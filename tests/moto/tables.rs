@@ -394,3 +394,9 @@ async fn objects_stay_one_put_until_they_outgrow_a_64_mib_part() {
         h.backend.warehouse.delete(&location).await.expect("delete");
     }
 }
+
+#[tokio::test]
+async fn upserts_read_back_as_the_last_record_per_key() {
+    let mut h = common::moto().await;
+    common::upsert_scenarios::upserts_read_back_as_the_last_record_per_key(&mut h).await;
+}

@@ -45,6 +45,7 @@ pub mod ingest;
 pub mod maintenance;
 pub mod replay;
 pub mod scheduled;
+pub mod upsert;
 
 // The processor plans interval joins when its `sql` feature is on, and the commit stage runs
 // them only under this crate's: a processor with SQL under a pipeline without it would load

@@ -274,6 +274,7 @@ pub(super) fn parse_derived(
                 registry_subject: None,
                 registry_message: None,
                 kafka_headers: false,
+                upsert: None,
             },
             source: inferred.source,
             references: inferred.references,

@@ -69,6 +69,10 @@ struct RawTable {
     format: Option<Spanned<String>>,
     /// Any value, so that a wrong one is refused naming the key.
     kafka_headers: Option<Spanned<toml::Value>>,
+    /// `"append"` (the default) or `"upsert"`.
+    mode: Option<Spanned<String>>,
+    /// The key of an upsert table.
+    primary_key: Option<Spanned<Vec<String>>>,
 }
 
 fn yes() -> bool {
@@ -290,6 +294,7 @@ pub(super) fn parse_spec(
                 }
             },
         };
+        let upsert = parse_upsert(&t, name, &columns, &at)?;
         tables.push(TableSpec {
             name: name.clone(),
             topic: topic.clone(),
@@ -302,6 +307,7 @@ pub(super) fn parse_spec(
             registry_subject,
             registry_message,
             kafka_headers,
+            upsert,
         });
     }
     let references = super::derived::parse_references(&raw.reference_tables, &mut names, &at)?;
@@ -379,4 +385,95 @@ pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
+}
+
+/// `mode` and `primary_key` of a topic's table: an upsert table's key is one to
+/// [`super::MAX_PRIMARY_KEY_COLUMNS`] distinct top-level columns of a type compared exactly
+/// (not float, double or struct), which must be `required` (a record without its key cannot
+/// replace a row: it is a dead letter).
+fn parse_upsert(
+    t: &RawTable,
+    name: &str,
+    columns: &[ColumnSpec],
+    at: &dyn Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<Option<super::Upsert>> {
+    let upsert = match &t.mode {
+        None => false,
+        Some(m) => match m.get_ref().as_str() {
+            "append" => false,
+            "upsert" => true,
+            other => {
+                return Err(at(
+                    m.span(),
+                    format!(
+                        "table {name:?}: unknown mode {other:?}; use \"append\" (the default: every record is a row) or \"upsert\" (the current row per primary_key)"
+                    ),
+                ));
+            }
+        },
+    };
+    let key = match (&t.primary_key, upsert) {
+        (None, false) => return Ok(None),
+        (Some(k), false) => {
+            return Err(at(
+                k.span(),
+                format!(
+                    "table {name:?}: primary_key applies to mode = \"upsert\" (the current row per key); add it or remove primary_key"
+                ),
+            ));
+        }
+        (None, true) => {
+            let span = t.mode.as_ref().map(|m| m.span()).unwrap_or(t.name.span());
+            return Err(at(
+                span,
+                format!(
+                    "table {name:?}: mode = \"upsert\" needs primary_key = [\"<column>\", ...], the columns that name a row"
+                ),
+            ));
+        }
+        (Some(k), true) => k,
+    };
+    let fail = |m: String| Err(at(key.span(), format!("table {name:?}: {m}")));
+    if !t.land {
+        return fail(
+            "mode = \"upsert\" needs the table to land (land = false keeps no rows to replace)"
+                .into(),
+        );
+    }
+    let names = key.get_ref();
+    if names.is_empty() {
+        return fail("primary_key is empty; name the columns that identify a row".into());
+    }
+    if names.len() > super::MAX_PRIMARY_KEY_COLUMNS {
+        return fail(format!(
+            "primary_key has {} columns, more than the limit of {}",
+            names.len(),
+            super::MAX_PRIMARY_KEY_COLUMNS
+        ));
+    }
+    for (i, k) in names.iter().enumerate() {
+        if names[..i].contains(k) {
+            return fail(format!("primary_key names {k:?} twice"));
+        }
+        let Some(c) = columns.iter().find(|c| &c.name == k) else {
+            return fail(format!(
+                "primary_key column {k:?} is not a column of the table (a key column is a top-level column)"
+            ));
+        };
+        match c.column_type {
+            ColumnType::Float | ColumnType::Double | ColumnType::Struct => {
+                return fail(format!(
+                    "primary_key column {k:?} is a {}, which is not compared exactly; use a string, integer, date, timestamp, decimal or boolean column",
+                    c.column_type
+                ));
+            }
+            _ => {}
+        }
+        if !c.required {
+            return fail(format!(
+                "primary_key column {k:?} must be required (add required = true: a record without its key is a dead letter)"
+            ));
+        }
+    }
+    Ok(Some(super::Upsert { key: names.clone() }))
 }

@@ -231,7 +231,20 @@ pub struct TableSpec {
     /// Whether the table has the records' headers in a `kafka_headers` column (`kafka_headers =
     /// true`; default false). Turning it off later keeps the column, with NULL in new rows.
     pub kafka_headers: bool,
+    /// `mode = "upsert"` with `primary_key = [...]`: the table holds the current row of each
+    /// key, the last record of a key replacing the row before it (`None`: every record is a row).
+    pub upsert: Option<Upsert>,
 }
+
+/// What makes a table hold the current row per key (`mode = "upsert"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upsert {
+    /// The key's columns (top-level, primitive, required), in the spec's order.
+    pub key: Vec<String>,
+}
+
+/// The most columns a primary key may have.
+pub const MAX_PRIMARY_KEY_COLUMNS: usize = 8;
 
 /// How a topic's record values are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

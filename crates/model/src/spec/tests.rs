@@ -207,3 +207,91 @@ columns = [{ name = "c", type = "struct" }]
     let partitioned = format!("{text}partition_by = [\"c\"]\n");
     assert!(PipelineSpec::parse(&partitioned, Path::new("t.toml"), &crate::spec::NoSql).is_err());
 }
+
+const UPSERT: &str = r#"
+[[tables]]
+name = "orders_current"
+topic = "orders"
+mode = "upsert"
+primary_key = ["order_id", "region"]
+columns = [
+  { name = "order_id", type = "string", required = true },
+  { name = "region", type = "int", required = true },
+  { name = "status", type = "string" },
+  { name = "score", type = "double", required = true },
+  { name = "note", type = "string" },
+]
+"#;
+
+#[test]
+fn an_upsert_table_names_its_key() {
+    let spec = parse(UPSERT).expect("valid");
+    assert_eq!(
+        spec.tables[0].upsert.as_ref().map(|u| u.key.clone()),
+        Some(vec!["order_id".to_string(), "region".to_string()])
+    );
+    assert_eq!(parse(GOOD).expect("valid").tables[0].upsert, None);
+    let append = UPSERT.replace(
+        "mode = \"upsert\"\nprimary_key = [\"order_id\", \"region\"]\n",
+        "mode = \"append\"\n",
+    );
+    assert_eq!(parse(&append).expect("valid").tables[0].upsert, None);
+}
+
+#[test]
+fn an_upsert_key_is_refused_naming_the_fix() {
+    let cases = [
+        (
+            "mode = \"upsert\"",
+            "mode = \"merge\"",
+            "unknown mode \"merge\"",
+        ),
+        (
+            "primary_key = [\"order_id\", \"region\"]\n",
+            "",
+            "needs primary_key",
+        ),
+        (
+            "mode = \"upsert\"\n",
+            "",
+            "primary_key applies to mode = \"upsert\"",
+        ),
+        ("[\"order_id\", \"region\"]", "[]", "primary_key is empty"),
+        (
+            "[\"order_id\", \"region\"]",
+            "[\"order_id\", \"order_id\"]",
+            "names \"order_id\" twice",
+        ),
+        (
+            "[\"order_id\", \"region\"]",
+            "[\"customer\"]",
+            "\"customer\" is not a column",
+        ),
+        (
+            "[\"order_id\", \"region\"]",
+            "[\"score\"]",
+            "not compared exactly",
+        ),
+        (
+            "[\"order_id\", \"region\"]",
+            "[\"note\"]",
+            "must be required",
+        ),
+        (
+            "[\"order_id\", \"region\"]",
+            "[\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\", \"i\"]",
+            "more than the limit of 8",
+        ),
+        (
+            "mode = \"upsert\"",
+            "mode = \"upsert\"\nland = false",
+            "needs the table to land",
+        ),
+    ];
+    for (from, to, want) in cases {
+        let text = UPSERT.replacen(from, to, 1);
+        let e = error(&text);
+        assert!(e.contains(want), "{to:?}: {e}");
+        assert!(e.contains("p.toml:"), "names the file and line: {e}");
+    }
+}

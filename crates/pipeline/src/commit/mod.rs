@@ -91,6 +91,22 @@ pub struct TableCommitReport {
     /// For an interval join's table: what its round kept, forgot and deferred.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub join: Option<JoinStats>,
+    /// For an upsert table: the rows the round made stale and its key count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upsert: Option<UpsertStats>,
+}
+
+/// What an upsert table's round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UpsertStats {
+    /// Rows deleted (older rows of the round's keys, and the round's own superseded rows).
+    pub rows_deleted: u64,
+    /// Position delete files written.
+    pub delete_files: u64,
+    /// Keys with a live row after the round.
+    pub keys: u64,
+    /// Data files read into the key index (after a compaction, or to build it).
+    pub files_indexed: u64,
 }
 
 /// What an interval join's round did with its state.
@@ -636,6 +652,30 @@ async fn commit_table(
         let intent = commit_id.split('/').next().unwrap_or(commit_id);
         data_files
             .extend(carried::write(backend, &layout, &location, intent, &files.carried).await?);
+    }
+    let upsert = tables
+        .tables
+        .get(name)
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.upsert.as_ref());
+    if let Some(upsert) = upsert {
+        let done = crate::upsert::commit_upsert(
+            &backend.catalog,
+            &tables.ident(name),
+            &upsert.key,
+            &data_files,
+            &props,
+        )
+        .await?;
+        report.snapshot_id = done.snapshot_id;
+        report.already_committed = done.already_committed;
+        report.upsert = Some(UpsertStats {
+            rows_deleted: done.rows_deleted,
+            delete_files: done.delete_files,
+            keys: done.keys,
+            files_indexed: done.files_indexed,
+        });
+        return Ok(report);
     }
     let tx = Transaction::new(&table);
     let append = tx

@@ -5,6 +5,7 @@
 //! ([`rewrite`]) and swapped for the outputs in one `replace` commit ([`replace`]). Readers see
 //! every row exactly once before and after.
 
+pub mod apply;
 pub mod rewrite;
 mod row_group;
 
@@ -98,8 +99,11 @@ pub struct Job {
     pub partition: Struct,
     /// The partition's path (`created_at_day=2026-11-29`).
     pub path: String,
-    /// Its small files, sorted by path.
+    /// Its small files, sorted by path (and its files with deleted rows).
     pub inputs: Vec<ManifestEntryRef>,
+    /// The table's live delete files, when some of them name rows of the inputs: the job
+    /// then drops those rows ([`apply`]).
+    pub deletes: Option<std::sync::Arc<apply::TableDeletes>>,
 }
 
 /// Compacts every table of the set; the first failure is returned (see [`compact_all_until`]
@@ -155,15 +159,29 @@ pub async fn compact_all_until(
                 continue;
             }
         };
+        let deletes = match apply::TableDeletes::load(&table, &current).await {
+            Ok(d) => d,
+            Err(e) => {
+                failures.push(Failure::new("compaction", Some(name), None, &e));
+                continue;
+            }
+        };
+        if deletes.equality {
+            tracing::warn!(table = %name, "the table has equality delete files, which compaction does not apply; it is left as it is");
+            continue;
+        }
         let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
         let table = std::sync::Arc::new(table);
-        let picked = plan(
+        let mut picked = plan(
             &table,
             current.live(),
             small_below,
             options.min_input_files,
             options.tier_ratio,
         );
+        if !deletes.is_empty() {
+            with_deleted_rows(&table, &current, &mut picked, deletes);
+        }
         for job in picked {
             jobs.push((name, def, table.clone(), job));
         }
@@ -184,17 +202,19 @@ pub async fn compact_all_until(
         // With size tiers a cut keeps the smallest files: a large one rewritten with a few
         // small ones would undo the tier.
         let smallest_first = options.tier_ratio.is_some();
-        if !job.fit_budget(
-            budget.min(time_cap),
-            options.min_input_files,
-            smallest_first,
-        ) {
+        // A file with deleted rows is worth rewriting on its own.
+        let min_files = if job.deletes.is_some() {
+            1
+        } else {
+            options.min_input_files.max(2)
+        };
+        if !job.fit_budget(budget.min(time_cap), min_files, smallest_first) {
             tracing::info!(table = %name, partition = %job.path, "compaction byte budget of this run used up for this partition");
             continue;
         }
         budget -= job.input_bytes().min(budget);
         let ident = tables.ident(name);
-        match compact_job(backend, &table, &ident, name, def, &job, options).await {
+        match compact_job(backend, tables, &table, &ident, name, def, &job, options).await {
             Ok(Some(report)) => out.push(report),
             Ok(None) => {}
             Err(e) => failures.push(Failure::new("compaction", Some(name), Some(&job.path), &e)),
@@ -232,14 +252,16 @@ impl Job {
             i += 1;
             keep[i - 1]
         });
-        fit >= min_files.max(2)
+        fit >= min_files.max(1)
     }
 }
 
 /// Rewrites one partition's small files and commits the replace; `None` when there was nothing
 /// to do.
+#[allow(clippy::too_many_arguments)]
 async fn compact_job(
     backend: &Backend,
+    tables: &TableSet,
     table: &iceberg::table::Table,
     ident: &iceberg::TableIdent,
     name: &str,
@@ -249,20 +271,35 @@ async fn compact_job(
 ) -> Result<Option<PartitionCompaction>> {
     let started = Instant::now();
     let prefix = format!("compact-{}", uuid::Uuid::new_v4());
-    let rewritten = rewrite::rewrite(
-        table,
-        job,
-        def.target_file_size_bytes,
-        options.stitch_min_row_group_bytes,
-        options.max_row_group_bytes,
-        &prefix,
-    )
-    .await?;
-    if rewritten.outputs.is_empty() {
+    let rewritten = match &job.deletes {
+        Some(deletes) => {
+            let layout = tables.catalog_layout(name, table)?;
+            apply::rewrite(table, &layout, job, deletes, &prefix).await?
+        }
+        None => {
+            rewrite::rewrite(
+                table,
+                job,
+                def.target_file_size_bytes,
+                options.stitch_min_row_group_bytes,
+                options.max_row_group_bytes,
+                &prefix,
+            )
+            .await?
+        }
+    };
+    if rewritten.outputs.is_empty() && rewritten.removed.is_empty() {
         return Ok(None);
     }
     let outputs = rewritten.outputs;
     let removed: HashSet<String> = rewritten.removed.into_iter().collect();
+    let applied = match &job.deletes {
+        Some(d) => replace::Deletes {
+            removed: d.covered_by(&removed),
+            seen: Some(d.seen.clone()),
+        },
+        None => replace::Deletes::default(),
+    };
     let input_bytes: u64 = job
         .inputs
         .iter()
@@ -273,8 +310,15 @@ async fn compact_job(
         "streamtable.operation".to_string(),
         "compaction".to_string(),
     )]);
-    let outcome =
-        replace::commit_replace(&backend.catalog, ident, &removed, &outputs, &props).await?;
+    let outcome = replace::commit_replace_with(
+        &backend.catalog,
+        ident,
+        &removed,
+        &applied,
+        &outputs,
+        &props,
+    )
+    .await?;
     let snapshot_id = match outcome {
         ReplaceOutcome::Committed(id) => Some(id),
         ReplaceOutcome::Stale => {
@@ -343,6 +387,51 @@ fn undominated(sizes: &[u64], ratio: f64) -> usize {
     n
 }
 
+/// Jobs for the files with deleted rows: each joins its partition's job (made when the
+/// partition has none), and such jobs drop the deleted rows.
+fn with_deleted_rows(
+    table: &iceberg::table::Table,
+    current: &files::SnapshotFiles,
+    jobs: &mut Vec<Job>,
+    deletes: apply::TableDeletes,
+) {
+    let spec = table.metadata().default_partition_spec();
+    let Ok(partition_type) = spec.partition_type(table.metadata().current_schema()) else {
+        return;
+    };
+    let deletes = std::sync::Arc::new(deletes);
+    for files::FileEntry { spec_id, entry } in current.live() {
+        if *spec_id != spec.spec_id() || !deletes.positions.contains_key(entry.file_path()) {
+            continue;
+        }
+        let partition = entry.data_file().partition();
+        let job = match jobs.iter_mut().position(|j| &j.partition == partition) {
+            Some(i) => &mut jobs[i],
+            None => {
+                jobs.push(Job {
+                    partition: partition.clone(),
+                    path: partition_path(spec, &partition_type, partition),
+                    inputs: Vec::new(),
+                    deletes: None,
+                });
+                let last = jobs.len() - 1;
+                &mut jobs[last]
+            }
+        };
+        if !job
+            .inputs
+            .iter()
+            .any(|e| e.file_path() == entry.file_path())
+        {
+            job.inputs.push(entry.clone());
+        }
+        job.deletes = Some(deletes.clone());
+    }
+    for job in jobs.iter_mut() {
+        job.inputs.sort_by(|a, b| a.file_path().cmp(b.file_path()));
+    }
+}
+
 /// Partitions with enough small files (with `tier_ratio`, enough in their smallest tier),
 /// their chosen files sorted by path.
 fn plan<'a>(
@@ -406,6 +495,7 @@ fn plan<'a>(
                 partition,
                 path,
                 inputs,
+                deletes: None,
             }
         })
         .collect()

@@ -237,6 +237,14 @@ pub(crate) async fn referenced(
     let mut seen_manifests = HashSet::new();
     for s in snapshots {
         paths.insert(s.manifest_list().to_string());
+        // An upsert table's key index is named by the snapshot's summary.
+        if let Some(index) = s
+            .summary()
+            .additional_properties
+            .get(crate::table::KEY_INDEX_PROPERTY)
+        {
+            paths.insert(index.clone());
+        }
         let list = table
             .manifest_list_reader(s)
             .load()

@@ -86,6 +86,24 @@ async fn load_entries(file_io: iceberg::io::FileIO, m: ManifestFile) -> Result<V
         .collect())
 }
 
+/// The live entries of the snapshot's delete manifests (position and equality delete files).
+pub async fn live_delete_files(table: &Table, files: &SnapshotFiles) -> Result<Vec<FileEntry>> {
+    let loads: Vec<_> = files
+        .delete_manifests()
+        .cloned()
+        .map(|m| load_entries(table.file_io().clone(), m))
+        .collect();
+    let loaded: Vec<Vec<FileEntry>> = futures::stream::iter(loads)
+        .buffered(CONCURRENT_MANIFESTS)
+        .try_collect()
+        .await?;
+    Ok(loaded
+        .into_iter()
+        .flatten()
+        .filter(|e| e.entry.is_alive())
+        .collect())
+}
+
 /// The current snapshot's files, or nothing for a table without snapshots.
 pub async fn load_current(table: &Table) -> Result<SnapshotFiles> {
     match table.metadata().current_snapshot() {

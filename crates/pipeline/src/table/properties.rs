@@ -14,6 +14,9 @@ pub const REPLACE_ID_PROPERTY: &str = "streamtable.replace-id";
 /// Snapshot summary key of a join table naming its state (see [`crate::commit::join`]); a
 /// replace snapshot carries it over.
 pub const JOIN_STATE_PROPERTY: &str = "streamtable.join.state";
+/// Snapshot summary key of an upsert table naming its key index (see [`crate::upsert`]); a
+/// replace snapshot carries it over (the next commit reconciles it with the files).
+pub const KEY_INDEX_PROPERTY: &str = "streamtable.key-index";
 /// Prefix of the snapshot summary keys carrying committed offsets.
 pub const OFFSET_PROPERTY_PREFIX: &str = "streamtable.offset.";
 

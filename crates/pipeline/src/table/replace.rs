@@ -46,6 +46,38 @@ pub async fn commit_replace(
     added: &[DataFile],
     properties: &HashMap<String, String>,
 ) -> Result<ReplaceOutcome> {
+    commit_replace_with(
+        catalog,
+        ident,
+        removed,
+        &Deletes::default(),
+        added,
+        properties,
+    )
+    .await
+}
+
+/// The delete files a replace takes into account (a rewrite that applied them).
+#[derive(Debug, Clone, Default)]
+pub struct Deletes {
+    /// Live delete files the rewrite applied to every data file they name, all of which it
+    /// removes: removed with them.
+    pub removed: HashSet<String>,
+    /// The live delete files the rewrite read (`None`: it read none, and the table had none
+    /// that named its inputs). A delete file live now and not among them names rows the
+    /// rewrite kept: the replace is stale.
+    pub seen: Option<HashSet<String>>,
+}
+
+/// [`commit_replace`] for a rewrite that applied delete files.
+pub async fn commit_replace_with(
+    catalog: &TableCatalog,
+    ident: &TableIdent,
+    removed: &HashSet<String>,
+    deletes: &Deletes,
+    added: &[DataFile],
+    properties: &HashMap<String, String>,
+) -> Result<ReplaceOutcome> {
     // Carried by the snapshot, so that an attempt whose outcome was unknown is recognised.
     let replace_id = uuid::Uuid::new_v4().to_string();
     let mut properties = properties.clone();
@@ -70,9 +102,34 @@ pub async fn commit_replace(
         if !removed.iter().all(|p| live.contains(p.as_str())) {
             return Ok(ReplaceOutcome::Stale);
         }
+        let live_deletes = files::live_delete_files(&table, &snapshot_files).await?;
+        let deletes_now: HashSet<&str> = live_deletes.iter().map(|e| e.entry.file_path()).collect();
+        let unseen = match &deletes.seen {
+            Some(seen) => deletes_now.iter().any(|p| !seen.contains(*p)),
+            None => {
+                !deletes_now.is_empty() && deletes_touch(&table, &live_deletes, removed).await?
+            }
+        };
+        if unseen
+            || !deletes
+                .removed
+                .iter()
+                .all(|p| deletes_now.contains(p.as_str()))
+        {
+            // Rows of the inputs were deleted after the rewrite read them (or a delete file
+            // it applied is gone): committing would bring them back.
+            return Ok(ReplaceOutcome::Stale);
+        }
         added_files_exist(&table, ident, added).await?;
-        let (snapshot, written) =
-            build_snapshot(&table, &snapshot_files, removed, added, &properties).await?;
+        let (snapshot, written) = build_snapshot(
+            &table,
+            &snapshot_files,
+            removed,
+            &deletes.removed,
+            added,
+            &properties,
+        )
+        .await?;
         let snapshot_id = snapshot.snapshot_id();
         let metadata = table
             .metadata()
@@ -137,6 +194,30 @@ async fn added_files_exist(table: &Table, ident: &TableIdent, added: &[DataFile]
     Ok(())
 }
 
+/// Whether any of `deletes` (live delete files) may name a row of a file in `removed`: an
+/// equality delete may name any; a position delete is read.
+async fn deletes_touch(
+    table: &Table,
+    deletes: &[FileEntry],
+    removed: &HashSet<String>,
+) -> Result<bool> {
+    for d in deletes {
+        if d.entry.content_type() != iceberg::spec::DataContentType::PositionDeletes {
+            return Ok(true);
+        }
+        let rows = crate::upsert::read::position_deletes(
+            table,
+            d.entry.file_path(),
+            d.entry.file_size_in_bytes(),
+        )
+        .await?;
+        if rows.iter().any(|(p, _)| removed.contains(p)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The id of the snapshot in the table's history whose summary has `key` = `value`.
 pub fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
     table
@@ -158,6 +239,7 @@ async fn build_snapshot(
     table: &Table,
     current: &SnapshotFiles,
     removed: &HashSet<String>,
+    removed_deletes: &HashSet<String>,
     added: &[DataFile],
     properties: &HashMap<String, String>,
 ) -> Result<(Snapshot, Vec<String>)> {
@@ -241,7 +323,72 @@ async fn build_snapshot(
                 .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
         );
     }
-    manifests.extend(current.delete_manifests().cloned());
+    // Delete manifests: carried unchanged, unless they hold a delete file the rewrite applied
+    // (then rewritten with it marked deleted).
+    for (k, m) in current.delete_manifests().enumerate() {
+        if removed_deletes.is_empty() {
+            manifests.push(m.clone());
+            continue;
+        }
+        let manifest = m
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|e| Error::iceberg(ctx(&format!("manifest {}", m.manifest_path)), e))?;
+        let alive: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
+        if !alive
+            .iter()
+            .any(|e| removed_deletes.contains(e.file_path()))
+        {
+            manifests.push(m.clone());
+            continue;
+        }
+        let spec = metadata
+            .partition_spec_by_id(m.partition_spec_id)
+            .ok_or_else(|| {
+                Error::Internal(ctx(&format!("partition spec {}", m.partition_spec_id)))
+            })?;
+        let path = format!("{}/metadata/{commit}-d{k}.avro", metadata.location());
+        let output = table
+            .file_io()
+            .new_output(&path)
+            .map_err(|e| Error::iceberg(ctx("manifest"), e))?;
+        let mut writer = ManifestWriterBuilder::new(
+            output,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_deletes();
+        let bad = |e| Error::iceberg(ctx("manifest entry"), e);
+        for e in alive {
+            if removed_deletes.contains(e.file_path()) {
+                summary.remove_file(e.data_file(), schema.clone(), spec.clone());
+                writer
+                    .add_delete_file(
+                        e.data_file().clone(),
+                        e.sequence_number.unwrap_or(0),
+                        e.file_sequence_number.or(e.sequence_number),
+                    )
+                    .map_err(bad)?;
+            } else {
+                writer
+                    .add_existing_file(
+                        e.data_file().clone(),
+                        e.snapshot_id.unwrap_or(snapshot_id),
+                        e.sequence_number.unwrap_or(0),
+                        e.file_sequence_number.or(e.sequence_number),
+                    )
+                    .map_err(bad)?;
+            }
+        }
+        written.push(path);
+        manifests.push(
+            writer
+                .write_manifest_file()
+                .await
+                .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
+        );
+    }
 
     let list_path = format!(
         "{}/metadata/snap-{snapshot_id}-0-{commit}.avro",
@@ -274,11 +421,17 @@ async fn build_snapshot(
         .map(|s| s.summary().additional_properties.clone())
         .unwrap_or_default();
     add_totals(&mut props, &previous);
-    // A join table's state moves only with its join's commits: carry it over.
-    if let Some(state) = previous.get(crate::table::JOIN_STATE_PROPERTY) {
-        props
-            .entry(crate::table::JOIN_STATE_PROPERTY.to_string())
-            .or_insert_with(|| state.clone());
+    // A join table's state moves only with its join's commits, an upsert table's key index
+    // with its upserts: carry them over.
+    for key in [
+        crate::table::JOIN_STATE_PROPERTY,
+        crate::table::KEY_INDEX_PROPERTY,
+    ] {
+        if let Some(state) = previous.get(key) {
+            props
+                .entry(key.to_string())
+                .or_insert_with(|| state.clone());
+        }
     }
     let snapshot = Snapshot::builder()
         .with_manifest_list(list_path)
@@ -302,7 +455,7 @@ enum Entry {
 }
 
 /// The six `total-*` fields: previous totals, plus what was added, minus what was removed.
-fn add_totals(props: &mut HashMap<String, String>, previous: &HashMap<String, String>) {
+pub(crate) fn add_totals(props: &mut HashMap<String, String>, previous: &HashMap<String, String>) {
     let get = |m: &HashMap<String, String>, k: &str| {
         m.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0)
     };
@@ -337,7 +490,7 @@ fn add_totals(props: &mut HashMap<String, String>, previous: &HashMap<String, St
 }
 
 /// A fresh positive snapshot id not used by the table.
-fn new_snapshot_id(table: &Table) -> i64 {
+pub(crate) fn new_snapshot_id(table: &Table) -> i64 {
     loop {
         let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
         let id = ((a ^ b) >> 1) as i64;

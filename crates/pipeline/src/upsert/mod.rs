@@ -1,0 +1,535 @@
+//! Upsert tables: the current row per primary key (`mode = "upsert"`, `primary_key = [...]`).
+//!
+//! Ingest lands an upsert table's records as it lands any table's (micro-files in pending
+//! batches, exactly once by the checkpoints). The commit stage — the tables' single writer —
+//! turns a round's files into the current state: it reads the new rows' keys and Kafka
+//! positions (nothing else), finds each key's previous live row in the table's [`index`], and
+//! commits the new files together with Iceberg v2 **position delete** files naming every row
+//! the round supersedes, in one snapshot (`overwrite`) built by hand and swapped in with the
+//! catalog's compare-and-set. Athena, Trino, pyiceberg, DuckDB and the library's own scan apply
+//! position deletes on read.
+//!
+//! Which record wins, per key:
+//! - within a Kafka partition, the higher offset (producers key records by the primary key, so
+//!   a key's records share a partition and Kafka orders them);
+//! - a key whose records arrive on several partitions: within one commit round, the later
+//!   `kafka_timestamp` (ties: the higher partition) among each partition's last record; across
+//!   rounds, the later round — unless both are of the same partition, where the offset decides.
+//!
+//! Exactly once: the snapshot carries the round's commit id, the offsets and the index's name;
+//! a round re-run after a crash or a lost answer finds its commit id and stops, and a round
+//! that lost the swap to another writer (compaction) is rebuilt from scratch on the new
+//! snapshot (its delete files and index, never referenced, are deleted).
+
+pub mod deletes;
+pub mod index;
+pub mod read;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use iceberg::TableIdent;
+use iceberg::spec::{
+    DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Struct, Summary,
+};
+use iceberg::table::Table;
+
+use self::index::{KeyIndex, Location};
+use self::read::{KeyColumns, KeyedRow};
+use crate::catalog::TableCatalog;
+use crate::error::{Error, Result};
+use crate::table::replace::{add_totals, new_snapshot_id, snapshot_with};
+use crate::table::{COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, files};
+
+/// How often a lost race is rebuilt and retried.
+const MAX_ATTEMPTS: u32 = 8;
+
+/// What an upsert commit did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpsertCommit {
+    /// The snapshot holding the round (also when an earlier attempt had committed it).
+    pub snapshot_id: Option<i64>,
+    /// Whether the round was already in the table.
+    pub already_committed: bool,
+    /// Rows the round made stale (older rows of its keys, and its own superseded rows).
+    pub rows_deleted: u64,
+    /// Position delete files written.
+    pub delete_files: u64,
+    /// Keys with a live row after the commit.
+    pub keys: u64,
+    /// Data files the index had not seen and read (after a compaction, or to build it).
+    pub files_indexed: u64,
+}
+
+/// Commits `added` (the round's data files of the table) as upserts keyed by `key`, with the
+/// snapshot summary `properties` (the commit id among them).
+pub async fn commit_upsert(
+    catalog: &TableCatalog,
+    ident: &TableIdent,
+    key: &[String],
+    added: &[DataFile],
+    properties: &HashMap<String, String>,
+) -> Result<UpsertCommit> {
+    let commit_id = properties
+        .get(COMMIT_ID_PROPERTY)
+        .cloned()
+        .ok_or_else(|| Error::Internal(format!("upsert commit to {ident} without a commit id")))?;
+    let mut last_unknown = None;
+    for attempt in 0..MAX_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(20 << attempt.min(6))).await;
+        }
+        let (table, pointer) = catalog
+            .load(ident)
+            .await?
+            .ok_or_else(|| Error::Config(format!("table {ident} does not exist")))?;
+        if let Some(id) = snapshot_with(&table, COMMIT_ID_PROPERTY, &commit_id) {
+            return Ok(UpsertCommit {
+                snapshot_id: Some(id),
+                already_committed: true,
+                ..Default::default()
+            });
+        }
+        let built = build(&table, key, added, properties).await?;
+        let snapshot_id = built.snapshot.snapshot_id();
+        let metadata = table
+            .metadata()
+            .clone()
+            .into_builder(Some(pointer.metadata_location.clone()))
+            .add_snapshot(built.snapshot)
+            .and_then(|b| {
+                b.set_ref(
+                    MAIN_BRANCH,
+                    SnapshotReference::new(
+                        snapshot_id,
+                        SnapshotRetention::branch(None, None, None),
+                    ),
+                )
+            })
+            .and_then(|b| b.build())
+            .map_err(|e| Error::iceberg(format!("upsert metadata of {ident}"), e))?
+            .metadata;
+        match catalog.commit_metadata(&table, &pointer, metadata).await {
+            Ok(Some(_)) => {
+                let mut done = built.report;
+                done.snapshot_id = Some(snapshot_id);
+                tracing::info!(table = %ident, snapshot = snapshot_id, deleted = done.rows_deleted,
+                    delete_files = done.delete_files, keys = done.keys, "upserts committed");
+                return Ok(done);
+            }
+            Ok(None) => {
+                tracing::info!(table = %ident, attempt, "upsert commit lost a race; rebuilding on the new snapshot");
+                for path in built.written {
+                    let _ = table.file_io().delete(&path).await;
+                }
+            }
+            Err(Error::AlreadyCommitted { .. }) => continue,
+            Err(e @ Error::CommitStateUnknown { .. }) => {
+                tracing::warn!(table = %ident, attempt, error = %e, "upsert commit outcome unknown; checking again");
+                last_unknown = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_unknown.unwrap_or(Error::CommitContention {
+        table: ident.to_string(),
+        attempts: MAX_ATTEMPTS,
+    }))
+}
+
+struct Built {
+    snapshot: Snapshot,
+    written: Vec<String>,
+    report: UpsertCommit,
+}
+
+/// A live data file of the snapshot built on.
+struct LiveFile {
+    spec_id: i32,
+    partition: Struct,
+    size: u64,
+    sequence: i64,
+}
+
+/// The snapshot of the round on the table's current snapshot, with the files it needs written.
+async fn build(
+    table: &Table,
+    key: &[String],
+    added: &[DataFile],
+    properties: &HashMap<String, String>,
+) -> Result<Built> {
+    let metadata = table.metadata();
+    let ident = table.identifier();
+    let columns = KeyColumns::of(table, key)?;
+    let current = files::load_current(table).await?;
+    let mut live: HashMap<String, LiveFile> = current
+        .live()
+        .map(|f| {
+            (
+                f.entry.file_path().to_string(),
+                LiveFile {
+                    spec_id: f.spec_id,
+                    partition: f.entry.data_file().partition().clone(),
+                    size: f.entry.file_size_in_bytes(),
+                    sequence: f.entry.sequence_number().unwrap_or(0),
+                },
+            )
+        })
+        .collect();
+    let mut report = UpsertCommit::default();
+    let mut written = Vec::new();
+
+    // 1. The index, reconciled with the files the snapshot has.
+    let mut index = load_index(table).await;
+    let covered: HashSet<String> = index.files().map(str::to_string).collect();
+    let removed: HashSet<String> = covered
+        .iter()
+        .filter(|p| !live.contains_key(*p))
+        .cloned()
+        .collect();
+    index.remove_files(&removed);
+    let mut unseen: Vec<(&String, &LiveFile)> =
+        live.iter().filter(|(p, _)| !covered.contains(*p)).collect();
+    let mut deletes: Vec<(String, u64)> = Vec::new();
+    if !unseen.is_empty() {
+        // Oldest first, so that a later file's row of a key wins as it did when it landed.
+        unseen.sort_by(|a, b| (a.1.sequence, a.0).cmp(&(b.1.sequence, b.0)));
+        let deleted = live_deletes(table, &current).await?;
+        for (path, f) in unseen {
+            let rows = read::keyed_rows(table, path, f.size, &columns).await?;
+            let gone = deleted.get(path.as_str());
+            let rows: Vec<KeyedRow> = rows
+                .into_iter()
+                .filter(|r| !gone.is_some_and(|g| g.contains(&r.pos)))
+                .collect();
+            apply(&mut index, path, &rows, &mut deletes);
+            report.files_indexed += 1;
+        }
+    }
+
+    // 2. The round's rows.
+    for f in added {
+        let path = f.file_path();
+        let rows = read::keyed_rows(table, path, f.file_size_in_bytes(), &columns).await?;
+        apply(&mut index, path, &rows, &mut deletes);
+        live.insert(
+            path.to_string(),
+            LiveFile {
+                // Pending files were checked to match the table's partitioning.
+                spec_id: metadata.default_partition_spec_id(),
+                partition: f.partition().clone(),
+                size: f.file_size_in_bytes(),
+                sequence: i64::MAX,
+            },
+        );
+    }
+    report.rows_deleted = deletes.len() as u64;
+    report.keys = index.len() as u64;
+
+    // 3. The delete files, one per partition.
+    let schema = metadata.current_schema().clone();
+    let commit = uuid::Uuid::new_v4();
+    let groups = deletes::by_partition(deletes, |p| {
+        let f = live.get(p)?;
+        let spec = metadata.partition_spec_by_id(f.spec_id)?;
+        let path = spec.partition_to_path(&f.partition, schema.clone());
+        Some((f.spec_id, &f.partition, path))
+    })?;
+    let location = metadata.location().trim_end_matches('/');
+    let mut delete_files = Vec::new();
+    for (n, g) in groups.into_iter().enumerate() {
+        let dir = if g.path.is_empty() {
+            format!("{location}/data")
+        } else {
+            format!("{location}/data/{}", g.path)
+        };
+        let at = format!("{dir}/{commit}-deletes-{n:05}.parquet");
+        written.push(at.clone());
+        let spec_id = g.spec_id;
+        match deletes::write(table, g, &at).await {
+            Ok(f) => delete_files.push((spec_id, f)),
+            Err(e) => {
+                remove_written(table, &written).await;
+                return Err(e);
+            }
+        }
+    }
+    report.delete_files = delete_files.len() as u64;
+
+    // 4. The index, named by the snapshot.
+    let index_at = format!("{location}/metadata/{commit}.key-index");
+    let bytes = index.encode()?;
+    written.push(index_at.clone());
+    if let Err(e) = table
+        .file_io()
+        .new_output(&index_at)
+        .map_err(|e| Error::iceberg(index_at.clone(), e))?
+        .write(bytes::Bytes::from(bytes))
+        .await
+    {
+        remove_written(table, &written).await;
+        return Err(Error::iceberg(
+            format!("write the key index {index_at} of {ident}"),
+            e,
+        ));
+    }
+
+    // 5. Manifests, the manifest list, the snapshot.
+    match snapshot(
+        table,
+        &current.manifests,
+        added,
+        &delete_files,
+        properties,
+        &index_at,
+        commit,
+        &mut written,
+    )
+    .await
+    {
+        Ok(snapshot) => Ok(Built {
+            snapshot,
+            written,
+            report,
+        }),
+        Err(e) => {
+            remove_written(table, &written).await;
+            Err(e)
+        }
+    }
+}
+
+/// Applies one file's rows (in file order) to the index: each key's winning row becomes its
+/// live row, every row it supersedes — in the index or in `rows` — is added to `deletes`.
+fn apply(index: &mut KeyIndex, path: &str, rows: &[KeyedRow], deletes: &mut Vec<(String, u64)>) {
+    let file = index.file_id(path);
+    // Per key, per partition: the last record; then across partitions the later timestamp.
+    let mut per_key: HashMap<u128, BTreeMap<i32, KeyedRow>> = HashMap::new();
+    for r in rows {
+        let slot = per_key.entry(r.key).or_default();
+        match slot.get(&r.partition) {
+            Some(prev) if prev.offset >= r.offset => deletes.push((path.to_string(), r.pos)),
+            Some(prev) => {
+                deletes.push((path.to_string(), prev.pos));
+                slot.insert(r.partition, *r);
+            }
+            None => {
+                slot.insert(r.partition, *r);
+            }
+        }
+    }
+    for (key, by_partition) in per_key {
+        let mut candidates: Vec<KeyedRow> = by_partition.into_values().collect();
+        candidates.sort_by_key(|r| (r.timestamp, r.partition));
+        let Some(winner) = candidates.pop() else {
+            continue;
+        };
+        for r in candidates {
+            deletes.push((path.to_string(), r.pos));
+        }
+        let at = Location {
+            file,
+            pos: winner.pos,
+            partition: winner.partition,
+            offset: winner.offset,
+            timestamp: winner.timestamp,
+        };
+        match index.get(key) {
+            Some(old) if old.partition == winner.partition && old.offset >= winner.offset => {
+                // An older record of the partition committed after a newer one: it is stale.
+                deletes.push((path.to_string(), winner.pos));
+            }
+            Some(old) => {
+                if let Some(p) = index.path(old.file) {
+                    deletes.push((p.to_string(), old.pos));
+                }
+                index.insert(key, at);
+            }
+            None => index.insert(key, at),
+        }
+    }
+}
+
+/// The index the current snapshot names; an empty one when there is none or it cannot be read
+/// (then every live file is read again: slower, never wrong).
+async fn load_index(table: &Table) -> KeyIndex {
+    let Some(at) = table.metadata().current_snapshot().and_then(|s| {
+        s.summary()
+            .additional_properties
+            .get(KEY_INDEX_PROPERTY)
+            .cloned()
+    }) else {
+        return KeyIndex::default();
+    };
+    let bytes = match table.file_io().new_input(&at) {
+        Ok(input) => input.read().await,
+        Err(e) => Err(e),
+    };
+    match bytes {
+        Ok(b) => KeyIndex::decode(&b, &at).unwrap_or_else(|e| {
+            tracing::warn!(table = %table.identifier(), error = %e, "the key index is unreadable; rebuilding it from the table's files");
+            KeyIndex::default()
+        }),
+        Err(e) => {
+            tracing::warn!(table = %table.identifier(), index = %at, error = %e, "the key index cannot be read; rebuilding it from the table's files");
+            KeyIndex::default()
+        }
+    }
+}
+
+/// The positions deleted by the snapshot's live position delete files, per data file.
+async fn live_deletes(
+    table: &Table,
+    current: &files::SnapshotFiles,
+) -> Result<HashMap<String, HashSet<u64>>> {
+    let mut out: HashMap<String, HashSet<u64>> = HashMap::new();
+    for m in current.delete_manifests() {
+        let manifest = m
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|e| Error::iceberg(format!("manifest {}", m.manifest_path), e))?;
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            match e.content_type() {
+                DataContentType::PositionDeletes => {
+                    let rows = read::position_deletes(table, e.file_path(), e.file_size_in_bytes())
+                        .await?;
+                    for (path, pos) in rows {
+                        out.entry(path).or_default().insert(pos);
+                    }
+                }
+                other => {
+                    return Err(Error::Config(format!(
+                        "table {}: delete file {} holds {other:?}, which upsert tables do not apply; only position deletes are supported",
+                        table.identifier(),
+                        e.file_path()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn snapshot(
+    table: &Table,
+    manifests: &[ManifestFile],
+    added: &[DataFile],
+    delete_files: &[(i32, DataFile)],
+    properties: &HashMap<String, String>,
+    index_at: &str,
+    commit: uuid::Uuid,
+    written: &mut Vec<String>,
+) -> Result<Snapshot> {
+    let metadata = table.metadata();
+    let ident = table.identifier();
+    let ctx = |what: &str| format!("{what} of {ident}");
+    let snapshot_id = new_snapshot_id(table);
+    let sequence_number = metadata.next_sequence_number();
+    let schema = metadata.current_schema().clone();
+    let mut summary = SnapshotSummaryCollector::default();
+    let mut all: Vec<ManifestFile> = manifests.to_vec();
+    let mut n = 0;
+    let default_spec = metadata.default_partition_spec_id();
+    let data: Vec<(i32, DataFile)> = added.iter().map(|f| (default_spec, f.clone())).collect();
+    for (content, files) in [
+        (ManifestContentType::Data, &data[..]),
+        (ManifestContentType::Deletes, delete_files),
+    ] {
+        let mut by_spec: BTreeMap<i32, Vec<&DataFile>> = BTreeMap::new();
+        for (spec_id, f) in files {
+            by_spec.entry(*spec_id).or_default().push(f);
+        }
+        for (spec_id, files) in by_spec {
+            let spec = metadata
+                .partition_spec_by_id(spec_id)
+                .ok_or_else(|| Error::Internal(ctx(&format!("partition spec {spec_id}"))))?;
+            let path = format!("{}/metadata/{commit}-m{n}.avro", metadata.location());
+            n += 1;
+            let output = table
+                .file_io()
+                .new_output(&path)
+                .map_err(|e| Error::iceberg(ctx("manifest"), e))?;
+            let builder = ManifestWriterBuilder::new(
+                output,
+                Some(snapshot_id),
+                schema.clone(),
+                spec.as_ref().clone(),
+            );
+            let mut writer = match content {
+                ManifestContentType::Data => builder.build_v2_data(),
+                ManifestContentType::Deletes => builder.build_v2_deletes(),
+            };
+            for f in files {
+                summary.add_file(f, schema.clone(), spec.clone());
+                writer
+                    .add_file(f.clone(), -1)
+                    .map_err(|e| Error::iceberg(ctx("manifest entry"), e))?;
+            }
+            written.push(path);
+            all.push(
+                writer
+                    .write_manifest_file()
+                    .await
+                    .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
+            );
+        }
+    }
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit}.avro",
+        metadata.location()
+    );
+    let list_out = table
+        .file_io()
+        .new_output(&list_path)
+        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?
+        .writer()
+        .await
+        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
+    let mut list = ManifestListWriter::v2(
+        list_out,
+        snapshot_id,
+        metadata.current_snapshot_id(),
+        sequence_number,
+    );
+    list.add_manifests(all.into_iter())
+        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
+    list.close()
+        .await
+        .map_err(|e| Error::iceberg(ctx("write manifest list"), e))?;
+    written.push(list_path.clone());
+
+    let mut props = properties.clone();
+    props.extend(summary.build());
+    props.insert(KEY_INDEX_PROPERTY.to_string(), index_at.to_string());
+    let previous = metadata
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .unwrap_or_default();
+    add_totals(&mut props, &previous);
+    let operation = if delete_files.is_empty() {
+        Operation::Append
+    } else {
+        Operation::Overwrite
+    };
+    Ok(Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(metadata.current_snapshot_id())
+        .with_sequence_number(sequence_number)
+        .with_summary(Summary {
+            operation,
+            additional_properties: props,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+        .build())
+}
+
+async fn remove_written(table: &Table, written: &[String]) {
+    for path in written {
+        let _ = table.file_io().delete(path).await;
+    }
+}

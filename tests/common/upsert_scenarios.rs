@@ -1,0 +1,190 @@
+//! Upsert tables (`mode = "upsert"`): after every commit the table holds the last record of
+//! each key — computed here from all input, by a model that knows nothing of the index or the
+//! delete files — as pyiceberg and DuckDB read it (position deletes applied), through
+//! re-deliveries, a commit re-run and compactions that apply the deletes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+use streamtable::commit::commit_pending;
+use streamtable::compact::{CompactOptions, compact_all};
+use streamtable::generate::SourceRecord;
+use streamtable::spec::PipelineSpec;
+
+use super::table_scenarios::check_table;
+use super::{Harness, event};
+
+const SPEC: &str = r#"
+[[tables]]
+name = "order_status"
+topic = "order-status"
+mode = "upsert"
+primary_key = ["order_id"]
+partition_by = ["day(updated_at)"]
+columns = [
+  { name = "order_id", type = "string", required = true },
+  { name = "status", type = "string" },
+  { name = "amount", type = "decimal(12,2)" },
+  { name = "updated_at", type = "timestamp", required = true },
+]
+"#;
+
+const STATUSES: [&str; 4] = ["placed", "paid", "shipped", "cancelled"];
+
+fn upsert_spec() -> PipelineSpec {
+    PipelineSpec::parse(
+        SPEC,
+        Path::new("upsert.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("upsert spec")
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The input so far and what the table must hold: per key, the last record's position.
+#[derive(Default)]
+struct Model {
+    offsets: [i64; 2],
+    last: BTreeMap<String, (i32, i64)>,
+}
+
+impl Model {
+    /// `n` records of random keys among `keys`; a key always goes to the same partition (as a
+    /// producer keying by the primary key sends it), its event time moving over three days.
+    fn batch(&mut self, rng: &mut Rng, n: usize, keys: u64, round: i64) -> Vec<SourceRecord> {
+        let base = 1_795_946_400_000i64; // 2026-11-29T08:00:00Z
+        (0..n)
+            .map(|_| {
+                let k = rng.next(keys);
+                let key = format!("o{k}");
+                let partition = (k % 2) as i32;
+                let offset = self.offsets[partition as usize];
+                self.offsets[partition as usize] += 1;
+                let at = base + round * 16 * 3600 * 1000 + offset * 1000;
+                let status = STATUSES[rng.next(4) as usize];
+                let value = serde_json::json!({
+                    "order_id": key,
+                    "status": status,
+                    "amount": format!("{}.{:02}", rng.next(500), rng.next(100)),
+                    "updated_at": chrono::DateTime::from_timestamp_millis(at)
+                        .expect("time")
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                });
+                self.last.insert(key.clone(), (partition, offset));
+                SourceRecord {
+                    topic: "order-status".into(),
+                    partition,
+                    offset,
+                    timestamp_ms: at,
+                    key: Some(key.into_bytes()),
+                    value: Some(value.to_string().into_bytes()),
+                    raw_value_field: None,
+                }
+            })
+            .collect()
+    }
+
+    fn expected(&self) -> Vec<Value> {
+        let mut keys: Vec<(i32, i64)> = self.last.values().copied().collect();
+        keys.sort();
+        keys.into_iter()
+            .map(|(p, o)| serde_json::json!([p, o]))
+            .collect()
+    }
+}
+
+/// A field of the current snapshot's summary, as pyiceberg reads it.
+fn summary(v: &Value, key: &str) -> i64 {
+    let last = v["snapshots"]
+        .as_array()
+        .and_then(|s| s.last())
+        .expect("snapshots");
+    last["summary"][key]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1)
+}
+
+pub async fn upserts_read_back_as_the_last_record_per_key(h: &mut Harness) {
+    h.spec = upsert_spec();
+    let tables = h.tables();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut model = Model::default();
+    let compact = CompactOptions {
+        min_input_files: 2,
+        ..CompactOptions::default()
+    };
+    let mut previous: Option<Vec<SourceRecord>> = None;
+    for round in 0..6i64 {
+        let batch = model.batch(&mut rng, 60, 25, round);
+        h.ingestor().handle(&event(&batch)).await.expect("ingest");
+        // The ESM delivers the batch before again (and this one twice): nothing lands twice.
+        if let Some(before) = &previous {
+            let mut again = before.clone();
+            again.extend(batch.iter().cloned());
+            h.ingestor()
+                .handle(&event(&again))
+                .await
+                .expect("re-delivery");
+        }
+        previous = Some(batch);
+        let report = commit_pending(&h.backend, &tables).await.expect("commit");
+        let upsert = report
+            .tables
+            .iter()
+            .find(|t| t.table == "order_status")
+            .and_then(|t| t.upsert.clone())
+            .expect("the upsert table's round");
+        assert_eq!(
+            upsert.keys as usize,
+            model.last.len(),
+            "keys after round {round}"
+        );
+        if round > 0 {
+            assert!(upsert.rows_deleted > 0, "round {round} replaced rows");
+        }
+        // A commit run again finds nothing more to do, and changes nothing.
+        let again = commit_pending(&h.backend, &tables)
+            .await
+            .expect("commit again");
+        assert_eq!(again.batches, 0);
+        if round == 3 {
+            let done = compact_all(&h.backend, &tables, &compact)
+                .await
+                .expect("compact");
+            assert!(
+                !done.is_empty(),
+                "compaction rewrote the partitions with deleted rows"
+            );
+            let v = check_table(h, "order_status", &model.expected());
+            assert_eq!(
+                summary(&v, "total-delete-files"),
+                0,
+                "compaction applied every delete file and dropped it"
+            );
+            assert_eq!(
+                summary(&v, "total-records"),
+                model.last.len() as i64,
+                "after compaction the files hold only the live rows"
+            );
+        }
+        check_table(h, "order_status", &model.expected());
+    }
+    // The engine of `streamtable query` applies the deletes too.
+    let n = super::count(h, "SELECT count(*) FROM order_status").await;
+    assert_eq!(n as usize, model.last.len());
+    let distinct = super::count(h, "SELECT count(DISTINCT order_id) FROM order_status").await;
+    assert_eq!(distinct, n, "one row per key");
+}
