@@ -160,24 +160,32 @@ pub async fn query_answer(engine: &QueryEngine, sql: &str) -> Vec<Vec<String>> {
     rows
 }
 
-/// Whether two answers' cells agree: equal text, or numbers equal to 1e-9 relative (a double
-/// printed by two engines, a decimal against a double), or — in the columns `approximate` — within
-/// `tolerance` relative (HyperLogLog estimates of two implementations). A `double` column may
-/// also differ by one unit of its last printed decimal: `round(avg(x), 2)` of the same doubles
-/// added in another order can land on either side of a half (27.525 → 27.52 or 27.53).
-pub fn same_cell(a: &str, b: &str, tolerance: Option<f64>, double: bool) -> bool {
+/// Whether two answers' cells agree, by the column's Trino type: in the columns
+/// `approximate`, numbers within `tolerance` relative (HyperLogLog estimates of two
+/// implementations); `double`, `real` and `decimal` numbers equal to 1e-9 relative (a double
+/// printed by two engines, a decimal against a double); anything else (integers, timestamps as
+/// epoch microseconds, text) equal text. A floating value printed rounded (2 to 4 decimals,
+/// as many in both) may also differ by one unit of its last decimal: `round(avg(x), 2)` of the
+/// same doubles added in another order can land on either side of a half (27.525 → 27.52 or
+/// 27.53).
+pub fn same_cell(a: &str, b: &str, tolerance: Option<f64>, trino_type: &str) -> bool {
     if a == b {
         return true;
     }
-    let unit = |s: &str| {
-        s.split_once('.')
-            .map_or(1.0, |(_, f)| 10f64.powi(-(f.len() as i32)))
-    };
+    let floating = trino_type == "double"
+        || trino_type == "real"
+        || trino_type.starts_with("decimal");
+    if tolerance.is_none() && !floating {
+        return false;
+    }
+    let decimals = |s: &str| s.split_once('.').map_or(0, |(_, f)| f.len());
     match (a.parse::<f64>(), b.parse::<f64>()) {
         (Ok(x), Ok(y)) => {
             let scale = x.abs().max(y.abs()).max(1.0);
-            let last_place = if double {
-                unit(a).max(unit(b)) * 1.000_001
+            let d = decimals(a);
+            let rounded = !trino_type.starts_with("decimal") && floating && d == decimals(b) && (2..=4).contains(&d);
+            let last_place = if rounded {
+                10f64.powi(-(d as i32)) * 1.000_001
             } else {
                 0.0
             };
@@ -236,14 +244,33 @@ pub fn assert_same_answer(
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, t)| *t);
-            let double = theirs
-                .types
-                .get(c)
-                .is_some_and(|t| t == "double" || t == "real");
+            let kind = theirs.types.get(c).map_or("", String::as_str);
             assert!(
-                same_cell(x, y, tolerance, double),
+                same_cell(x, y, tolerance, kind),
                 "{what}: row {i} column {name}: Trino {x}, streamtable query {y}\nTrino row: {t:?}\nour row:   {o:?}"
             );
         }
     }
+}
+
+#[test]
+fn cells_agree_only_as_their_type_allows() {
+    // Timestamps (epoch µs) and integers are exact: a second or a millisecond off is wrong.
+    assert!(!same_cell("1795946400000000", "1795946401500000", None, "timestamp(6)"));
+    assert!(!same_cell("1795946400000000", "1795946400001000", None, "timestamp(6)"));
+    assert!(!same_cell("41", "42", None, "bigint"));
+    assert!(same_cell("41", "41", None, "bigint"));
+    // An estimate is within its tolerance.
+    assert!(same_cell("1000", "1040", Some(0.069), "bigint"));
+    assert!(!same_cell("1000", "1100", Some(0.069), "bigint"));
+    // Doubles: the same value printed by two engines; a rounded one off by its last decimal.
+    assert!(same_cell("0.30000000000000004", "0.3", None, "double"));
+    assert!(same_cell("27.52", "27.53", None, "double"));
+    assert!(!same_cell("27.52", "27.54", None, "double"));
+    assert!(!same_cell("12.5", "12.6", None, "double"));
+    assert!(!same_cell("12.3456789", "12.3456788", None, "double"));
+    // Decimals are exact up to printing.
+    assert!(same_cell("12.50", "12.5", None, "decimal(12,2)"));
+    assert!(!same_cell("12.50", "12.51", None, "decimal(12,2)"));
+    assert!(!same_cell("a", "b", None, "varchar"));
 }

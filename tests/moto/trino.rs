@@ -49,6 +49,15 @@ fn names(answer: &TrinoAnswer) -> Vec<String> {
 async fn trino_reads_every_table_and_view_of_the_pipeline() {
     let mut h = common::moto().await;
     h.spec = shipped_with(EVERY_AGGREGATE);
+    // The reference table with rows, so that it and the enrichment reading it are checked.
+    streamtable::references::append_rows(
+        &h.backend,
+        &h.tables(),
+        "currency_rates",
+        &streamtable::generate::currency_rates().expect("rates"),
+    )
+    .await
+    .expect("append rates");
     h.ingestor()
         .handle(&common::event(&batch_with_bad_records()))
         .await
@@ -101,18 +110,16 @@ async fn trino_reads_every_table_and_view_of_the_pipeline() {
     for t in &tables {
         h.assert_trino_reads_as_pyiceberg(t, None);
     }
-    for t in [
-        "orders",
-        "payments",
-        "readings",
-        "dead_letters",
-        "orders_clean",
-    ] {
+    for t in &tables {
         assert!(
             !h.trino_rows(t, None).expect("Trino").is_empty(),
-            "{t} has rows"
+            "{t} has rows (a comparison of two empty tables checks nothing)"
         );
     }
+    let enriched = h
+        .trino_one("SELECT count(*) FROM orders_clean WHERE amount_eur IS NOT NULL")
+        .expect("Trino");
+    assert_ne!(enriched.rows, vec![vec!["0".to_string()]], "orders_clean is enriched");
 
     // Every view, through its Athena definition in Glue, as `streamtable query` answers it.
     let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
@@ -270,6 +277,7 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
         "orders_clean",
         "order_payments",
         "readings_alerts",
+        "currency_rates",
         "orders_per_minute_partials",
         "sensor_sessions_partials",
     ] {
@@ -285,10 +293,18 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
         .collect();
     let named = template_sql("QueryString");
     let datasets = template_sql("SqlQuery");
-    assert!(
-        named.len() >= 7 && datasets.len() >= 7,
-        "{named:?} {datasets:?}"
-    );
+    // Every block of the template is found (one written another way would be skipped).
+    let template = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("template.yaml"))
+        .expect("template.yaml");
+    let written = |key: &str| {
+        template
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("{key}:")))
+            .count()
+    };
+    assert_eq!(named.len(), written("QueryString"), "{named:?}");
+    assert_eq!(datasets.len(), written("SqlQuery"), "{datasets:?}");
+    assert!(named.len() >= 7 && datasets.len() >= 7, "{named:?} {datasets:?}");
     queries.extend(
         named
             .into_iter()

@@ -80,10 +80,12 @@ def main():
         except trino.exceptions.TrinoQueryError as e:
             out.append({"error": e.message, "error_name": e.error_name})
             continue
+        # A statement without a result set (DDL) has no description.
+        described = cur.description or []
         out.append(
             {
-                "columns": [d[0] for d in cur.description],
-                "types": [d[1] for d in cur.description],
+                "columns": [d[0] for d in described],
+                "types": [d[1] for d in described],
                 "rows": [[canonical(v) for v in r] for r in rows],
             }
         )
