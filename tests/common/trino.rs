@@ -172,9 +172,8 @@ pub fn same_cell(a: &str, b: &str, tolerance: Option<f64>, trino_type: &str) -> 
     if a == b {
         return true;
     }
-    let floating = trino_type == "double"
-        || trino_type == "real"
-        || trino_type.starts_with("decimal");
+    let floating =
+        trino_type == "double" || trino_type == "real" || trino_type.starts_with("decimal");
     if tolerance.is_none() && !floating {
         return false;
     }
@@ -183,7 +182,10 @@ pub fn same_cell(a: &str, b: &str, tolerance: Option<f64>, trino_type: &str) -> 
         (Ok(x), Ok(y)) => {
             let scale = x.abs().max(y.abs()).max(1.0);
             let d = decimals(a);
-            let rounded = !trino_type.starts_with("decimal") && floating && d == decimals(b) && (2..=4).contains(&d);
+            let rounded = !trino_type.starts_with("decimal")
+                && floating
+                && d == decimals(b)
+                && (2..=4).contains(&d);
             let last_place = if rounded {
                 10f64.powi(-(d as i32)) * 1.000_001
             } else {
@@ -256,8 +258,18 @@ pub fn assert_same_answer(
 #[test]
 fn cells_agree_only_as_their_type_allows() {
     // Timestamps (epoch µs) and integers are exact: a second or a millisecond off is wrong.
-    assert!(!same_cell("1795946400000000", "1795946401500000", None, "timestamp(6)"));
-    assert!(!same_cell("1795946400000000", "1795946400001000", None, "timestamp(6)"));
+    assert!(!same_cell(
+        "1795946400000000",
+        "1795946401500000",
+        None,
+        "timestamp(6)"
+    ));
+    assert!(!same_cell(
+        "1795946400000000",
+        "1795946400001000",
+        None,
+        "timestamp(6)"
+    ));
     assert!(!same_cell("41", "42", None, "bigint"));
     assert!(same_cell("41", "41", None, "bigint"));
     // An estimate is within its tolerance.

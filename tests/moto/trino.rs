@@ -119,7 +119,11 @@ async fn trino_reads_every_table_and_view_of_the_pipeline() {
     let enriched = h
         .trino_one("SELECT count(*) FROM orders_clean WHERE amount_eur IS NOT NULL")
         .expect("Trino");
-    assert_ne!(enriched.rows, vec![vec!["0".to_string()]], "orders_clean is enriched");
+    assert_ne!(
+        enriched.rows,
+        vec![vec!["0".to_string()]],
+        "orders_clean is enriched"
+    );
 
     // Every view, through its Athena definition in Glue, as `streamtable query` answers it.
     let engine = QueryEngine::new(&h.backend, TimeTravel::Current)
@@ -294,8 +298,9 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
     let named = template_sql("QueryString");
     let datasets = template_sql("SqlQuery");
     // Every block of the template is found (one written another way would be skipped).
-    let template = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("template.yaml"))
-        .expect("template.yaml");
+    let template =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("template.yaml"))
+            .expect("template.yaml");
     let written = |key: &str| {
         template
             .lines()
@@ -304,7 +309,10 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
     };
     assert_eq!(named.len(), written("QueryString"), "{named:?}");
     assert_eq!(datasets.len(), written("SqlQuery"), "{datasets:?}");
-    assert!(named.len() >= 7 && datasets.len() >= 7, "{named:?} {datasets:?}");
+    assert!(
+        named.len() >= 7 && datasets.len() >= 7,
+        "{named:?} {datasets:?}"
+    );
     queries.extend(
         named
             .into_iter()
@@ -325,4 +333,94 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
         assert!(!ours.is_empty(), "{what} answers rows");
         assert_same_answer(what, theirs, ours, true, &[]);
     }
+}
+
+/// Rows an analyst deletes in Athena (its `DELETE` writes position delete files, as Trino's does)
+/// stay deleted when compaction rewrites their files: compaction applies the deletes and drops
+/// the delete files, instead of copying the rows back.
+#[tokio::test]
+async fn rows_an_analyst_deletes_stay_deleted_through_compaction() {
+    let h = common::moto().await;
+    let tables = h.tables();
+    for i in 0..4i64 {
+        h.ingestor()
+            .handle(&common::event(&common::records(
+                "orders",
+                0,
+                i * 10..(i + 1) * 10,
+            )))
+            .await
+            .expect("ingest");
+        streamtable::commit::commit_pending(&h.backend, &tables)
+            .await
+            .expect("commit");
+    }
+    let count = |h: &common::Harness| {
+        h.trino_one("SELECT count(*) FROM orders")
+            .expect("Trino")
+            .rows[0][0]
+            .clone()
+    };
+    assert_eq!(count(&h), "40");
+    h.trino_one("DELETE FROM orders WHERE kafka_offset % 4 = 0")
+        .expect("Trino");
+    assert_eq!(count(&h), "30", "Trino's DELETE removed 10 rows");
+    let py = h.read_external("pyiceberg", "orders");
+    assert_eq!(
+        py["count"], 30,
+        "pyiceberg applies Trino's position deletes"
+    );
+    let last = |v: &serde_json::Value, key: &str| -> String {
+        v["snapshots"]
+            .as_array()
+            .and_then(|s| s.last())
+            .expect("snapshots")["summary"][key]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_ne!(
+        last(&py, "total-delete-files"),
+        "0",
+        "the DELETE wrote delete files"
+    );
+
+    let done = streamtable::compact::compact_all(
+        &h.backend,
+        &tables,
+        &streamtable::compact::CompactOptions {
+            min_input_files: 2,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("compact");
+    assert!(
+        done.iter().any(|c| c.snapshot_id.is_some()),
+        "compaction rewrote the files: {done:?}"
+    );
+    assert_eq!(count(&h), "30", "Trino after compaction");
+    let py = h.read_external("pyiceberg", "orders");
+    assert_eq!(py["count"], 30, "pyiceberg after compaction");
+    assert_eq!(
+        last(&py, "total-delete-files"),
+        "0",
+        "the delete files are applied and gone"
+    );
+    assert_eq!(
+        last(&py, "total-records"),
+        "30",
+        "the files hold only the rows left"
+    );
+    let kept: Vec<i64> = py["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .map(|k| k[1].as_i64().expect("offset"))
+        .collect();
+    assert!(
+        kept.iter().all(|o| o % 4 != 0),
+        "no deleted row came back: {kept:?}"
+    );
+    h.assert_trino_reads_as_pyiceberg("orders", None);
 }

@@ -294,7 +294,7 @@ pub(super) fn parse_spec(
                 }
             },
         };
-        let upsert = parse_upsert(&t, name, &columns, &at)?;
+        let upsert = parse_upsert(t, name, &columns, &at)?;
         tables.push(TableSpec {
             name: name.clone(),
             topic: topic.clone(),

@@ -33,12 +33,20 @@ pub struct TableDeletes {
     pub seen: HashSet<String>,
     /// Whether an equality delete file is live (compaction then leaves the table alone).
     pub equality: bool,
+    /// The live data files when the deletes were read.
+    pub live: HashSet<String>,
 }
 
 impl TableDeletes {
     /// Reads the snapshot's live delete files.
     pub async fn load(table: &Table, current: &SnapshotFiles) -> Result<TableDeletes> {
-        let mut out = TableDeletes::default();
+        let mut out = TableDeletes {
+            live: current
+                .live()
+                .map(|e| e.entry.file_path().to_string())
+                .collect(),
+            ..TableDeletes::default()
+        };
         for FileEntry { entry, .. } in files::live_delete_files(table, current).await? {
             let path = entry.file_path().to_string();
             out.seen.insert(path.clone());
@@ -63,11 +71,17 @@ impl TableDeletes {
         self.seen.is_empty()
     }
 
-    /// The delete files naming only files in `removed`.
+    /// The delete files naming only files in `removed` or files no longer live (removed by an
+    /// earlier rewrite: a delete file naming one of them is not left live for good).
     pub fn covered_by(&self, removed: &HashSet<String>) -> HashSet<String> {
         self.names
             .iter()
-            .filter(|(_, names)| names.iter().all(|n| removed.contains(n)))
+            .filter(|(_, names)| {
+                names.iter().any(|n| removed.contains(n))
+                    && names
+                        .iter()
+                        .all(|n| removed.contains(n) || !self.live.contains(n))
+            })
             .map(|(d, _)| d.clone())
             .collect()
     }
@@ -156,4 +170,26 @@ pub async fn rewrite(
         outputs.push(f.data_file);
     }
     Ok(Rewritten { removed, outputs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delete_file_goes_once_every_file_it_names_is_gone() {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<HashSet<String>>();
+        let deletes = TableDeletes {
+            names: HashMap::from([
+                ("d1".to_string(), set(&["a", "s1"])),
+                ("d2".to_string(), set(&["b"])),
+            ]),
+            // s1 was removed by an earlier rewrite; a and b are live.
+            live: set(&["a", "b"]),
+            ..TableDeletes::default()
+        };
+        assert_eq!(deletes.covered_by(&set(&["a"])), set(&["d1"]));
+        assert_eq!(deletes.covered_by(&set(&["b"])), set(&["d2"]));
+        assert!(deletes.covered_by(&set(&["c"])).is_empty());
+    }
 }

@@ -104,12 +104,18 @@ pub async fn commit_replace_with(
         }
         let live_deletes = files::live_delete_files(&table, &snapshot_files).await?;
         let deletes_now: HashSet<&str> = live_deletes.iter().map(|e| e.entry.file_path()).collect();
-        let unseen = match &deletes.seen {
-            Some(seen) => deletes_now.iter().any(|p| !seen.contains(*p)),
-            None => {
-                !deletes_now.is_empty() && deletes_touch(&table, &live_deletes, removed).await?
-            }
-        };
+        // Delete files the rewrite did not read: stale only if one names a row of its inputs.
+        let unread: Vec<FileEntry> = live_deletes
+            .iter()
+            .filter(|e| {
+                deletes
+                    .seen
+                    .as_ref()
+                    .is_none_or(|seen| !seen.contains(e.entry.file_path()))
+            })
+            .cloned()
+            .collect();
+        let unseen = !unread.is_empty() && deletes_touch(&table, &unread, removed).await?;
         if unseen
             || !deletes
                 .removed

@@ -34,7 +34,8 @@ pub fn by_partition<'a>(
     deletes: impl IntoIterator<Item = (String, u64)>,
     where_is: impl Fn(&str) -> Option<(i32, &'a Struct, String)>,
 ) -> Result<Vec<PartitionDeletes>> {
-    let mut groups: HashMap<(i32, String), PartitionDeletes> = HashMap::new();
+    // By the partition's value, not its path: a null and the string "null" share a path.
+    let mut groups: HashMap<(i32, Struct), PartitionDeletes> = HashMap::new();
     for (file, pos) in deletes {
         let Some((spec_id, partition, path)) = where_is(&file) else {
             return Err(Error::Internal(format!(
@@ -42,7 +43,7 @@ pub fn by_partition<'a>(
             )));
         };
         groups
-            .entry((spec_id, path.clone()))
+            .entry((spec_id, partition.clone()))
             .or_insert_with(|| PartitionDeletes {
                 spec_id,
                 partition: partition.clone(),

@@ -8,9 +8,10 @@
 //! on (files a compaction or anyone else removed or added), so it is never trusted beyond what
 //! it saw.
 //!
-//! Layout: `STKI`, a version byte (1), then zstd of: the file count (u32), each file's path
+//! Layout: `STKI`, a version byte (1), the body's size (u64), then zstd of: the definition
+//! (u32 length + UTF-8: the hash and the key's field ids), the file count (u32), each file's path
 //! (u32 length + UTF-8), the entry count (u64), and the entries sorted by key (key u128, file
-//! u32, position u64, partition i32, offset i64, timestamp i64; little endian: 44 bytes).
+//! u32, position u64, partition i32, offset i64, timestamp i64; little endian: 48 bytes).
 
 use std::collections::{HashMap, HashSet};
 
@@ -40,12 +41,28 @@ pub struct Location {
 /// The index: files covered and key → location.
 #[derive(Debug, Clone, Default)]
 pub struct KeyIndex {
+    /// How the keys were hashed (hash, encoding, the key's field ids): an index of another
+    /// definition is never used (the key changed, or the encoding did with a release).
+    definition: String,
     files: Vec<String>,
     file_ids: HashMap<String, u32>,
     entries: HashMap<u128, Location>,
 }
 
 impl KeyIndex {
+    /// An empty index of keys hashed as `definition` says.
+    pub fn new(definition: &str) -> KeyIndex {
+        KeyIndex {
+            definition: definition.to_string(),
+            ..KeyIndex::default()
+        }
+    }
+
+    /// How its keys were hashed.
+    pub fn definition(&self) -> &str {
+        &self.definition
+    }
+
     /// The data files the index has read.
     pub fn files(&self) -> impl Iterator<Item = &str> {
         self.files.iter().map(String::as_str)
@@ -119,6 +136,8 @@ impl KeyIndex {
     /// The index as stored.
     pub fn encode(&self) -> Result<Vec<u8>> {
         let mut body = Vec::with_capacity(16 + self.entries.len() * ENTRY_BYTES);
+        body.extend_from_slice(&(self.definition.len() as u32).to_le_bytes());
+        body.extend_from_slice(self.definition.as_bytes());
         body.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
         for f in &self.files {
             body.extend_from_slice(&(f.len() as u32).to_le_bytes());
@@ -179,11 +198,19 @@ impl KeyIndex {
         }
         let mut r = Reader { b: &body, at: 0 };
         let mut index = KeyIndex::default();
+        let len = r.u32().ok_or_else(|| bad("truncated"))? as usize;
+        let definition = r.take(len).ok_or_else(|| bad("truncated"))?;
+        index.definition = std::str::from_utf8(definition)
+            .map_err(|_| bad("its definition is not UTF-8"))?
+            .to_string();
         let files = r.u32().ok_or_else(|| bad("truncated file table"))?;
         for _ in 0..files {
             let len = r.u32().ok_or_else(|| bad("truncated file table"))? as usize;
             let path = r.take(len).ok_or_else(|| bad("truncated file table"))?;
             let path = std::str::from_utf8(path).map_err(|_| bad("a file path is not UTF-8"))?;
+            if index.file_ids.contains_key(path) {
+                return Err(bad("a file is listed twice"));
+            }
             index.file_id(path);
         }
         let n = r.u64().ok_or_else(|| bad("truncated"))?;
@@ -248,7 +275,7 @@ mod tests {
 
     #[test]
     fn an_index_reads_back_as_written() {
-        let mut i = KeyIndex::default();
+        let mut i = KeyIndex::new("xxh3-128/test");
         let a = i.file_id("s3://w/t/data/a.parquet");
         let b = i.file_id("s3://w/t/data/b.parquet");
         i.insert(1, at(a, 0));
@@ -261,6 +288,7 @@ mod tests {
         assert_eq!(back.get(1), Some(at(a, 0)));
         assert_eq!(back.get(u128::MAX), Some(at(b, 5)));
         assert_eq!(back.len(), 2);
+        assert_eq!(back.definition(), "xxh3-128/test");
     }
 
     #[test]

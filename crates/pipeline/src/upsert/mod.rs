@@ -43,6 +43,11 @@ use crate::error::{Error, Result};
 use crate::table::replace::{add_totals, new_snapshot_id, snapshot_with};
 use crate::table::{COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, files};
 
+/// The encoding of keys before they are hashed: Arrow's row format, which may change between
+/// Arrow releases — so the version is part of every index's definition, and a test ties it to
+/// the version in `Cargo.lock` (an upgrade rebuilds the indexes instead of misreading them).
+pub const KEY_ENCODING: &str = "arrow-row 58.4.1";
+
 /// How often a lost race is rebuilt and retried.
 const MAX_ATTEMPTS: u32 = 8;
 
@@ -182,7 +187,11 @@ async fn build(
     let mut written = Vec::new();
 
     // 1. The index, reconciled with the files the snapshot has.
-    let mut index = load_index(table).await;
+    let definition = format!(
+        "xxh3-128 of {KEY_ENCODING}, key field ids {:?}",
+        columns.key
+    );
+    let mut index = load_index(table, &definition).await;
     let covered: HashSet<String> = index.files().map(str::to_string).collect();
     let removed: HashSet<String> = covered
         .iter()
@@ -204,16 +213,26 @@ async fn build(
                 .into_iter()
                 .filter(|r| !gone.is_some_and(|g| g.contains(&r.pos)))
                 .collect();
-            apply(&mut index, path, &rows, &mut deletes);
+            let file = index.file_id(path);
+            let rows: Vec<(u32, KeyedRow)> = rows.into_iter().map(|r| (file, r)).collect();
+            apply(&mut index, &rows, &mut deletes);
             report.files_indexed += 1;
         }
     }
 
-    // 2. The round's rows.
+    // 2. The round's rows, all its files at once (the winner of a key is the round's, whatever
+    // file its record is in).
+    let mut round: Vec<(u32, KeyedRow)> = Vec::new();
     for f in added {
         let path = f.file_path();
+        if live.contains_key(path) {
+            return Err(Error::Internal(format!(
+                "upsert commit to {ident}: {path} is already a file of the table, or twice in the round"
+            )));
+        }
         let rows = read::keyed_rows(table, path, f.file_size_in_bytes(), &columns).await?;
-        apply(&mut index, path, &rows, &mut deletes);
+        let file = index.file_id(path);
+        round.extend(rows.into_iter().map(|r| (file, r)));
         live.insert(
             path.to_string(),
             LiveFile {
@@ -225,6 +244,9 @@ async fn build(
             },
         );
     }
+    apply(&mut index, &round, &mut deletes);
+    deletes.sort();
+    deletes.dedup();
     report.rows_deleted = deletes.len() as u64;
     report.keys = index.len() as u64;
 
@@ -301,33 +323,40 @@ async fn build(
     }
 }
 
-/// Applies one file's rows (in file order) to the index: each key's winning row becomes its
-/// live row, every row it supersedes — in the index or in `rows` — is added to `deletes`.
-fn apply(index: &mut KeyIndex, path: &str, rows: &[KeyedRow], deletes: &mut Vec<(String, u64)>) {
-    let file = index.file_id(path);
-    // Per key, per partition: the last record; then across partitions the later timestamp.
-    let mut per_key: HashMap<u128, BTreeMap<i32, KeyedRow>> = HashMap::new();
-    for r in rows {
+/// A key's last record per Kafka partition, with its file.
+type LastPerPartition = BTreeMap<i32, (u32, KeyedRow)>;
+
+/// Applies rows (of one round, or of one file being indexed) to the index: each key's winning
+/// row becomes its live row, every row it supersedes — in the index or in `rows` — is added to
+/// `deletes`. Within a Kafka partition the higher offset wins; among partitions, the later
+/// timestamp of each partition's last record (ties: the higher partition); against the index,
+/// the rows win unless both are of one partition and the index's offset is not lower.
+fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(String, u64)>) {
+    let path = |index: &KeyIndex, file: u32| index.path(file).unwrap_or_default().to_string();
+    let mut per_key: HashMap<u128, LastPerPartition> = HashMap::new();
+    for &(file, r) in rows {
         let slot = per_key.entry(r.key).or_default();
         match slot.get(&r.partition) {
-            Some(prev) if prev.offset >= r.offset => deletes.push((path.to_string(), r.pos)),
-            Some(prev) => {
-                deletes.push((path.to_string(), prev.pos));
-                slot.insert(r.partition, *r);
+            Some((_, prev)) if prev.offset >= r.offset => deletes.push((path(index, file), r.pos)),
+            Some(&(prev_file, prev)) => {
+                deletes.push((path(index, prev_file), prev.pos));
+                slot.insert(r.partition, (file, r));
             }
             None => {
-                slot.insert(r.partition, *r);
+                slot.insert(r.partition, (file, r));
             }
         }
     }
-    for (key, by_partition) in per_key {
-        let mut candidates: Vec<KeyedRow> = by_partition.into_values().collect();
-        candidates.sort_by_key(|r| (r.timestamp, r.partition));
-        let Some(winner) = candidates.pop() else {
+    let mut keys: Vec<(u128, LastPerPartition)> = per_key.into_iter().collect();
+    keys.sort_unstable_by_key(|(k, _)| *k);
+    for (key, by_partition) in keys {
+        let mut candidates: Vec<(u32, KeyedRow)> = by_partition.into_values().collect();
+        candidates.sort_by_key(|(_, r)| (r.timestamp, r.partition));
+        let Some((file, winner)) = candidates.pop() else {
             continue;
         };
-        for r in candidates {
-            deletes.push((path.to_string(), r.pos));
+        for (f, r) in candidates {
+            deletes.push((path(index, f), r.pos));
         }
         let at = Location {
             file,
@@ -339,7 +368,7 @@ fn apply(index: &mut KeyIndex, path: &str, rows: &[KeyedRow], deletes: &mut Vec<
         match index.get(key) {
             Some(old) if old.partition == winner.partition && old.offset >= winner.offset => {
                 // An older record of the partition committed after a newer one: it is stale.
-                deletes.push((path.to_string(), winner.pos));
+                deletes.push((path(index, file), winner.pos));
             }
             Some(old) => {
                 if let Some(p) = index.path(old.file) {
@@ -354,29 +383,30 @@ fn apply(index: &mut KeyIndex, path: &str, rows: &[KeyedRow], deletes: &mut Vec<
 
 /// The index the current snapshot names; an empty one when there is none or it cannot be read
 /// (then every live file is read again: slower, never wrong).
-async fn load_index(table: &Table) -> KeyIndex {
+async fn load_index(table: &Table, definition: &str) -> KeyIndex {
     let Some(at) = table.metadata().current_snapshot().and_then(|s| {
         s.summary()
             .additional_properties
             .get(KEY_INDEX_PROPERTY)
             .cloned()
     }) else {
-        return KeyIndex::default();
+        return KeyIndex::new(definition);
     };
     let bytes = match table.file_io().new_input(&at) {
         Ok(input) => input.read().await,
         Err(e) => Err(e),
     };
-    match bytes {
-        Ok(b) => KeyIndex::decode(&b, &at).unwrap_or_else(|e| {
-            tracing::warn!(table = %table.identifier(), error = %e, "the key index is unreadable; rebuilding it from the table's files");
-            KeyIndex::default()
-        }),
-        Err(e) => {
-            tracing::warn!(table = %table.identifier(), index = %at, error = %e, "the key index cannot be read; rebuilding it from the table's files");
-            KeyIndex::default()
-        }
-    }
+    let why = match bytes {
+        Ok(b) => match KeyIndex::decode(&b, &at) {
+            Ok(i) if i.definition() == definition => return i,
+            Ok(i) => format!("it was made for another key ({})", i.definition()),
+            Err(e) => e,
+        },
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(table = %table.identifier(), index = %at, why = %why,
+        "the key index cannot be used; rebuilding it from the table's files");
+    KeyIndex::new(definition)
 }
 
 /// The positions deleted by the snapshot's live position delete files, per data file.
@@ -531,5 +561,77 @@ async fn snapshot(
 async fn remove_written(table: &Table, written: &[String]) {
     for path in written {
         let _ = table.file_io().delete(path).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_encoding_names_the_arrow_row_in_use() {
+        let lock = include_str!("../../../../Cargo.lock");
+        let version = lock
+            .split("[[package]]")
+            .find(|p| p.contains("name = \"arrow-row\""))
+            .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+            .map(|v| v.trim_matches('"'))
+            .expect("arrow-row in Cargo.lock");
+        assert_eq!(
+            KEY_ENCODING,
+            format!("arrow-row {version}"),
+            "arrow-row changed: bump KEY_ENCODING so that key indexes are rebuilt"
+        );
+    }
+
+    fn row(key: u128, pos: u64, partition: i32, offset: i64, timestamp: i64) -> KeyedRow {
+        KeyedRow {
+            key,
+            pos,
+            partition,
+            offset,
+            timestamp,
+        }
+    }
+
+    #[test]
+    fn the_later_timestamp_wins_across_partitions_whatever_the_file_order() {
+        for order in [[0usize, 1], [1, 0]] {
+            let mut index = KeyIndex::new("t");
+            let f1 = index.file_id("f1");
+            let f2 = index.file_id("f2");
+            let rows = [(f1, row(7, 0, 1, 5, 200)), (f2, row(7, 0, 0, 9, 100))];
+            let round: Vec<(u32, KeyedRow)> = order.iter().map(|&i| rows[i]).collect();
+            let mut deletes = Vec::new();
+            apply(&mut index, &round, &mut deletes);
+            let live = index.get(7).expect("key 7");
+            assert_eq!(index.path(live.file), Some("f1"), "order {order:?}");
+            assert_eq!(deletes, vec![("f2".to_string(), 0)], "order {order:?}");
+        }
+    }
+
+    #[test]
+    fn within_a_partition_the_higher_offset_wins_and_an_older_record_is_stale() {
+        let mut index = KeyIndex::new("t");
+        let f = index.file_id("f");
+        let mut deletes = Vec::new();
+        apply(
+            &mut index,
+            &[(f, row(1, 0, 0, 10, 0)), (f, row(1, 1, 0, 12, 0))],
+            &mut deletes,
+        );
+        assert_eq!(deletes, vec![("f".to_string(), 0)]);
+        assert_eq!(index.get(1).map(|l| l.offset), Some(12));
+        // A later round with an older offset of the same partition: its row is the stale one.
+        let g = index.file_id("g");
+        let mut deletes = Vec::new();
+        apply(&mut index, &[(g, row(1, 0, 0, 11, 0))], &mut deletes);
+        assert_eq!(deletes, vec![("g".to_string(), 0)]);
+        assert_eq!(index.get(1).map(|l| l.offset), Some(12));
+        // A newer one replaces the live row.
+        let mut deletes = Vec::new();
+        apply(&mut index, &[(g, row(1, 1, 0, 13, 0))], &mut deletes);
+        assert_eq!(deletes, vec![("f".to_string(), 1)]);
+        assert_eq!(index.get(1).map(|l| (l.file, l.pos)), Some((g, 1)));
     }
 }

@@ -1,9 +1,9 @@
 //! What the upsert commit reads of a data file (its rows' keys and Kafka positions, nothing
 //! else: column pruning by field id) and of a position delete file.
 
-use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_row::{RowConverter, SortField};
-use arrow_schema::{DataType, TimeUnit};
+use arrow_schema::DataType;
 use futures::TryStreamExt;
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::FileMetadata;
@@ -91,54 +91,15 @@ pub async fn keyed_rows(
             .collect();
         let hashes = key_hashes(&key_arrays, rows)
             .map_err(|e| Error::Internal(format!("keys of {path}: {e}")))?;
-        let int32 = |slot: usize| -> Result<Vec<i32>> {
-            let array = found[slot].map(|i| batch.column(i).clone());
-            let cast = array
-                .map(|a| arrow_cast::cast(&a, &DataType::Int32))
-                .transpose()
-                .map_err(|e| Error::Internal(format!("{path}: kafka_partition: {e}")))?;
-            Ok(match cast {
-                Some(a) => {
-                    let a = a
-                        .as_any()
-                        .downcast_ref::<Int32Array>()
-                        .map(|a| (0..rows).map(|r| a.value(r)).collect())
-                        .unwrap_or_else(|| vec![0; rows]);
-                    a
-                }
-                None => vec![0; rows],
-            })
-        };
-        let int64 = |slot: usize, what: &str| -> Result<Vec<i64>> {
-            let array = found[slot].map(|i| batch.column(i).clone());
-            let array = match array {
-                Some(a)
-                    if matches!(a.data_type(), DataType::Timestamp(TimeUnit::Microsecond, _)) =>
-                {
-                    Some(arrow_cast::cast(&a, &DataType::Int64))
-                }
-                Some(a) => Some(arrow_cast::cast(&a, &DataType::Int64)),
-                None => None,
-            }
-            .transpose()
-            .map_err(|e| Error::Internal(format!("{path}: {what}: {e}")))?;
-            Ok(match array {
-                Some(a) => a
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .map(|a| (0..rows).map(|r| a.value(r)).collect())
-                    .unwrap_or_else(|| vec![0; rows]),
-                None => vec![0; rows],
-            })
-        };
-        let partitions = int32(n)?;
-        let offsets = int64(n + 1, "kafka_offset")?;
-        let timestamps = int64(n + 2, "kafka_timestamp")?;
+        let column = |slot: usize| found[slot].map(|i| batch.column(i).clone());
+        let partitions = integers(column(n), rows, path, "kafka_partition")?;
+        let offsets = integers(column(n + 1), rows, path, "kafka_offset")?;
+        let timestamps = integers(column(n + 2), rows, path, "kafka_timestamp")?;
         for r in 0..rows {
             out.push(KeyedRow {
                 key: hashes[r],
                 pos,
-                partition: partitions[r],
+                partition: i32::try_from(partitions[r]).unwrap_or(i32::MAX),
                 offset: offsets[r],
                 timestamp: timestamps[r],
             });
@@ -146,6 +107,29 @@ pub async fn keyed_rows(
         }
     }
     Ok(out)
+}
+
+/// A Kafka column's values as 64-bit integers (timestamps as their microseconds); zeros for a
+/// file without the column, a null as 0.
+fn integers(array: Option<ArrayRef>, rows: usize, path: &str, what: &str) -> Result<Vec<i64>> {
+    let Some(array) = array else {
+        return Ok(vec![0; rows]);
+    };
+    let cast = arrow_cast::cast(&array, &DataType::Int64)
+        .map_err(|e| Error::Internal(format!("{path}: {what}: {e}")))?;
+    let values = cast
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| Error::Internal(format!("{path}: {what} is not an integer column")))?;
+    Ok((0..rows)
+        .map(|r| {
+            if values.is_null(r) {
+                0
+            } else {
+                values.value(r)
+            }
+        })
+        .collect())
 }
 
 /// The (data file path, position) pairs of the position delete file at `path`.
