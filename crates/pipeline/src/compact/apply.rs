@@ -12,10 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use arrow_array::{BooleanArray, RecordBatch};
 use futures::TryStreamExt;
-use iceberg::arrow::ArrowFileReader;
-use iceberg::io::FileMetadata;
 use iceberg::table::Table;
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
 
 use super::rewrite::{Rewritten, compacted_file_properties};
 use crate::error::{Error, Result};
@@ -100,26 +97,15 @@ pub async fn rewrite(
     for input in &job.inputs {
         let path = input.file_path();
         let gone = deletes.positions.get(path);
-        let reader = table
-            .file_io()
-            .new_input(path)
-            .map_err(|e| Error::iceberg(path.to_string(), e))?
-            .reader()
-            .await
-            .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
-        let file = ArrowFileReader::new(
-            FileMetadata {
-                size: input.file_size_in_bytes(),
-            },
-            reader,
-        );
-        let batches: Vec<RecordBatch> = ParquetRecordBatchStreamBuilder::new(file)
-            .await
-            .and_then(|b| b.with_batch_size(64 * 1024).build())
-            .map_err(|e| Error::Internal(format!("read {path}: {e}")))?
-            .try_collect()
-            .await
-            .map_err(|e| Error::Internal(format!("read {path}: {e}")))?;
+        let batches: Vec<RecordBatch> =
+            files::open_parquet(table, path, input.file_size_in_bytes())
+                .await?
+                .with_batch_size(64 * 1024)
+                .build()
+                .map_err(|e| Error::Internal(format!("read {path}: {e}")))?
+                .try_collect()
+                .await
+                .map_err(|e| Error::Internal(format!("read {path}: {e}")))?;
         let mut pos = 0u64;
         for batch in batches {
             let rows = batch.num_rows();

@@ -1,8 +1,11 @@
 //! What a snapshot holds: its manifests and their entries, loaded concurrently.
 
 use futures::{StreamExt, TryStreamExt};
+use iceberg::arrow::ArrowFileReader;
+use iceberg::io::FileMetadata;
 use iceberg::spec::{ManifestContentType, ManifestEntryRef, ManifestFile, SnapshotRef};
 use iceberg::table::Table;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
 
 use crate::error::{Error, Result};
 
@@ -110,4 +113,23 @@ pub async fn load_current(table: &Table) -> Result<SnapshotFiles> {
         Some(s) => load(table, s).await,
         None => Ok(SnapshotFiles::default()),
     }
+}
+
+/// A Parquet file of the table (`size` bytes, from its manifest entry), opened for reading by
+/// range through the table's storage.
+pub async fn open_parquet(
+    table: &Table,
+    path: &str,
+    size: u64,
+) -> Result<ParquetRecordBatchStreamBuilder<ArrowFileReader>> {
+    let reader = table
+        .file_io()
+        .new_input(path)
+        .map_err(|e| Error::iceberg(path.to_string(), e))?
+        .reader()
+        .await
+        .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
+    ParquetRecordBatchStreamBuilder::new(ArrowFileReader::new(FileMetadata { size }, reader))
+        .await
+        .map_err(|e| Error::Internal(format!("read {path}: {e}")))
 }

@@ -3,22 +3,24 @@
 //! On the current snapshot: one new data manifest per partition spec holding the removed files
 //! as `deleted` (with their original sequence numbers), every other live file as `existing`
 //! (with its original snapshot id and sequence numbers) and the new files as `added` (taking the
-//! new snapshot's sequence number); delete manifests carried unchanged; a manifest list; a
-//! `replace` snapshot whose summary totals are the previous totals plus added minus removed;
-//! new metadata; then the catalog's compare-and-set. A lost race reloads and rebuilds on the new
-//! current snapshot, as long as every file to remove is still live there.
+//! new snapshot's sequence number); delete manifests carried unchanged, but for those holding a
+//! delete file the rewrite applied (rewritten with it `deleted`); the snapshot itself is built
+//! by [`super::snapshot`]. Then new metadata and the catalog's compare-and-set. A lost race
+//! reloads and rebuilds on the new current snapshot, as long as every file to remove is still
+//! live there and no delete file the rewrite did not read names one of them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use iceberg::TableIdent;
 use iceberg::spec::{
-    DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
-    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    DataFile, MAIN_BRANCH, ManifestContentType, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention,
 };
 use iceberg::table::Table;
 
 use super::files::{self, FileEntry, SnapshotFiles};
+use super::snapshot::{Entry, SnapshotBuild};
 use crate::catalog::TableCatalog;
 use crate::error::{Error, Result};
 
@@ -250,299 +252,63 @@ async fn build_snapshot(
     properties: &HashMap<String, String>,
 ) -> Result<(Snapshot, Vec<String>)> {
     let metadata = table.metadata();
-    let ident = table.identifier();
-    let ctx = |what: &str| format!("{what} of {ident}");
-    let snapshot_id = new_snapshot_id(table);
-    let sequence_number = metadata.next_sequence_number();
-    let commit = uuid::Uuid::new_v4();
-    let schema = metadata.current_schema().clone();
-    let mut written = Vec::new();
+    let mut build = SnapshotBuild::new(table);
 
-    // Entries per partition spec.
+    // Data entries per partition spec; new files are written with the table's default spec.
     let mut by_spec: BTreeMap<i32, Vec<Entry>> = BTreeMap::new();
-    let mut summary = SnapshotSummaryCollector::default();
     for FileEntry { spec_id, entry: e } in current.live() {
-        let spec_id = *spec_id;
         let kind = if removed.contains(e.file_path()) {
-            if let Some(spec) = metadata.partition_spec_by_id(spec_id) {
-                summary.remove_file(e.data_file(), schema.clone(), spec.clone());
-            }
             Entry::Deleted(e.clone())
         } else {
             Entry::Existing(e.clone())
         };
-        by_spec.entry(spec_id).or_default().push(kind);
+        by_spec.entry(*spec_id).or_default().push(kind);
     }
-    // New files are written with the table's default spec.
-    let default_spec = metadata.default_partition_spec();
     for f in added {
-        summary.add_file(f, schema.clone(), default_spec.clone());
         by_spec
-            .entry(default_spec.spec_id())
+            .entry(metadata.default_partition_spec_id())
             .or_default()
             .push(Entry::Added(Box::new(f.clone())));
     }
-
-    let mut manifests: Vec<ManifestFile> = Vec::new();
-    for (n, (spec_id, entries)) in by_spec.into_iter().enumerate() {
-        let spec = metadata
-            .partition_spec_by_id(spec_id)
-            .ok_or_else(|| Error::Internal(ctx(&format!("partition spec {spec_id}"))))?;
-        let path = format!("{}/metadata/{commit}-m{n}.avro", metadata.location());
-        let output = table
-            .file_io()
-            .new_output(&path)
-            .map_err(|e| Error::iceberg(ctx("manifest"), e))?;
-        let mut writer = ManifestWriterBuilder::new(
-            output,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
-        let bad = |e| Error::iceberg(ctx("manifest entry"), e);
-        for entry in entries {
-            match entry {
-                Entry::Existing(e) => writer
-                    .add_existing_file(
-                        e.data_file().clone(),
-                        e.snapshot_id.unwrap_or(snapshot_id),
-                        e.sequence_number.unwrap_or(0),
-                        e.file_sequence_number.or(e.sequence_number),
-                    )
-                    .map_err(bad)?,
-                Entry::Deleted(e) => writer
-                    .add_delete_file(
-                        e.data_file().clone(),
-                        e.sequence_number.unwrap_or(0),
-                        e.file_sequence_number.or(e.sequence_number),
-                    )
-                    .map_err(bad)?,
-                Entry::Added(f) => writer.add_file(*f, -1).map_err(bad)?,
-            }
-        }
-        written.push(path);
-        manifests.push(
-            writer
-                .write_manifest_file()
-                .await
-                .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
-        );
+    for (spec_id, entries) in by_spec {
+        build
+            .manifest(spec_id, ManifestContentType::Data, entries)
+            .await?;
     }
     // Delete manifests: carried unchanged, unless they hold a delete file the rewrite applied
     // (then rewritten with it marked deleted).
-    for (k, m) in current.delete_manifests().enumerate() {
+    for m in current.delete_manifests() {
         if removed_deletes.is_empty() {
-            manifests.push(m.clone());
+            build.carry(m.clone());
             continue;
         }
-        let manifest = m
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|e| Error::iceberg(ctx(&format!("manifest {}", m.manifest_path)), e))?;
+        let manifest = m.load_manifest(table.file_io()).await.map_err(|e| {
+            Error::iceberg(
+                format!("manifest {} of {}", m.manifest_path, table.identifier()),
+                e,
+            )
+        })?;
         let alive: Vec<_> = manifest.entries().iter().filter(|e| e.is_alive()).collect();
         if !alive
             .iter()
             .any(|e| removed_deletes.contains(e.file_path()))
         {
-            manifests.push(m.clone());
+            build.carry(m.clone());
             continue;
         }
-        let spec = metadata
-            .partition_spec_by_id(m.partition_spec_id)
-            .ok_or_else(|| {
-                Error::Internal(ctx(&format!("partition spec {}", m.partition_spec_id)))
-            })?;
-        let path = format!("{}/metadata/{commit}-d{k}.avro", metadata.location());
-        let output = table
-            .file_io()
-            .new_output(&path)
-            .map_err(|e| Error::iceberg(ctx("manifest"), e))?;
-        let mut writer = ManifestWriterBuilder::new(
-            output,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_deletes();
-        let bad = |e| Error::iceberg(ctx("manifest entry"), e);
-        for e in alive {
-            if removed_deletes.contains(e.file_path()) {
-                summary.remove_file(e.data_file(), schema.clone(), spec.clone());
-                writer
-                    .add_delete_file(
-                        e.data_file().clone(),
-                        e.sequence_number.unwrap_or(0),
-                        e.file_sequence_number.or(e.sequence_number),
-                    )
-                    .map_err(bad)?;
-            } else {
-                writer
-                    .add_existing_file(
-                        e.data_file().clone(),
-                        e.snapshot_id.unwrap_or(snapshot_id),
-                        e.sequence_number.unwrap_or(0),
-                        e.file_sequence_number.or(e.sequence_number),
-                    )
-                    .map_err(bad)?;
-            }
-        }
-        written.push(path);
-        manifests.push(
-            writer
-                .write_manifest_file()
-                .await
-                .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
-        );
+        let entries = alive
+            .into_iter()
+            .map(|e| {
+                if removed_deletes.contains(e.file_path()) {
+                    Entry::Deleted(e.clone())
+                } else {
+                    Entry::Existing(e.clone())
+                }
+            })
+            .collect();
+        build
+            .manifest(m.partition_spec_id, ManifestContentType::Deletes, entries)
+            .await?;
     }
-
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit}.avro",
-        metadata.location()
-    );
-    let list_out = table
-        .file_io()
-        .new_output(&list_path)
-        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?
-        .writer()
-        .await
-        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-    let mut list = ManifestListWriter::v2(
-        list_out,
-        snapshot_id,
-        metadata.current_snapshot_id(),
-        sequence_number,
-    );
-    list.add_manifests(manifests.into_iter())
-        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-    list.close()
-        .await
-        .map_err(|e| Error::iceberg(ctx("write manifest list"), e))?;
-    written.push(list_path.clone());
-
-    let mut props = properties.clone();
-    props.extend(summary.build());
-    let previous = metadata
-        .current_snapshot()
-        .map(|s| s.summary().additional_properties.clone())
-        .unwrap_or_default();
-    add_totals(&mut props, &previous);
-    // A join table's state moves only with its join's commits, an upsert table's key index
-    // with its upserts: carry them over.
-    for key in [
-        crate::table::JOIN_STATE_PROPERTY,
-        crate::table::KEY_INDEX_PROPERTY,
-    ] {
-        if let Some(state) = previous.get(key) {
-            props
-                .entry(key.to_string())
-                .or_insert_with(|| state.clone());
-        }
-    }
-    let snapshot = Snapshot::builder()
-        .with_manifest_list(list_path)
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(metadata.current_snapshot_id())
-        .with_sequence_number(sequence_number)
-        .with_summary(Summary {
-            operation: Operation::Replace,
-            additional_properties: props,
-        })
-        .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
-        .build();
-    Ok((snapshot, written))
-}
-
-enum Entry {
-    Existing(iceberg::spec::ManifestEntryRef),
-    Deleted(iceberg::spec::ManifestEntryRef),
-    Added(Box<DataFile>),
-}
-
-/// The six `total-*` fields: previous totals, plus what was added, minus what was removed.
-pub(crate) fn add_totals(props: &mut HashMap<String, String>, previous: &HashMap<String, String>) {
-    let get = |m: &HashMap<String, String>, k: &str| {
-        m.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0)
-    };
-    let totals = [
-        ("total-records", "added-records", "deleted-records"),
-        ("total-data-files", "added-data-files", "deleted-data-files"),
-        ("total-files-size", "added-files-size", "removed-files-size"),
-        (
-            "total-delete-files",
-            "added-delete-files",
-            "removed-delete-files",
-        ),
-        (
-            "total-position-deletes",
-            "added-position-deletes",
-            "removed-position-deletes",
-        ),
-        (
-            "total-equality-deletes",
-            "added-equality-deletes",
-            "removed-equality-deletes",
-        ),
-    ];
-    let values: Vec<(String, String)> = totals
-        .iter()
-        .map(|(total, plus, minus)| {
-            let v = (get(previous, total) + get(props, plus) - get(props, minus)).max(0);
-            (total.to_string(), v.to_string())
-        })
-        .collect();
-    props.extend(values);
-}
-
-/// A fresh positive snapshot id not used by the table.
-pub(crate) fn new_snapshot_id(table: &Table) -> i64 {
-    loop {
-        let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
-        let id = ((a ^ b) >> 1) as i64;
-        if id != 0 && !table.metadata().snapshots().any(|s| s.snapshot_id() == id) {
-            return id;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn totals_are_previous_plus_added_minus_removed() {
-        let previous: HashMap<String, String> = [
-            ("total-records", "100"),
-            ("total-data-files", "10"),
-            ("total-files-size", "5000"),
-            ("total-delete-files", "0"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let mut props: HashMap<String, String> = [
-            ("added-records", "40"),
-            ("deleted-records", "40"),
-            ("added-data-files", "1"),
-            ("deleted-data-files", "4"),
-            ("added-files-size", "1500"),
-            ("removed-files-size", "2000"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        add_totals(&mut props, &previous);
-        // A join table's state moves only with its join's commits: carry it over.
-        if let Some(state) = previous.get(crate::table::JOIN_STATE_PROPERTY) {
-            props
-                .entry(crate::table::JOIN_STATE_PROPERTY.to_string())
-                .or_insert_with(|| state.clone());
-        }
-        assert_eq!(props["total-records"], "100");
-        assert_eq!(props["total-data-files"], "7");
-        assert_eq!(props["total-files-size"], "4500");
-        assert_eq!(props["total-delete-files"], "0");
-        assert_eq!(props["total-equality-deletes"], "0");
-    }
+    build.finish(Operation::Replace, properties).await
 }

@@ -30,9 +30,8 @@ use std::time::Duration;
 
 use iceberg::TableIdent;
 use iceberg::spec::{
-    DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Struct, Summary,
+    DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestFile, Operation, Snapshot,
+    SnapshotReference, SnapshotRetention, Struct,
 };
 use iceberg::table::Table;
 
@@ -40,7 +39,8 @@ use self::index::{KeyIndex, Location};
 use self::read::{KeyColumns, KeyedRow};
 use crate::catalog::TableCatalog;
 use crate::error::{Error, Result};
-use crate::table::replace::{add_totals, new_snapshot_id, snapshot_with};
+use crate::table::replace::snapshot_with;
+use crate::table::snapshot::{Entry, SnapshotBuild};
 use crate::table::{COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, files};
 
 /// The encoding of keys before they are hashed: Arrow's row format, which may change between
@@ -252,7 +252,8 @@ async fn build(
 
     // 3. The delete files, one per partition.
     let schema = metadata.current_schema().clone();
-    let commit = uuid::Uuid::new_v4();
+    let build = SnapshotBuild::new(table);
+    let commit = build.commit();
     let groups = deletes::by_partition(deletes, |p| {
         let f = live.get(p)?;
         let spec = metadata.partition_spec_by_id(f.spec_id)?;
@@ -299,21 +300,22 @@ async fn build(
     }
 
     // 5. Manifests, the manifest list, the snapshot.
+    let mut properties = properties.clone();
+    properties.insert(KEY_INDEX_PROPERTY.to_string(), index_at);
+    let default_spec = metadata.default_partition_spec_id();
     match snapshot(
-        table,
+        build,
+        default_spec,
         &current.manifests,
         added,
-        &delete_files,
-        properties,
-        &index_at,
-        commit,
-        &mut written,
+        delete_files,
+        &properties,
     )
     .await
     {
-        Ok(snapshot) => Ok(Built {
+        Ok((snapshot, manifests)) => Ok(Built {
             snapshot,
-            written,
+            written: written.into_iter().chain(manifests).collect(),
             report,
         }),
         Err(e) => {
@@ -442,120 +444,43 @@ async fn live_deletes(
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The round's snapshot on the current one: every manifest carried, one data manifest of the
+/// new files, a delete manifest per partition spec of the delete files.
 async fn snapshot(
-    table: &Table,
+    mut build: SnapshotBuild<'_>,
+    default_spec: i32,
     manifests: &[ManifestFile],
     added: &[DataFile],
-    delete_files: &[(i32, DataFile)],
+    delete_files: Vec<(i32, DataFile)>,
     properties: &HashMap<String, String>,
-    index_at: &str,
-    commit: uuid::Uuid,
-    written: &mut Vec<String>,
-) -> Result<Snapshot> {
-    let metadata = table.metadata();
-    let ident = table.identifier();
-    let ctx = |what: &str| format!("{what} of {ident}");
-    let snapshot_id = new_snapshot_id(table);
-    let sequence_number = metadata.next_sequence_number();
-    let schema = metadata.current_schema().clone();
-    let mut summary = SnapshotSummaryCollector::default();
-    let mut all: Vec<ManifestFile> = manifests.to_vec();
-    let mut n = 0;
-    let default_spec = metadata.default_partition_spec_id();
-    let data: Vec<(i32, DataFile)> = added.iter().map(|f| (default_spec, f.clone())).collect();
-    for (content, files) in [
-        (ManifestContentType::Data, &data[..]),
-        (ManifestContentType::Deletes, delete_files),
-    ] {
-        let mut by_spec: BTreeMap<i32, Vec<&DataFile>> = BTreeMap::new();
-        for (spec_id, f) in files {
-            by_spec.entry(*spec_id).or_default().push(f);
-        }
-        for (spec_id, files) in by_spec {
-            let spec = metadata
-                .partition_spec_by_id(spec_id)
-                .ok_or_else(|| Error::Internal(ctx(&format!("partition spec {spec_id}"))))?;
-            let path = format!("{}/metadata/{commit}-m{n}.avro", metadata.location());
-            n += 1;
-            let output = table
-                .file_io()
-                .new_output(&path)
-                .map_err(|e| Error::iceberg(ctx("manifest"), e))?;
-            let builder = ManifestWriterBuilder::new(
-                output,
-                Some(snapshot_id),
-                schema.clone(),
-                spec.as_ref().clone(),
-            );
-            let mut writer = match content {
-                ManifestContentType::Data => builder.build_v2_data(),
-                ManifestContentType::Deletes => builder.build_v2_deletes(),
-            };
-            for f in files {
-                summary.add_file(f, schema.clone(), spec.clone());
-                writer
-                    .add_file(f.clone(), -1)
-                    .map_err(|e| Error::iceberg(ctx("manifest entry"), e))?;
-            }
-            written.push(path);
-            all.push(
-                writer
-                    .write_manifest_file()
-                    .await
-                    .map_err(|e| Error::iceberg(ctx("write manifest"), e))?,
-            );
-        }
+) -> Result<(Snapshot, Vec<String>)> {
+    for m in manifests {
+        build.carry(m.clone());
     }
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit}.avro",
-        metadata.location()
-    );
-    let list_out = table
-        .file_io()
-        .new_output(&list_path)
-        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?
-        .writer()
-        .await
-        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-    let mut list = ManifestListWriter::v2(
-        list_out,
-        snapshot_id,
-        metadata.current_snapshot_id(),
-        sequence_number,
-    );
-    list.add_manifests(all.into_iter())
-        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-    list.close()
-        .await
-        .map_err(|e| Error::iceberg(ctx("write manifest list"), e))?;
-    written.push(list_path.clone());
-
-    let mut props = properties.clone();
-    props.extend(summary.build());
-    props.insert(KEY_INDEX_PROPERTY.to_string(), index_at.to_string());
-    let previous = metadata
-        .current_snapshot()
-        .map(|s| s.summary().additional_properties.clone())
-        .unwrap_or_default();
-    add_totals(&mut props, &previous);
+    if !added.is_empty() {
+        let entries = added.iter().map(|f| Entry::Added(Box::new(f.clone())));
+        build
+            .manifest(default_spec, ManifestContentType::Data, entries.collect())
+            .await?;
+    }
     let operation = if delete_files.is_empty() {
         Operation::Append
     } else {
         Operation::Overwrite
     };
-    Ok(Snapshot::builder()
-        .with_manifest_list(list_path)
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(metadata.current_snapshot_id())
-        .with_sequence_number(sequence_number)
-        .with_summary(Summary {
-            operation,
-            additional_properties: props,
-        })
-        .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
-        .build())
+    let mut by_spec: BTreeMap<i32, Vec<Entry>> = BTreeMap::new();
+    for (spec_id, f) in delete_files {
+        by_spec
+            .entry(spec_id)
+            .or_default()
+            .push(Entry::Added(Box::new(f)));
+    }
+    for (spec_id, entries) in by_spec {
+        build
+            .manifest(spec_id, ManifestContentType::Deletes, entries)
+            .await?;
+    }
+    build.finish(operation, properties).await
 }
 
 async fn remove_written(table: &Table, written: &[String]) {

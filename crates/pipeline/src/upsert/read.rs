@@ -5,10 +5,8 @@ use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::DataType;
 use futures::TryStreamExt;
-use iceberg::arrow::ArrowFileReader;
-use iceberg::io::FileMetadata;
 use iceberg::table::Table;
-use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::arrow::ProjectionMask;
 
 use crate::error::{Error, Result};
 
@@ -210,17 +208,7 @@ async fn read_columns(
     size: u64,
     ids: &[i32],
 ) -> Result<Vec<(RecordBatch, Vec<Option<usize>>)>> {
-    let reader = table
-        .file_io()
-        .new_input(path)
-        .map_err(|e| Error::iceberg(path.to_string(), e))?
-        .reader()
-        .await
-        .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
-    let file = ArrowFileReader::new(FileMetadata { size }, reader);
-    let builder = ParquetRecordBatchStreamBuilder::new(file)
-        .await
-        .map_err(|e| Error::Internal(format!("read {path}: {e}")))?;
+    let builder = crate::table::files::open_parquet(table, path, size).await?;
     let schema = builder.schema().clone();
     let id_of = |i: usize| {
         schema
