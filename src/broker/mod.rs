@@ -5,12 +5,16 @@
 //!
 //! - [`batch`]: how a stream is cut into invocations (`BatchSize`, the batching window, the
 //!   6 MB payload), without Kafka;
-//! - [`source`]: the poller: assignment from the pipeline's checkpoints, invocations with
-//!   retries, the consumer group's offsets, lag, the scheduled stage on its interval;
+//! - [`source`]: the poller: assignment from the pipeline's checkpoints, invocations, the
+//!   consumer group's offsets, lag, the scheduled stage on its interval;
+//! - [`args`]: what a run is asked (the mapping's settings as flags) and what it reports;
+//! - [`handler`]: what an invocation calls, and a batch invoked until it lands (retried whole);
 //! - [`invoke`]: `--invoke URL`, the events POSTed to a Lambda runtime emulator;
 //! - [`produce`]: records into a topic.
 
+pub mod args;
 pub mod batch;
+pub mod handler;
 pub mod invoke;
 pub mod produce;
 pub mod progress;
