@@ -13,6 +13,7 @@ mod process;
 mod reference;
 mod state;
 mod system;
+mod upsert;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -189,6 +190,22 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Upsert tables: the same status changes into an append and an upsert table (ingest and
+    /// commit throughput), the upsert table read before and after compaction, its key index size.
+    Upsert {
+        /// Records (status changes).
+        #[arg(long, default_value_t = 200_000)]
+        records: u64,
+        /// Distinct orders (keys) they change.
+        #[arg(long, default_value_t = 20_000)]
+        keys: u64,
+        /// Records per ESM batch.
+        #[arg(long, default_value_t = 10_000)]
+        batch: u64,
+        /// Batches per commit round.
+        #[arg(long, default_value_t = 2)]
+        rounds_of: usize,
+    },
     /// Time to commit many pending files on the embedded backend.
     Commit {
         /// Pending files to commit.
@@ -336,6 +353,12 @@ async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             json,
         } => compact::compact_once(home, *target_mb, *reencode, *json).await,
         BenchCommand::Commit { files } => compact::commit(config, *files).await,
+        BenchCommand::Upsert {
+            records,
+            keys,
+            batch,
+            rounds_of,
+        } => upsert::upsert(*records, *keys, *batch, *rounds_of).await,
         BenchCommand::Cost {
             partitions,
             batches,

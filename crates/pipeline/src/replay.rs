@@ -19,10 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
-use iceberg::arrow::ArrowFileReader;
-use iceberg::io::FileMetadata;
 use iceberg::spec::{DataFile, Datum, PrimitiveLiteral};
-use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::arrow::ProjectionMask;
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -298,22 +296,7 @@ async fn read_offsets(
     use arrow_array::types::{Int32Type, Int64Type};
     let path = f.file_path();
     let pq = |e: parquet::errors::ParquetError| Error::Internal(format!("read {path}: {e}"));
-    let reader = table
-        .file_io()
-        .new_input(path)
-        .map_err(|e| Error::iceberg(format!("open {path}"), e))?
-        .reader()
-        .await
-        .map_err(|e| Error::iceberg(format!("open {path}"), e))?;
-    let file = ArrowFileReader::new(
-        FileMetadata {
-            size: f.file_size_in_bytes(),
-        },
-        reader,
-    );
-    let builder = ParquetRecordBatchStreamBuilder::new(file)
-        .await
-        .map_err(pq)?;
+    let builder = crate::table::files::open_parquet(table, path, f.file_size_in_bytes()).await?;
     let mut wanted = vec![crate::kafka::PARTITION, crate::kafka::OFFSET];
     if dead_letters {
         wanted.push("topic");

@@ -1,7 +1,7 @@
 //! What every writer of a table shares: the commit stage, compaction, maintenance, the interval
 //! joins and the reference tables all write Parquet data files ([`encode`]) projected to the
 //! table's schema ([`project`]), read a snapshot's files ([`files`]), build `replace` snapshots
-//! by hand ([`replace`], on [`snapshot`]), find a pending batch's files ([`pending`]), and mark their snapshots
+//! by hand ([`replace`], on `snapshot`), find a pending batch's files ([`pending`]), and mark their snapshots
 //! with the [`properties`] by which a commit is recognised after a crash.
 
 pub mod encode;

@@ -5,7 +5,7 @@
 //! (with its original snapshot id and sequence numbers) and the new files as `added` (taking the
 //! new snapshot's sequence number); delete manifests carried unchanged, but for those holding a
 //! delete file the rewrite applied (rewritten with it `deleted`); the snapshot itself is built
-//! by [`super::snapshot`]. Then new metadata and the catalog's compare-and-set. A lost race
+//! by `table/snapshot.rs`. Then new metadata and the catalog's compare-and-set. A lost race
 //! reloads and rebuilds on the new current snapshot, as long as every file to remove is still
 //! live there and no delete file the rewrite did not read names one of them.
 

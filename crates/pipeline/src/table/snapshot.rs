@@ -64,8 +64,29 @@ impl<'a> SnapshotBuild<'a> {
     }
 
     /// Writes one manifest of `content` for partition spec `spec_id` holding `entries`; added
-    /// and deleted entries count in the summary.
+    /// and deleted entries count in the summary. On failure, every object written for the
+    /// snapshot so far is deleted (the snapshot will never be committed).
     pub async fn manifest(
+        &mut self,
+        spec_id: i32,
+        content: ManifestContentType,
+        entries: Vec<Entry>,
+    ) -> Result<()> {
+        let result = self.write_manifest(spec_id, content, entries).await;
+        if result.is_err() {
+            self.discard().await;
+        }
+        result
+    }
+
+    /// Deletes every object written for the snapshot.
+    async fn discard(&mut self) {
+        for path in std::mem::take(&mut self.written) {
+            let _ = self.table.file_io().delete(&path).await;
+        }
+    }
+
+    async fn write_manifest(
         &mut self,
         spec_id: i32,
         content: ManifestContentType,
@@ -138,47 +159,34 @@ impl<'a> SnapshotBuild<'a> {
     }
 
     /// Writes the manifest list and returns the snapshot (`operation`, with `properties` in its
-    /// summary besides the counts) and every object written for it.
+    /// summary besides the counts) and every object written for it (deleted on failure).
     pub async fn finish(
-        self,
+        mut self,
         operation: Operation,
         properties: &HashMap<String, String>,
     ) -> Result<(Snapshot, Vec<String>)> {
+        let list_path = format!(
+            "{}/metadata/snap-{}-0-{}.avro",
+            self.table.metadata().location(),
+            self.snapshot_id,
+            self.commit
+        );
+        // Named before it is written: a list half written is deleted too.
+        self.written.push(list_path.clone());
+        let manifests = std::mem::take(&mut self.manifests);
+        if let Err(e) = write_list(self.table, &list_path, self.snapshot_id, manifests).await {
+            self.discard().await;
+            return Err(e);
+        }
         let SnapshotBuild {
             table,
             snapshot_id,
-            commit,
-            manifests,
             summary,
-            mut written,
+            written,
+            ..
         } = self;
         let metadata = table.metadata();
-        let ident = table.identifier();
-        let ctx = |what: &str| format!("{what} of {ident}");
         let sequence_number = metadata.next_sequence_number();
-        let list_path = format!(
-            "{}/metadata/snap-{snapshot_id}-0-{commit}.avro",
-            metadata.location()
-        );
-        let list_out = table
-            .file_io()
-            .new_output(&list_path)
-            .map_err(|e| Error::iceberg(ctx("manifest list"), e))?
-            .writer()
-            .await
-            .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-        let mut list = ManifestListWriter::v2(
-            list_out,
-            snapshot_id,
-            metadata.current_snapshot_id(),
-            sequence_number,
-        );
-        list.add_manifests(manifests.into_iter())
-            .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
-        list.close()
-            .await
-            .map_err(|e| Error::iceberg(ctx("write manifest list"), e))?;
-        written.push(list_path.clone());
 
         let mut props = properties.clone();
         props.extend(summary.build());
@@ -210,6 +218,36 @@ impl<'a> SnapshotBuild<'a> {
             .build();
         Ok((snapshot, written))
     }
+}
+
+/// Writes the manifest list of snapshot `snapshot_id` (on the current one) at `path`.
+async fn write_list(
+    table: &Table,
+    path: &str,
+    snapshot_id: i64,
+    manifests: Vec<ManifestFile>,
+) -> Result<()> {
+    let metadata = table.metadata();
+    let ident = table.identifier();
+    let ctx = |what: &str| format!("{what} of {ident}");
+    let out = table
+        .file_io()
+        .new_output(path)
+        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?
+        .writer()
+        .await
+        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
+    let mut list = ManifestListWriter::v2(
+        out,
+        snapshot_id,
+        metadata.current_snapshot_id(),
+        metadata.next_sequence_number(),
+    );
+    list.add_manifests(manifests.into_iter())
+        .map_err(|e| Error::iceberg(ctx("manifest list"), e))?;
+    list.close()
+        .await
+        .map_err(|e| Error::iceberg(ctx("write manifest list"), e))
 }
 
 /// The six `total-*` fields: previous totals, plus what was added, minus what was removed.
