@@ -73,6 +73,27 @@ impl Model {
                 let offset = self.offsets[partition as usize];
                 self.offsets[partition as usize] += 1;
                 let at = base + round * 16 * 3600 * 1000 + offset * 1000;
+                // One record in eight deletes its order: a tombstone, its key as text or as
+                // a JSON object of the key's columns.
+                if rng.next(8) == 0 {
+                    self.last.remove(&key);
+                    let key = if offset % 2 == 0 {
+                        key.into_bytes()
+                    } else {
+                        serde_json::json!({ "order_id": key })
+                            .to_string()
+                            .into_bytes()
+                    };
+                    return SourceRecord {
+                        topic: "order-status".into(),
+                        partition,
+                        offset,
+                        timestamp_ms: at,
+                        key: Some(key),
+                        value: None,
+                        raw_value_field: None,
+                    };
+                }
                 let status = STATUSES[rng.next(4) as usize];
                 let value = serde_json::json!({
                     "order_id": key,
@@ -127,8 +148,13 @@ pub async fn upserts_read_back_as_the_last_record_per_key(h: &mut Harness) {
         ..CompactOptions::default()
     };
     let mut previous: Option<Vec<SourceRecord>> = None;
-    for round in 0..6i64 {
-        let batch = model.batch(&mut rng, 60, 25, round);
+    let (mut bases, mut runs_of_changes, mut cold, mut keys_deleted) = (0, 0, 0, 0);
+    for round in 0..10i64 {
+        // Every other round starts as a cold process does: the key index read from its runs.
+        if round % 2 == 1 {
+            streamtable::upsert::forget_warm_indexes();
+        }
+        let batch = model.batch(&mut rng, 30, 40, round);
         h.ingestor().handle(&event(&batch)).await.expect("ingest");
         // The ESM delivers the batch before again (and this one twice): nothing lands twice.
         if let Some(before) = &previous {
@@ -155,6 +181,18 @@ pub async fn upserts_read_back_as_the_last_record_per_key(h: &mut Harness) {
         if round > 0 {
             assert!(upsert.rows_deleted > 0, "round {round} replaced rows");
         }
+        assert_eq!(
+            upsert.index_warm,
+            round % 2 == 0 && round > 0,
+            "round {round}"
+        );
+        if upsert.index_base {
+            bases += 1;
+        } else {
+            runs_of_changes += 1;
+        }
+        cold += usize::from(!upsert.index_warm);
+        keys_deleted += upsert.keys_deleted;
         // A commit run again finds nothing more to do, and changes nothing.
         let again = commit_pending(&h.backend, &tables)
             .await
@@ -182,6 +220,12 @@ pub async fn upserts_read_back_as_the_last_record_per_key(h: &mut Harness) {
         }
         check_table(h, "order_status", &model.expected());
     }
+    assert!(
+        bases >= 2 && runs_of_changes >= 2,
+        "the key index was written as bases ({bases}) and as runs of changes ({runs_of_changes})"
+    );
+    assert!(cold >= 5, "rounds read their index from its runs: {cold}");
+    assert!(keys_deleted > 0, "tombstones deleted keys");
     // Trino (Athena's engine) applies the position deletes as pyiceberg does (on moto).
     h.assert_trino_reads_as_pyiceberg("order_status", None);
     // The engine of `streamtable query` applies the deletes too.

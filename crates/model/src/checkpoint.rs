@@ -74,6 +74,22 @@ pub struct PendingFile {
     /// registering a file that does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub carried: Option<CarriedRows>,
+    /// A file of keys to delete from an upsert table (its topic's tombstones), not a file of
+    /// the table: the commit stage deletes the keys' live rows. Then `data_file` is empty, so
+    /// that a release that does not know key deletes refuses the batch (keeps it pending)
+    /// instead of registering the file as table data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_deletes: Option<KeyDeleteFile>,
+}
+
+/// Where a pending batch's tombstones of an upsert table are: a Parquet file of the key columns
+/// and the Kafka columns (`kafka_partition`, `kafka_offset`, `kafka_timestamp`, …) with the
+/// table's field ids, one row per tombstone, under the table's `data/` directory. Orphan
+/// clean-up removes it once the batch is committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyDeleteFile {
+    /// Its location.
+    pub file: String,
 }
 
 /// Where a pending file's rows are carried: a state file and the part of its rows

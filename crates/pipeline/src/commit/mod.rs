@@ -99,6 +99,8 @@ pub struct TableCommitReport {
 /// What an upsert table's round did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UpsertStats {
+    /// Keys whose live row a tombstone deleted.
+    pub keys_deleted: u64,
     /// Rows deleted (older rows of the round's keys, and the round's own superseded rows).
     pub rows_deleted: u64,
     /// Position delete files written.
@@ -107,6 +109,12 @@ pub struct UpsertStats {
     pub keys: u64,
     /// Data files read into the key index (after a compaction, or to build it).
     pub files_indexed: u64,
+    /// Bytes of the key index the round wrote (its changes, or a whole base).
+    pub index_bytes: u64,
+    /// Whether the round wrote the whole key index as a new base.
+    pub index_base: bool,
+    /// Whether the key index came from this process's memory (else read from storage).
+    pub index_warm: bool,
 }
 
 /// What an interval join's round did with its state.
@@ -358,6 +366,7 @@ async fn commit_intent(
             entry.files.extend(files.files);
             entry.data_files.extend(files.data_files);
             entry.carried.extend(files.carried);
+            entry.key_deletes.extend(files.key_deletes);
         }
     }
     let mut out = Vec::new();
@@ -617,7 +626,12 @@ async fn commit_table(
     let mut report = TableCommitReport {
         table: name.to_string(),
         files: files.files.len() as u64,
-        rows: files.files.iter().map(|f: &PendingFile| f.rows).sum(),
+        rows: files
+            .files
+            .iter()
+            .filter(|f: &&PendingFile| f.key_deletes.is_none())
+            .map(|f| f.rows)
+            .sum(),
         ..Default::default()
     };
     let table = match backend.catalog.load(&tables.ident(name)).await? {
@@ -664,16 +678,21 @@ async fn commit_table(
             &tables.ident(name),
             &upsert.key,
             &data_files,
+            &files.key_deletes,
             &props,
         )
         .await?;
         report.snapshot_id = done.snapshot_id;
         report.already_committed = done.already_committed;
         report.upsert = Some(UpsertStats {
+            keys_deleted: done.keys_deleted,
             rows_deleted: done.rows_deleted,
             delete_files: done.delete_files,
             keys: done.keys,
             files_indexed: done.files_indexed,
+            index_bytes: done.index_bytes,
+            index_base: done.index_base,
+            index_warm: done.index_warm,
         });
         return Ok(report);
     }

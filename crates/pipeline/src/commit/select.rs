@@ -56,6 +56,8 @@ pub(super) struct TableFiles {
     /// Rows carried in state files, in the table's current schema: the commit writes them
     /// into the table ([`super::carried`]).
     pub carried: Vec<RecordBatch>,
+    /// Files of keys to delete (an upsert table's tombstones): location and size.
+    pub key_deletes: Vec<(String, u64)>,
     /// Highest offset per topic-partition.
     pub offsets: BTreeMap<String, i64>,
     /// More snapshot summary properties (a join's state).
@@ -227,6 +229,34 @@ impl<'a> Selector<'a> {
                 Err(e) => return Err(Blocked::Transient(e)),
             };
             let refused = |why| Blocked::Refused((Some(f.table.clone()), why));
+            if let Some(k) = &f.key_deletes {
+                let upsert = self
+                    .tables
+                    .tables
+                    .get(&f.table)
+                    .and_then(|d| d.spec.as_ref())
+                    .is_some_and(|s| s.upsert.is_some());
+                if !upsert {
+                    return Err(refused(format!(
+                        "the batch deletes keys (tombstones) from {}, which is not mode = \"upsert\" in the spec; set it back until these batches are committed",
+                        f.table
+                    )));
+                }
+                let data_dir = format!(
+                    "{}/data/",
+                    table.metadata().location().trim_end_matches('/')
+                );
+                if !k.file.starts_with(&data_dir) || k.file.split('/').any(|p| p == "..") {
+                    return Err(refused(format!(
+                        "its key delete file {} lies outside the table's data directory {data_dir}; refusing to read it",
+                        k.file
+                    )));
+                }
+                let entry = out.entry(f.table.clone()).or_default();
+                entry.key_deletes.push((k.file.clone(), f.bytes));
+                entry.files.push(f);
+                continue;
+            }
             check_partitioning(&table, &f).map_err(refused)?;
             if let Some(c) = &f.carried {
                 let rows = self.carried_rows(c, &f, &table).await?;

@@ -145,6 +145,7 @@ impl Ingestor {
                         bytes: f.bytes.len() as u64,
                         partitioning: Some(layout.partitioning()),
                         carried: None,
+                        key_deletes: None,
                     });
                 }
                 let key = -(seq as i64);

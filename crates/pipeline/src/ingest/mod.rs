@@ -29,6 +29,7 @@ mod replayed;
 mod schemas;
 mod state_files;
 mod summary;
+mod tombstones;
 
 use batch::Planned;
 pub use batch::group_by_partition;
@@ -38,6 +39,7 @@ pub use state_files::{
     Files as StateFiles, MAX_INLINE_STATE_BYTES, read_header, read_stored_state, state_files_in_use,
 };
 pub use summary::IngestSummary;
+use tombstones::KeyDeletes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -272,6 +274,7 @@ impl Ingestor {
                     summary.dead_lettered = counts.rejected;
                     summary.derived_rows = counts.derived_rows;
                     summary.deduplicated = counts.deduplicated;
+                    summary.key_deletes = counts.key_deletes;
                     summary.state_bytes_max = state_bytes_max;
                     self.drop_replaced_states(&loaded, &advances).await;
                     self.remember_states(loaded, &advances);
@@ -323,28 +326,27 @@ impl Ingestor {
             DeadLetterBuilder::new(self.dead_letters.clone(), self.clock.now_ms() * 1000);
         let mut counts = records::Counts::default();
         let mut builders: BTreeMap<&str, RowBuilder> = BTreeMap::new();
+        let mut tombstones: BTreeMap<&str, KeyDeletes> = BTreeMap::new();
         for p in planned {
             let table = self.topics.get(&p.source.topic);
-            let rows = match table {
-                Some(t) => {
-                    if !builders.contains_key(p.source.topic.as_str()) {
-                        let capacity = planned
-                            .iter()
-                            .filter(|q| q.source.topic == p.source.topic)
-                            .map(|q| q.records.len())
-                            .sum();
-                        builders.insert(
-                            p.source.topic.as_str(),
-                            RowBuilder::new(&t.spec, t.layout.clone(), capacity)?,
-                        );
-                    }
-                    builders.get_mut(p.source.topic.as_str())
+            let topic = p.source.topic.as_str();
+            if let Some(t) = table
+                && !builders.contains_key(topic)
+            {
+                let capacity = planned
+                    .iter()
+                    .filter(|q| q.source.topic == p.source.topic)
+                    .map(|q| q.records.len())
+                    .sum();
+                builders.insert(topic, RowBuilder::new(&t.spec, t.layout.clone(), capacity)?);
+                if let Some(k) = KeyDeletes::new(&t.spec, &t.layout, 0)? {
+                    tombstones.insert(topic, k);
                 }
-                None => None,
-            };
+            }
             records::decode_records(
                 table,
-                rows,
+                builders.get_mut(topic),
+                tombstones.get_mut(topic),
                 &p.records,
                 &p.source,
                 self.options.max_record_bytes,
@@ -361,6 +363,22 @@ impl Ingestor {
             first.last_offset()
         );
         let mut files = Vec::new();
+        for (topic, mut keys) in tombstones {
+            let Some(t) = self.topics.get(topic) else {
+                continue;
+            };
+            if keys.rows.is_empty() {
+                continue;
+            }
+            let batch = keys.rows.finish()?;
+            let stem = format!("{stem}-key-deletes");
+            for mut f in
+                encode::encode(&keys.layout, &batch, &t.location, &stem, &self.props).await?
+            {
+                f.key_deletes = true;
+                files.push(f);
+            }
+        }
         for (topic, mut rows) in builders {
             let Some(t) = self.topics.get(topic) else {
                 continue;

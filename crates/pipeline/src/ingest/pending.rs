@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::{Ingestor, Planned};
-use crate::checkpoint::{CarriedRows, PendingBatch, PendingFile};
+use crate::checkpoint::{CarriedRows, KeyDeleteFile, PendingBatch, PendingFile};
 use crate::error::{Error, Result};
 use crate::spec::DEAD_LETTER_TABLE;
 use crate::table::encode::EncodedFile;
@@ -81,6 +81,20 @@ impl Ingestor {
                     .ok_or_else(|| Error::Internal(format!("no table {}", f.table)))?
             };
             let carried = carried.get(&at).cloned();
+            if f.key_deletes {
+                pending.push(PendingFile {
+                    table: f.table.clone(),
+                    data_file: String::new(),
+                    rows: f.data_file.record_count(),
+                    bytes: f.bytes.len() as u64,
+                    partitioning: None,
+                    carried: None,
+                    key_deletes: Some(KeyDeleteFile {
+                        file: f.location.clone(),
+                    }),
+                });
+                continue;
+            }
             pending.push(PendingFile {
                 table: f.table.clone(),
                 data_file: match carried {
@@ -91,6 +105,7 @@ impl Ingestor {
                 bytes: f.bytes.len() as u64,
                 partitioning: Some(layout.partitioning()),
                 carried,
+                key_deletes: None,
             });
         }
         let first = &planned[0];

@@ -6,6 +6,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::TopicTable;
+use super::tombstones::KeyDeletes;
 use crate::checkpoint::SourcePartition;
 use crate::decode::value::{TIME_RANGE, timestamp_in_range};
 use crate::decode::{DeadLetter, DeadLetterBuilder, RejectKind, Rejection, RowBuilder};
@@ -21,6 +22,8 @@ pub(super) struct Counts {
     pub derived_rows: u64,
     /// Rows a derived table's dedup dropped.
     pub deduplicated: u64,
+    /// Tombstones of upsert tables taken as deletes of their keys.
+    pub key_deletes: u64,
 }
 
 impl Counts {
@@ -34,10 +37,13 @@ impl Counts {
 }
 
 /// Decodes `records` of `source` (already filtered by the checkpoint, in offset order) into
-/// `rows` (the table's builder, `None` for a topic no table is fed from) and `dead`.
+/// `rows` (the table's builder, `None` for a topic no table is fed from), `keys` (an upsert
+/// table's tombstones) and `dead`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn decode_records(
     table: Option<&TopicTable>,
     mut rows: Option<&mut RowBuilder>,
+    mut keys: Option<&mut KeyDeletes>,
     records: &[&EsmRecord],
     source: &SourcePartition,
     max_record_bytes: usize,
@@ -60,9 +66,11 @@ pub(super) fn decode_records(
                 scratch: &mut scratch,
             },
             rows.as_deref_mut(),
+            keys.as_deref_mut(),
         );
         match outcome {
-            Ok(()) => counts.accepted += 1,
+            Ok(Decoded::Row) => counts.accepted += 1,
+            Ok(Decoded::KeyDelete) => counts.key_deletes += 1,
             Err(rejection) => {
                 dead_letter(
                     record,
@@ -137,7 +145,16 @@ struct Buffers<'b> {
     scratch: &'b mut Vec<u8>,
 }
 
-/// Decodes one record into `rows`, or says why it cannot be.
+/// What became of a record.
+enum Decoded {
+    /// A row of its table.
+    Row,
+    /// A tombstone of an upsert table: a delete of its key.
+    KeyDelete,
+}
+
+/// Decodes one record into `rows` (or, a tombstone of an upsert table, into `keys`), or says
+/// why it cannot be.
 fn decode_one(
     table: Option<&TopicTable>,
     record: &EsmRecord,
@@ -145,7 +162,8 @@ fn decode_one(
     max_record_bytes: usize,
     buffers: Buffers<'_>,
     rows: Option<&mut RowBuilder>,
-) -> Result<(), Rejection> {
+    keys: Option<&mut KeyDeletes>,
+) -> Result<Decoded, Rejection> {
     let Buffers {
         value: value_buf,
         key: key_buf,
@@ -186,10 +204,28 @@ fn decode_one(
             )
         })?;
     let Some(raw) = record.value.as_deref() else {
-        return Err(Rejection::new(
-            RejectKind::Tombstone,
-            "value is absent (tombstone)",
-        ));
+        let Some(keys) = keys else {
+            return Err(Rejection::new(
+                RejectKind::Tombstone,
+                "value is absent (tombstone)",
+            ));
+        };
+        if key.is_some_and(|k| k.len() > max_record_bytes) {
+            return Err(Rejection::new(
+                RejectKind::Oversize,
+                format!(
+                    "the tombstone's key is over the limit of {max_record_bytes} bytes (max_record_bytes)"
+                ),
+            ));
+        }
+        keys.append(RecordMeta {
+            partition,
+            offset: record.offset,
+            timestamp_us,
+            key,
+            headers: &record.headers,
+        })?;
+        return Ok(Decoded::KeyDelete);
     };
     STANDARD
         .decode_vec(raw, value_buf.clear_and())
@@ -240,7 +276,7 @@ fn decode_one(
             headers: &record.headers,
         },
     );
-    Ok(())
+    Ok(Decoded::Row)
 }
 
 #[cfg(test)]

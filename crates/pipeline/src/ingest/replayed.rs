@@ -45,6 +45,7 @@ impl Ingestor {
             records: planned[0].records.len() as u64,
             accepted: counts.accepted,
             dead_lettered: counts.rejected,
+            key_deletes: counts.key_deletes,
             files_written: files.len() as u64,
             bytes_written: files.iter().map(|f| f.bytes.len() as u64).sum(),
             partitions: 1,

@@ -34,6 +34,8 @@ pub struct IngestSummary {
     pub derived_rows: u64,
     /// Rows dropped as duplicates by derived tables' dedup.
     pub deduplicated: u64,
+    /// Tombstones of upsert tables taken as deletes of their keys.
+    pub key_deletes: u64,
     /// Largest encoded state of a partition written (windows, dedup keys), bytes.
     pub state_bytes_max: u64,
 }
@@ -52,6 +54,7 @@ impl IngestSummary {
         self.conflicts += o.conflicts;
         self.derived_rows += o.derived_rows;
         self.deduplicated += o.deduplicated;
+        self.key_deletes += o.key_deletes;
         self.state_bytes_max = self.state_bytes_max.max(o.state_bytes_max);
         self.newest_timestamp_ms = self.newest_timestamp_ms.max(o.newest_timestamp_ms);
         for (k, n) in &o.dead_letters_by_kind {

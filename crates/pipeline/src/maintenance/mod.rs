@@ -237,13 +237,17 @@ pub(crate) async fn referenced(
     let mut seen_manifests = HashSet::new();
     for s in snapshots {
         paths.insert(s.manifest_list().to_string());
-        // An upsert table's key index is named by the snapshot's summary.
-        if let Some(index) = s
-            .summary()
-            .additional_properties
-            .get(crate::table::KEY_INDEX_PROPERTY)
-        {
+        // An upsert table's key index is named by the snapshot's summary: its newest run and
+        // the runs before it.
+        let summary = &s.summary().additional_properties;
+        if let Some(index) = summary.get(crate::table::KEY_INDEX_PROPERTY) {
             paths.insert(index.clone());
+            let runs = summary.get(crate::table::KEY_INDEX_RUNS_PROPERTY);
+            if let Some((dir, runs)) =
+                crate::upsert::index::named_runs(index, runs.map(String::as_str))
+            {
+                paths.extend(runs.into_iter().map(|r| format!("{dir}/{}", r.name)));
+            }
         }
         let list = table
             .manifest_list_reader(s)

@@ -222,6 +222,9 @@ impl References {
                 refs.pending_lists.insert(l.clone());
             }
             for f in resolve_files(backend, &batch).await? {
+                if let Some(k) = &f.key_deletes {
+                    refs.pending_files.insert(k.file.clone());
+                }
                 let df: serde_json::Value = serde_json::from_str(&f.data_file).unwrap_or_default();
                 if let Some(p) = df.get("file_path").and_then(|v| v.as_str()) {
                     refs.pending_files.insert(p.to_string());

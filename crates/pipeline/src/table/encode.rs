@@ -37,6 +37,8 @@ pub struct EncodedFile {
     pub bytes: Bytes,
     /// The Iceberg description of the file (path, partition, counts, bounds).
     pub data_file: DataFile,
+    /// Whether it holds an upsert table's tombstones (keys to delete), not rows of the table.
+    pub key_deletes: bool,
 }
 
 impl EncodedFile {
@@ -152,6 +154,7 @@ pub async fn encode(
             location,
             bytes,
             data_file,
+            key_deletes: false,
         });
     }
     Ok(files)

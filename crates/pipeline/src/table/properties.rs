@@ -17,6 +17,9 @@ pub const JOIN_STATE_PROPERTY: &str = "streamtable.join.state";
 /// Snapshot summary key of an upsert table naming its key index (see [`crate::upsert`]); a
 /// replace snapshot carries it over (the next commit reconciles it with the files).
 pub const KEY_INDEX_PROPERTY: &str = "streamtable.key-index";
+/// Snapshot summary key of an upsert table listing its key index's runs, oldest first, with
+/// their entry counts (JSON); carried over with [`KEY_INDEX_PROPERTY`].
+pub const KEY_INDEX_RUNS_PROPERTY: &str = "streamtable.key-index.runs";
 /// Prefix of the snapshot summary keys carrying committed offsets.
 pub const OFFSET_PROPERTY_PREFIX: &str = "streamtable.offset.";
 

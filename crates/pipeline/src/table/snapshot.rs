@@ -197,7 +197,11 @@ impl<'a> SnapshotBuild<'a> {
         add_totals(&mut props, &previous);
         // A join table's state moves only with its join's commits, an upsert table's key index
         // with its upserts: carried over unless the snapshot sets them.
-        for key in [super::JOIN_STATE_PROPERTY, super::KEY_INDEX_PROPERTY] {
+        for key in [
+            super::JOIN_STATE_PROPERTY,
+            super::KEY_INDEX_PROPERTY,
+            super::KEY_INDEX_RUNS_PROPERTY,
+        ] {
             if let Some(state) = previous.get(key) {
                 props
                     .entry(key.to_string())

@@ -1,7 +1,7 @@
 //! Position delete files (Iceberg v2): `file_path`, `pos`, sorted by both, one file per
 //! partition of the data files they name (a position delete applies within its partition).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -24,19 +24,33 @@ pub struct PartitionDeletes {
     pub partition: Struct,
     /// The path of the partition's files relative to `data/` (`day=…`), for the file's name.
     pub path: String,
-    /// (data file path, position).
-    pub rows: Vec<(String, u64)>,
+    /// Data file path → positions, sorted and distinct.
+    pub rows: Vec<(String, Vec<u64>)>,
 }
 
-/// Groups deletes by partition; `where_is` gives a data file's spec, partition value and
-/// partition path.
+impl PartitionDeletes {
+    /// Rows it deletes.
+    pub fn len(&self) -> usize {
+        self.rows.iter().map(|(_, p)| p.len()).sum()
+    }
+
+    /// Whether it deletes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Groups deletes (data file path → positions) by partition; `where_is` gives a data file's
+/// spec, partition value and partition path (asked once a file).
 pub fn by_partition<'a>(
-    deletes: impl IntoIterator<Item = (String, u64)>,
+    deletes: BTreeMap<String, Vec<u64>>,
     where_is: impl Fn(&str) -> Option<(i32, &'a Struct, String)>,
 ) -> Result<Vec<PartitionDeletes>> {
     // By the partition's value, not its path: a null and the string "null" share a path.
     let mut groups: HashMap<(i32, Struct), PartitionDeletes> = HashMap::new();
-    for (file, pos) in deletes {
+    for (file, mut positions) in deletes {
+        positions.sort_unstable();
+        positions.dedup();
         let Some((spec_id, partition, path)) = where_is(&file) else {
             return Err(Error::Internal(format!(
                 "a row to delete is in {file}, which is not a live file of the table"
@@ -51,7 +65,7 @@ pub fn by_partition<'a>(
                 rows: Vec::new(),
             })
             .rows
-            .push((file, pos));
+            .push((file, positions));
     }
     let mut out: Vec<PartitionDeletes> = groups.into_values().collect();
     out.sort_by(|a, b| (a.spec_id, &a.path).cmp(&(b.spec_id, &b.path)));
@@ -64,8 +78,9 @@ pub async fn write(
     mut deletes: PartitionDeletes,
     location: &str,
 ) -> Result<DataFile> {
-    deletes.rows.sort();
-    deletes.rows.dedup();
+    // Sorted by path, then position (the spec's order for position delete files).
+    deletes.rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let count = deletes.len();
     let id = |f: Field, id: i32| {
         f.with_metadata(HashMap::from([(
             "PARQUET:field_id".to_string(),
@@ -79,15 +94,19 @@ pub async fn write(
         ),
         id(Field::new("pos", DataType::Int64, false), DELETE_POS_ID),
     ]));
-    let paths: ArrayRef = Arc::new(StringArray::from_iter_values(
-        deletes.rows.iter().map(|(p, _)| p.as_str()),
-    ));
-    let positions: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        deletes
-            .rows
-            .iter()
-            .map(|(_, q)| i64::try_from(*q).unwrap_or(i64::MAX)),
-    ));
+    // Collected first: a flattened iterator has no exact size, which Arrow's builders need.
+    let paths: Vec<&str> = deletes
+        .rows
+        .iter()
+        .flat_map(|(p, q)| std::iter::repeat_n(p.as_str(), q.len()))
+        .collect();
+    let positions: Vec<i64> = deletes
+        .rows
+        .iter()
+        .flat_map(|(_, q)| q.iter().map(|q| i64::try_from(*q).unwrap_or(i64::MAX)))
+        .collect();
+    let paths: ArrayRef = Arc::new(StringArray::from(paths));
+    let positions: ArrayRef = Arc::new(Int64Array::from(positions));
     let batch = RecordBatch::try_new(schema.clone(), vec![paths, positions])
         .map_err(|e| Error::Internal(format!("position deletes {location}: {e}")))?;
     let props = WriterProperties::builder()
@@ -116,7 +135,7 @@ pub async fn write(
         .file_format(DataFileFormat::Parquet)
         .partition(deletes.partition)
         .partition_spec_id(deletes.spec_id)
-        .record_count(deletes.rows.len() as u64)
+        .record_count(count as u64)
         .file_size_in_bytes(size)
         .build()
         .map_err(|e| Error::Internal(format!("{location}: delete file description: {e}")))

@@ -1,27 +1,83 @@
 //! The key index of an upsert table: for each primary key (a 128-bit hash), where its live row
 //! is (data file, position) and which Kafka record wrote it.
 //!
-//! It is one object per commit, content-named under the table's `metadata/` directory and named
-//! by the snapshot's summary (`streamtable.key-index`), so it moves with the snapshot in the one
-//! atomic pointer swap: an index a lost or crashed commit wrote is an orphan no snapshot names.
-//! It also lists the data files it covers; the commit reconciles it with the snapshot it builds
-//! on (files a compaction or anyone else removed or added), so it is never trusted beyond what
-//! it saw.
+//! It is stored as **runs**: immutable objects under the table's `metadata/` directory, each
+//! written by one commit and named by the snapshots that use it. A commit writes one run holding
+//! what it changed (keys given a new live row, keys whose row was deleted); now and then — when
+//! the runs would number more than [`MAX_RUNS`], or the changes since the base would outweigh
+//! it — it writes the whole index as a new base instead, so that a round costs what the round
+//! changed (amortized: every entry is rewritten a bounded number of times), never the whole
+//! index. The snapshot's summary names the newest run (`streamtable.key-index`) and all of them,
+//! oldest first, with their entry counts (`streamtable.key-index.runs`), so the index moves with
+//! the snapshot in the one atomic pointer swap: a run a lost or crashed commit wrote is an
+//! orphan no snapshot names. A warm process keeps the index it committed last and uses it again
+//! when the table's snapshot still names that run (runs never change, so the copy is exact).
 //!
-//! Layout: `STKI`, a version byte (1), the body's size (u64), then zstd of: the definition
-//! (u32 length + UTF-8: the hash and the key's field ids), the file count (u32), each file's path
+//! Each run lists the data files the index covers as of that run; the commit reconciles it with
+//! the snapshot it builds on (files a compaction or anyone else removed or added), so it is never
+//! trusted beyond what it saw. An entry of an older run naming a file the newest run does not
+//! list is a removal.
+//!
+//! Layout: `STKI`, a version byte, the body's size (u64), then zstd of: the definition (u32
+//! length + UTF-8: the hash and the key's field ids), the file count (u32), each file's path
 //! (u32 length + UTF-8), the entry count (u64), and the entries sorted by key (key u128, file
-//! u32, position u64, partition i32, offset i64, timestamp i64; little endian: 48 bytes).
+//! u32, position u64, partition i32, offset i64, timestamp i64; little endian: 48 bytes). In
+//! layout 2 a file of `u32::MAX` marks a key whose row was deleted; layout 1 (a whole index,
+//! written by earlier releases) is read as a base.
 
 use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"STKI";
-const VERSION: u8 = 1;
+/// Layout written: runs (an earlier release reading it refuses it and rebuilds the index,
+/// rather than take a run for the whole index).
+const VERSION: u8 = 2;
+/// Layout of earlier releases: one object, the whole index.
+const WHOLE: u8 = 1;
 const ENTRY_BYTES: usize = 16 + 4 + 8 + 4 + 8 + 8;
+/// An entry's file when the key's row was deleted.
+const REMOVED: u32 = u32::MAX;
 /// zstd level of the index (hashes do not compress: the level matters little).
 const LEVEL: i32 = 1;
+/// Runs a snapshot names at most: the next commit writes a base when one more would pass it.
+pub const MAX_RUNS: usize = 8;
+
+/// A run as the snapshot's summary names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRef {
+    /// The object's name in the table's `metadata/` directory.
+    pub name: String,
+    /// Entries it holds.
+    pub entries: u64,
+}
+
+/// The runs a snapshot summary names, oldest first, from its two properties: `newest` (the path
+/// of the newest run) and `runs` (JSON: every run's name and entry count). A summary without a
+/// readable list (an earlier release's, or a list whose newest run is not `newest`) names one
+/// run, `newest`, read as a base. `None` when a listed name is not a plain file name.
+pub fn named_runs(newest: &str, runs: Option<&str>) -> Option<(String, Vec<RunRef>)> {
+    let (dir, name) = newest.rsplit_once('/')?;
+    let single = || {
+        vec![RunRef {
+            name: name.to_string(),
+            entries: 0,
+        }]
+    };
+    let list = match runs.and_then(|r| serde_json::from_str::<Vec<RunRef>>(r).ok()) {
+        Some(list) if list.last().is_some_and(|r| r.name == name) => list,
+        _ => single(),
+    };
+    if list
+        .iter()
+        .any(|r| r.name.is_empty() || r.name.contains('/') || r.name.contains(".."))
+    {
+        return None;
+    }
+    Some((dir.to_string(), list))
+}
 
 /// Where a key's live row is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +94,32 @@ pub struct Location {
     pub timestamp: i64,
 }
 
+/// One stored run, decoded: its definition, the files it lists, and its entries (`None`: the
+/// key's row was deleted); a location's `file` indexes the run's own file list.
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    definition: String,
+    files: Vec<String>,
+    entries: Vec<(u128, Option<Location>)>,
+}
+
+impl Run {
+    /// How its keys were hashed.
+    pub fn definition(&self) -> &str {
+        &self.definition
+    }
+
+    /// Entries it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 /// The index: files covered and key → location.
 #[derive(Debug, Clone, Default)]
 pub struct KeyIndex {
@@ -47,6 +129,10 @@ pub struct KeyIndex {
     files: Vec<String>,
     file_ids: HashMap<String, u32>,
     entries: HashMap<u128, Location>,
+    /// Keys given a row or removed since the index was read or last written.
+    changed: HashSet<u128>,
+    /// The stored runs it is made of, oldest first (none: not stored yet).
+    runs: Vec<RunRef>,
 }
 
 impl KeyIndex {
@@ -56,6 +142,54 @@ impl KeyIndex {
             definition: definition.to_string(),
             ..KeyIndex::default()
         }
+    }
+
+    /// The index stored as `runs` (oldest first, each with the name the summary gives it); the
+    /// newest run's file list is the files covered. An error says why it cannot be used (then
+    /// the commit rebuilds it from the table's files).
+    pub fn from_runs(
+        definition: &str,
+        runs: Vec<(RunRef, Run)>,
+    ) -> std::result::Result<KeyIndex, String> {
+        let mut index = KeyIndex::new(definition);
+        let Some((_, newest)) = runs.last() else {
+            return Ok(index);
+        };
+        for f in &newest.files {
+            index.file_id(f);
+        }
+        for (at, run) in &runs {
+            if run.definition != definition {
+                return Err(format!(
+                    "run {} was made for another key ({})",
+                    at.name, run.definition
+                ));
+            }
+        }
+        let mut refs = Vec::with_capacity(runs.len());
+        for (mut at, run) in runs {
+            let decoded = run.entries.len();
+            // The run's file ids, in the index's numbering (None: a file no longer covered).
+            let ids: Vec<Option<u32>> = run
+                .files
+                .iter()
+                .map(|p| index.file_ids.get(p).copied())
+                .collect();
+            for (key, l) in run.entries {
+                match l.and_then(|l| Some((ids.get(l.file as usize).copied()??, l))) {
+                    Some((file, l)) => {
+                        index.entries.insert(key, Location { file, ..l });
+                    }
+                    None => {
+                        index.entries.remove(&key);
+                    }
+                }
+            }
+            at.entries = run_len(at.entries, decoded);
+            refs.push(at);
+        }
+        index.runs = refs;
+        Ok(index)
     }
 
     /// How its keys were hashed.
@@ -76,6 +210,16 @@ impl KeyIndex {
     /// Whether no key has a live row.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The stored runs it is made of, oldest first.
+    pub fn runs(&self) -> &[RunRef] {
+        &self.runs
+    }
+
+    /// Keys changed since it was read or last written.
+    pub fn changed(&self) -> usize {
+        self.changed.len()
     }
 
     /// The file table's path of `id`.
@@ -102,14 +246,21 @@ impl KeyIndex {
     /// Sets the live row of `key`.
     pub fn insert(&mut self, key: u128, at: Location) {
         self.entries.insert(key, at);
+        self.changed.insert(key);
     }
 
     /// Forgets `key` (its row was deleted).
     pub fn remove(&mut self, key: u128) -> Option<Location> {
-        self.entries.remove(&key)
+        let was = self.entries.remove(&key);
+        if was.is_some() {
+            self.changed.insert(key);
+        }
+        was
     }
 
-    /// Forgets the files in `removed` and the keys whose row was in one of them.
+    /// Forgets the files in `removed` and the keys whose row was in one of them (the stored
+    /// runs need no entry for them: a run's entry naming a file the newest run does not list
+    /// is read as a removal).
     pub fn remove_files(&mut self, removed: &HashSet<String>) {
         if removed.is_empty() {
             return;
@@ -133,9 +284,30 @@ impl KeyIndex {
         }
     }
 
-    /// The index as stored.
-    pub fn encode(&self) -> Result<Vec<u8>> {
-        let mut body = Vec::with_capacity(16 + self.entries.len() * ENTRY_BYTES);
+    /// Whether the next write is a whole base rather than a run of the changes: when there is
+    /// no stored run yet, when one more would pass [`MAX_RUNS`], or when the changes since the
+    /// base would outweigh it.
+    pub fn next_is_base(&self) -> bool {
+        let Some((base, deltas)) = self.runs.split_first() else {
+            return true;
+        };
+        let since: u64 = deltas.iter().map(|r| r.entries).sum::<u64>() + self.changed.len() as u64;
+        self.runs.len() + 1 > MAX_RUNS || since > base.entries
+    }
+
+    /// The next run as stored, and its entry count: the whole index when `base`, else the
+    /// changed keys (a deleted key as a removal).
+    pub fn encode_run(&self, base: bool) -> Result<(Vec<u8>, u64)> {
+        let mut keys: Vec<(u128, Option<&Location>)> = if base {
+            self.entries.iter().map(|(k, l)| (*k, Some(l))).collect()
+        } else {
+            self.changed
+                .iter()
+                .map(|k| (*k, self.entries.get(k)))
+                .collect()
+        };
+        keys.sort_unstable_by_key(|(k, _)| *k);
+        let mut body = Vec::with_capacity(16 + keys.len() * ENTRY_BYTES);
         body.extend_from_slice(&(self.definition.len() as u32).to_le_bytes());
         body.extend_from_slice(self.definition.as_bytes());
         body.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
@@ -143,10 +315,16 @@ impl KeyIndex {
             body.extend_from_slice(&(f.len() as u32).to_le_bytes());
             body.extend_from_slice(f.as_bytes());
         }
-        let mut keys: Vec<(&u128, &Location)> = self.entries.iter().collect();
-        keys.sort_unstable_by_key(|(k, _)| **k);
         body.extend_from_slice(&(keys.len() as u64).to_le_bytes());
-        for (k, l) in keys {
+        let removed = Location {
+            file: REMOVED,
+            pos: 0,
+            partition: 0,
+            offset: 0,
+            timestamp: 0,
+        };
+        for (k, l) in &keys {
+            let l = l.copied().unwrap_or(removed);
             body.extend_from_slice(&k.to_le_bytes());
             body.extend_from_slice(&l.file.to_le_bytes());
             body.extend_from_slice(&l.pos.to_le_bytes());
@@ -161,21 +339,45 @@ impl KeyIndex {
             .map_err(|e| Error::Internal(format!("compress the key index: {e}")))?;
         out.extend_from_slice(&(body.len() as u64).to_le_bytes());
         out.extend_from_slice(&compressed);
-        Ok(out)
+        Ok((out, keys.len() as u64))
     }
 
-    /// Reads a stored index; `what` names it in errors. A damaged or unknown index is an
-    /// error, never a panic (the commit then rebuilds the index from the table's files).
-    pub fn decode(bytes: &[u8], what: &str) -> std::result::Result<KeyIndex, String> {
+    /// The runs the snapshot names once `written` (the run [`KeyIndex::encode_run`] made, a
+    /// base or not) is committed.
+    pub fn runs_after(&self, written: RunRef, base: bool) -> Vec<RunRef> {
+        let mut runs = if base { Vec::new() } else { self.runs.clone() };
+        runs.push(written);
+        runs
+    }
+
+    /// Records that the snapshot naming `runs` is committed: the index is now what they hold.
+    pub fn committed(&mut self, runs: Vec<RunRef>) {
+        self.runs = runs;
+        self.changed.clear();
+    }
+
+    /// The whole index as one stored base (what a new index writes first).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        Ok(self.encode_run(true)?.0)
+    }
+}
+
+/// A run's entry count: the summary's, or the decoded one when the summary did not say.
+fn run_len(named: u64, decoded: usize) -> u64 {
+    if named == 0 { decoded as u64 } else { named }
+}
+
+impl Run {
+    /// Reads a stored run; `what` names it in errors. A damaged or unknown run is an error,
+    /// never a panic (the commit then rebuilds the index from the table's files).
+    pub fn decode(bytes: &[u8], what: &str) -> std::result::Result<Run, String> {
         let bad = |why: &str| format!("key index {what}: {why}");
         if bytes.len() < 13 || &bytes[..4] != MAGIC {
             return Err(bad("not a key index"));
         }
-        if bytes[4] != VERSION {
-            return Err(bad(&format!(
-                "layout {} is unknown to this release",
-                bytes[4]
-            )));
+        let version = bytes[4];
+        if version != VERSION && version != WHOLE {
+            return Err(bad(&format!("layout {version} is unknown to this release")));
         }
         let raw_len = u64::from_le_bytes(bytes[5..13].try_into().map_err(|_| bad("truncated"))?);
         // The entries and file names are bounded by what a table can hold: 2^32 keys at most.
@@ -197,27 +399,28 @@ impl KeyIndex {
             return Err(bad("its size does not match its header"));
         }
         let mut r = Reader { b: &body, at: 0 };
-        let mut index = KeyIndex::default();
+        let mut run = Run::default();
         let len = r.u32().ok_or_else(|| bad("truncated"))? as usize;
         let definition = r.take(len).ok_or_else(|| bad("truncated"))?;
-        index.definition = std::str::from_utf8(definition)
+        run.definition = std::str::from_utf8(definition)
             .map_err(|_| bad("its definition is not UTF-8"))?
             .to_string();
         let files = r.u32().ok_or_else(|| bad("truncated file table"))?;
+        let mut seen = HashSet::new();
         for _ in 0..files {
             let len = r.u32().ok_or_else(|| bad("truncated file table"))? as usize;
             let path = r.take(len).ok_or_else(|| bad("truncated file table"))?;
             let path = std::str::from_utf8(path).map_err(|_| bad("a file path is not UTF-8"))?;
-            if index.file_ids.contains_key(path) {
+            if !seen.insert(path) {
                 return Err(bad("a file is listed twice"));
             }
-            index.file_id(path);
+            run.files.push(path.to_string());
         }
         let n = r.u64().ok_or_else(|| bad("truncated"))?;
         if n.saturating_mul(ENTRY_BYTES as u64) != (body.len() - r.at) as u64 {
             return Err(bad("entry count does not match its size"));
         }
-        index.entries.reserve(n as usize);
+        run.entries.reserve(n as usize);
         for _ in 0..n {
             let e = r
                 .take(ENTRY_BYTES)
@@ -230,12 +433,16 @@ impl KeyIndex {
                 offset: i64::from_le_bytes(e[32..40].try_into().map_err(|_| bad("entry"))?),
                 timestamp: i64::from_le_bytes(e[40..48].try_into().map_err(|_| bad("entry"))?),
             };
-            if l.file as usize >= index.files.len() {
+            if l.file == REMOVED && version == VERSION {
+                run.entries.push((key, None));
+                continue;
+            }
+            if l.file as usize >= run.files.len() {
                 return Err(bad("an entry names a file the table does not list"));
             }
-            index.entries.insert(key, l);
+            run.entries.push((key, Some(l)));
         }
-        Ok(index)
+        Ok(run)
     }
 }
 
@@ -273,6 +480,28 @@ mod tests {
         }
     }
 
+    fn stored(i: &KeyIndex, name: &str, base: bool) -> (RunRef, Run) {
+        let (bytes, entries) = i.encode_run(base).unwrap();
+        let run = Run::decode(&bytes, name).unwrap();
+        assert_eq!(run.len() as u64, entries);
+        (
+            RunRef {
+                name: name.to_string(),
+                entries,
+            },
+            run,
+        )
+    }
+
+    fn same(a: &KeyIndex, b: &KeyIndex) {
+        assert_eq!(a.len(), b.len());
+        for (k, l) in &a.entries {
+            let m = b.get(*k).unwrap_or_else(|| panic!("key {k} missing"));
+            assert_eq!(a.path(l.file), b.path(m.file), "key {k}");
+            assert_eq!((l.pos, l.offset), (m.pos, m.offset), "key {k}");
+        }
+    }
+
     #[test]
     fn an_index_reads_back_as_written() {
         let mut i = KeyIndex::new("xxh3-128/test");
@@ -280,7 +509,7 @@ mod tests {
         let b = i.file_id("s3://w/t/data/b.parquet");
         i.insert(1, at(a, 0));
         i.insert(u128::MAX, at(b, 5));
-        let back = KeyIndex::decode(&i.encode().unwrap(), "t").unwrap();
+        let back = KeyIndex::from_runs("xxh3-128/test", vec![stored(&i, "r1", true)]).unwrap();
         assert_eq!(
             back.files().collect::<Vec<_>>(),
             i.files().collect::<Vec<_>>()
@@ -289,6 +518,140 @@ mod tests {
         assert_eq!(back.get(u128::MAX), Some(at(b, 5)));
         assert_eq!(back.len(), 2);
         assert_eq!(back.definition(), "xxh3-128/test");
+        assert_eq!(back.changed(), 0);
+        assert!(KeyIndex::from_runs("another key", vec![stored(&i, "r1", true)]).is_err());
+    }
+
+    #[test]
+    fn runs_of_changes_read_back_as_the_whole_index() {
+        let mut i = KeyIndex::new("d");
+        let a = i.file_id("a");
+        for k in 0..100u128 {
+            i.insert(k, at(a, k as u64));
+        }
+        let base = stored(&i, "base", true);
+        i.committed(i.runs_after(base.0.clone(), true));
+        assert_eq!(i.changed(), 0);
+        // A round: some keys move to b, one is deleted.
+        let b = i.file_id("b");
+        for k in 0..10u128 {
+            i.insert(k, at(b, k as u64));
+        }
+        i.remove(50);
+        assert_eq!(i.changed(), 11);
+        assert!(!i.next_is_base());
+        let delta = stored(&i, "d1", false);
+        assert_eq!(delta.0.entries, 11);
+        i.committed(i.runs_after(delta.0.clone(), false));
+        // Compaction removed a; c holds its live rows now (indexed as unseen).
+        i.remove_files(&HashSet::from(["a".to_string()]));
+        let c = i.file_id("c");
+        for k in 10..50u128 {
+            i.insert(k, at(c, k as u64));
+        }
+        let d2 = stored(&i, "d2", false);
+        i.committed(i.runs_after(d2.0.clone(), false));
+        assert_eq!(
+            i.runs().iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["base", "d1", "d2"]
+        );
+        let back = KeyIndex::from_runs("d", vec![base, delta, d2]).unwrap();
+        same(&i, &back);
+        // Keys 51..100 were in a, which the newest run does not list: gone.
+        assert_eq!(back.len(), 50);
+        assert_eq!(back.get(50), None);
+        assert_eq!(back.get(70), None);
+        assert_eq!(back.path(back.get(3).unwrap().file), Some("b"));
+        assert_eq!(back.path(back.get(30).unwrap().file), Some("c"));
+    }
+
+    #[test]
+    fn a_base_is_written_when_runs_would_pile_up_or_outweigh_it() {
+        let mut i = KeyIndex::new("d");
+        assert!(i.next_is_base(), "nothing stored yet");
+        let a = i.file_id("a");
+        for k in 0..100u128 {
+            i.insert(k, at(a, 0));
+        }
+        let (_, n) = i.encode_run(true).unwrap();
+        i.committed(i.runs_after(
+            RunRef {
+                name: "b".into(),
+                entries: n,
+            },
+            true,
+        ));
+        for round in 1..MAX_RUNS {
+            i.insert(round as u128, at(a, 1));
+            assert!(!i.next_is_base(), "round {round}");
+            let (_, n) = i.encode_run(false).unwrap();
+            i.committed(i.runs_after(
+                RunRef {
+                    name: format!("d{round}"),
+                    entries: n,
+                },
+                false,
+            ));
+        }
+        i.insert(1, at(a, 2));
+        assert!(i.next_is_base(), "{} runs", i.runs().len());
+        // Changes outweighing the base.
+        let mut j = KeyIndex::new("d");
+        let a = j.file_id("a");
+        j.insert(1, at(a, 0));
+        j.committed(vec![RunRef {
+            name: "b".into(),
+            entries: 1,
+        }]);
+        j.insert(2, at(0, 1));
+        assert!(!j.next_is_base());
+        j.insert(3, at(0, 2));
+        assert!(j.next_is_base());
+    }
+
+    #[test]
+    fn an_earlier_release_whole_index_is_read_as_a_base() {
+        let mut i = KeyIndex::new("d");
+        let a = i.file_id("a");
+        i.insert(4, at(a, 9));
+        let (mut bytes, _) = i.encode_run(true).unwrap();
+        bytes[4] = WHOLE;
+        let run = Run::decode(&bytes, "old").unwrap();
+        let back = KeyIndex::from_runs(
+            "d",
+            vec![(
+                RunRef {
+                    name: "old".into(),
+                    entries: 0,
+                },
+                run,
+            )],
+        )
+        .unwrap();
+        assert_eq!(back.get(4), Some(at(a, 9)));
+        assert_eq!(back.runs()[0].entries, 1, "the count is the decoded one");
+    }
+
+    #[test]
+    fn the_summary_names_its_runs_or_only_the_newest() {
+        let list = r#"[{"name":"a.key-index","entries":5},{"name":"b.key-index","entries":1}]"#;
+        let (dir, runs) = named_runs("s3://w/t/metadata/b.key-index", Some(list)).unwrap();
+        assert_eq!(dir, "s3://w/t/metadata");
+        assert_eq!(runs.len(), 2);
+        // A list whose newest run is not the one named (written by an earlier release, then
+        // carried): the named one alone, as a base.
+        let (_, runs) = named_runs("s3://w/t/metadata/c.key-index", Some(list)).unwrap();
+        assert_eq!(
+            runs,
+            vec![RunRef {
+                name: "c.key-index".into(),
+                entries: 0
+            }]
+        );
+        let (_, runs) = named_runs("s3://w/t/metadata/c.key-index", Some("not json")).unwrap();
+        assert_eq!(runs.len(), 1);
+        let hostile = r#"[{"name":"../../x","entries":5},{"name":"b.key-index","entries":1}]"#;
+        assert!(named_runs("s3://w/t/metadata/b.key-index", Some(hostile)).is_none());
     }
 
     #[test]
@@ -309,24 +672,31 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_index_is_an_error_not_a_panic() {
+    fn a_damaged_run_is_an_error_not_a_panic() {
         let mut i = KeyIndex::default();
         let a = i.file_id("a");
         i.insert(9, at(a, 3));
-        let good = i.encode().unwrap();
+        i.insert(10, at(a, 4));
+        i.committed(vec![RunRef {
+            name: "b".into(),
+            entries: 2,
+        }]);
+        i.remove(10);
+        let good = i.encode_run(false).unwrap().0;
+        assert!(Run::decode(&good, "t").is_ok());
         for cut in 0..good.len() {
-            assert!(KeyIndex::decode(&good[..cut], "t").is_err());
+            assert!(Run::decode(&good[..cut], "t").is_err());
         }
         let mut flipped = good.clone();
         flipped[4] = 9;
-        assert!(
-            KeyIndex::decode(&flipped, "t")
-                .unwrap_err()
-                .contains("layout 9")
-        );
+        assert!(Run::decode(&flipped, "t").unwrap_err().contains("layout 9"));
+        // A removal is not a thing layout 1 had.
+        let mut old = good.clone();
+        old[4] = WHOLE;
+        assert!(Run::decode(&old, "t").is_err());
         let mut huge = good.clone();
         huge[5..13].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(KeyIndex::decode(&huge, "t").is_err());
-        assert!(KeyIndex::decode(b"nonsense bytes here", "t").is_err());
+        assert!(Run::decode(&huge, "t").is_err());
+        assert!(Run::decode(b"nonsense bytes here", "t").is_err());
     }
 }

@@ -35,18 +35,34 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use self::index::{KeyIndex, Location};
+use self::index::{KeyIndex, Location, Run, RunRef};
 use self::read::{KeyColumns, KeyedRow};
 use crate::catalog::TableCatalog;
 use crate::error::{Error, Result};
 use crate::table::replace::snapshot_with;
 use crate::table::snapshot::{Entry, SnapshotBuild};
-use crate::table::{COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, files};
+use crate::table::{COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, KEY_INDEX_RUNS_PROPERTY, files};
+
+/// The key index each upsert table of this process committed last, by table location, with the
+/// path of its newest run: a warm commit whose snapshot still names that run reads nothing.
+static WARM: std::sync::LazyLock<std::sync::Mutex<HashMap<String, (String, KeyIndex)>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// The encoding of keys before they are hashed: Arrow's row format, which may change between
 /// Arrow releases — so the version is part of every index's definition, and a test ties it to
 /// the version in `Cargo.lock` (an upgrade rebuilds the indexes instead of misreading them).
 pub const KEY_ENCODING: &str = "arrow-row 58.4.1";
+
+/// Drops the key indexes this process keeps between commits: the next commit of each upsert
+/// table reads its index from the runs its snapshot names, as a cold process does.
+pub fn forget_warm_indexes() {
+    if let Ok(mut warm) = WARM.lock() {
+        warm.clear();
+    }
+}
+
+/// The file of a round's row that is a tombstone (a delete of its key, in no data file).
+const TOMBSTONE: u32 = u32::MAX;
 
 /// How often a lost race is rebuilt and retried.
 const MAX_ATTEMPTS: u32 = 8;
@@ -58,6 +74,8 @@ pub struct UpsertCommit {
     pub snapshot_id: Option<i64>,
     /// Whether the round was already in the table.
     pub already_committed: bool,
+    /// Keys whose live row the round's tombstones deleted.
+    pub keys_deleted: u64,
     /// Rows the round made stale (older rows of its keys, and its own superseded rows).
     pub rows_deleted: u64,
     /// Position delete files written.
@@ -66,15 +84,23 @@ pub struct UpsertCommit {
     pub keys: u64,
     /// Data files the index had not seen and read (after a compaction, or to build it).
     pub files_indexed: u64,
+    /// Bytes of the key index's run the commit wrote.
+    pub index_bytes: u64,
+    /// Whether that run is a whole base (else the round's changes).
+    pub index_base: bool,
+    /// Whether the index came from this process's memory (else read from its runs, or built).
+    pub index_warm: bool,
 }
 
-/// Commits `added` (the round's data files of the table) as upserts keyed by `key`, with the
-/// snapshot summary `properties` (the commit id among them).
+/// Commits `added` (the round's data files of the table) as upserts keyed by `key`, and
+/// `key_deletes` (files of the round's tombstones: location, size) as deletes of their keys,
+/// with the snapshot summary `properties` (the commit id among them).
 pub async fn commit_upsert(
     catalog: &TableCatalog,
     ident: &TableIdent,
     key: &[String],
     added: &[DataFile],
+    key_deletes: &[(String, u64)],
     properties: &HashMap<String, String>,
 ) -> Result<UpsertCommit> {
     let commit_id = properties
@@ -97,7 +123,7 @@ pub async fn commit_upsert(
                 ..Default::default()
             });
         }
-        let built = build(&table, key, added, properties).await?;
+        let built = build(&table, key, added, key_deletes, properties).await?;
         let snapshot_id = built.snapshot.snapshot_id();
         let metadata = table
             .metadata()
@@ -118,10 +144,21 @@ pub async fn commit_upsert(
             .metadata;
         match catalog.commit_metadata(&table, &pointer, metadata).await {
             Ok(Some(_)) => {
-                let mut done = built.report;
+                let Built {
+                    mut index,
+                    runs,
+                    index_at,
+                    report: mut done,
+                    ..
+                } = built;
+                index.committed(runs);
+                if let Ok(mut warm) = WARM.lock() {
+                    warm.insert(table.metadata().location().to_string(), (index_at, index));
+                }
                 done.snapshot_id = Some(snapshot_id);
                 tracing::info!(table = %ident, snapshot = snapshot_id, deleted = done.rows_deleted,
-                    delete_files = done.delete_files, keys = done.keys, "upserts committed");
+                    delete_files = done.delete_files, keys = done.keys, index_bytes = done.index_bytes,
+                    index_base = done.index_base, index_warm = done.index_warm, "upserts committed");
                 return Ok(done);
             }
             Ok(None) => {
@@ -148,6 +185,10 @@ struct Built {
     snapshot: Snapshot,
     written: Vec<String>,
     report: UpsertCommit,
+    /// The index after the round, the runs the snapshot names, the newest's path.
+    index: KeyIndex,
+    runs: Vec<RunRef>,
+    index_at: String,
 }
 
 /// A live data file of the snapshot built on.
@@ -163,6 +204,7 @@ async fn build(
     table: &Table,
     key: &[String],
     added: &[DataFile],
+    key_deletes: &[(String, u64)],
     properties: &HashMap<String, String>,
 ) -> Result<Built> {
     let metadata = table.metadata();
@@ -191,7 +233,8 @@ async fn build(
         "xxh3-128 of {KEY_ENCODING}, key field ids {:?}",
         columns.key
     );
-    let mut index = load_index(table, &definition).await;
+    let (mut index, warm) = load_index(table, &definition).await;
+    report.index_warm = warm;
     let covered: HashSet<String> = index.files().map(str::to_string).collect();
     let removed: HashSet<String> = covered
         .iter()
@@ -201,7 +244,7 @@ async fn build(
     index.remove_files(&removed);
     let mut unseen: Vec<(&String, &LiveFile)> =
         live.iter().filter(|(p, _)| !covered.contains(*p)).collect();
-    let mut deletes: Vec<(String, u64)> = Vec::new();
+    let mut deletes: Vec<(u32, u64)> = Vec::new();
     if !unseen.is_empty() {
         // Oldest first, so that a later file's row of a key wins as it did when it landed.
         unseen.sort_by(|a, b| (a.1.sequence, a.0).cmp(&(b.1.sequence, b.0)));
@@ -244,17 +287,36 @@ async fn build(
             },
         );
     }
-    apply(&mut index, &round, &mut deletes);
-    deletes.sort();
+    // Tombstones: a key's delete takes part in the round like a record of the key.
+    for (path, size) in key_deletes {
+        let rows = read::keyed_rows(table, path, *size, &columns).await?;
+        round.extend(rows.into_iter().map(|r| (TOMBSTONE, r)));
+    }
+    report.keys_deleted = apply(&mut index, &round, &mut deletes);
+    deletes.sort_unstable();
     deletes.dedup();
     report.rows_deleted = deletes.len() as u64;
     report.keys = index.len() as u64;
+    let mut by_file: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (file, pos) in deletes {
+        let path = index.path(file).ok_or_else(|| {
+            Error::Internal(format!(
+                "upsert commit to {ident}: a deleted row names file {file}, which the index does not list"
+            ))
+        })?;
+        match by_file.get_mut(path) {
+            Some(positions) => positions.push(pos),
+            None => {
+                by_file.insert(path.to_string(), vec![pos]);
+            }
+        }
+    }
 
     // 3. The delete files, one per partition.
     let schema = metadata.current_schema().clone();
     let build = SnapshotBuild::new(table);
     let commit = build.commit();
-    let groups = deletes::by_partition(deletes, |p| {
+    let groups = deletes::by_partition(by_file, |p| {
         let f = live.get(p)?;
         let spec = metadata.partition_spec_by_id(f.spec_id)?;
         let path = spec.partition_to_path(&f.partition, schema.clone());
@@ -281,9 +343,15 @@ async fn build(
     }
     report.delete_files = delete_files.len() as u64;
 
-    // 4. The index, named by the snapshot.
-    let index_at = format!("{location}/metadata/{commit}.key-index");
-    let bytes = index.encode()?;
+    // 4. The index's run (its changes, or a new base), named by the snapshot with the runs
+    // before it.
+    let name = format!("{commit}.key-index");
+    let index_at = format!("{location}/metadata/{name}");
+    let base = index.next_is_base();
+    let (bytes, entries) = index.encode_run(base)?;
+    let runs = index.runs_after(RunRef { name, entries }, base);
+    report.index_bytes = bytes.len() as u64;
+    report.index_base = base;
     written.push(index_at.clone());
     if let Err(e) = table
         .file_io()
@@ -301,7 +369,12 @@ async fn build(
 
     // 5. Manifests, the manifest list, the snapshot.
     let mut properties = properties.clone();
-    properties.insert(KEY_INDEX_PROPERTY.to_string(), index_at);
+    properties.insert(KEY_INDEX_PROPERTY.to_string(), index_at.clone());
+    properties.insert(
+        KEY_INDEX_RUNS_PROPERTY.to_string(),
+        serde_json::to_string(&runs)
+            .map_err(|e| Error::Internal(format!("the key index's runs: {e}")))?,
+    );
     let default_spec = metadata.default_partition_spec_id();
     match snapshot(
         build,
@@ -317,6 +390,9 @@ async fn build(
             snapshot,
             written: written.into_iter().chain(manifests).collect(),
             report,
+            index,
+            runs,
+            index_at,
         }),
         Err(e) => {
             remove_written(table, &written).await;
@@ -325,42 +401,67 @@ async fn build(
     }
 }
 
-/// A key's last record per Kafka partition, with its file.
-type LastPerPartition = BTreeMap<i32, (u32, KeyedRow)>;
-
 /// Applies rows (of one round, or of one file being indexed) to the index: each key's winning
 /// row becomes its live row, every row it supersedes — in the index or in `rows` — is added to
-/// `deletes`. Within a Kafka partition the higher offset wins; among partitions, the later
-/// timestamp of each partition's last record (ties: the higher partition); against the index,
-/// the rows win unless both are of one partition and the index's offset is not lower.
-fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(String, u64)>) {
-    let path = |index: &KeyIndex, file: u32| index.path(file).unwrap_or_default().to_string();
-    let mut per_key: HashMap<u128, LastPerPartition> = HashMap::new();
-    for &(file, r) in rows {
-        let slot = per_key.entry(r.key).or_default();
-        match slot.get(&r.partition) {
-            Some((_, prev)) if prev.offset >= r.offset => deletes.push((path(index, file), r.pos)),
-            Some(&(prev_file, prev)) => {
-                deletes.push((path(index, prev_file), prev.pos));
-                slot.insert(r.partition, (file, r));
-            }
-            None => {
-                slot.insert(r.partition, (file, r));
-            }
+/// `deletes` as (file, position). Within a Kafka partition the higher offset wins (the first of
+/// equal offsets); among partitions, the later timestamp of each partition's last record (ties:
+/// the higher partition); against the index, the rows win unless both are of one partition and
+/// the index's offset is not lower. A row of file [`TOMBSTONE`] is a delete of its key: when it
+/// wins, the key's live row is deleted and the key leaves the index. Returns the keys deleted.
+fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(u32, u64)>) -> u64 {
+    let mut deleted_keys = 0;
+    let stale = |deletes: &mut Vec<(u32, u64)>, file: u32, pos: u64| {
+        if file != TOMBSTONE {
+            deletes.push((file, pos));
         }
-    }
-    let mut keys: Vec<(u128, LastPerPartition)> = per_key.into_iter().collect();
-    keys.sort_unstable_by_key(|(k, _)| *k);
-    for (key, by_partition) in keys {
-        let mut candidates: Vec<(u32, KeyedRow)> = by_partition.into_values().collect();
+    };
+    // Sorted by key, partition, offset (stable: equal offsets keep their order), so that each
+    // key's records are together with each partition's last at the end of its own run.
+    let mut order: Vec<u32> = (0..rows.len() as u32).collect();
+    order.sort_by_key(|&i| {
+        let r = &rows[i as usize].1;
+        (r.key, r.partition, r.offset)
+    });
+    let mut candidates: Vec<(u32, KeyedRow)> = Vec::new();
+    let mut at = 0;
+    while at < order.len() {
+        let key = rows[order[at] as usize].1.key;
+        let mut end = at;
+        while end < order.len() && rows[order[end] as usize].1.key == key {
+            end += 1;
+        }
+        // Each partition's last record of the key: the first of its highest offset.
+        candidates.clear();
+        let mut p = at;
+        while p < end {
+            let partition = rows[order[p] as usize].1.partition;
+            let mut q = p;
+            while q < end && rows[order[q] as usize].1.partition == partition {
+                q += 1;
+            }
+            let top = rows[order[q - 1] as usize].1.offset;
+            let first_top = (p..q)
+                .find(|&i| rows[order[i] as usize].1.offset == top)
+                .unwrap_or(q - 1);
+            for i in p..q {
+                let (file, r) = rows[order[i] as usize];
+                if i == first_top {
+                    candidates.push((file, r));
+                } else {
+                    stale(deletes, file, r.pos);
+                }
+            }
+            p = q;
+        }
+        at = end;
         candidates.sort_by_key(|(_, r)| (r.timestamp, r.partition));
         let Some((file, winner)) = candidates.pop() else {
             continue;
         };
-        for (f, r) in candidates {
-            deletes.push((path(index, f), r.pos));
+        for &(f, r) in &candidates {
+            stale(deletes, f, r.pos);
         }
-        let at = Location {
+        let live = Location {
             file,
             pos: winner.pos,
             partition: winner.partition,
@@ -370,45 +471,81 @@ fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(Stri
         match index.get(key) {
             Some(old) if old.partition == winner.partition && old.offset >= winner.offset => {
                 // An older record of the partition committed after a newer one: it is stale.
-                deletes.push((path(index, file), winner.pos));
+                stale(deletes, file, winner.pos);
+            }
+            Some(old) if file == TOMBSTONE => {
+                deletes.push((old.file, old.pos));
+                index.remove(key);
+                deleted_keys += 1;
             }
             Some(old) => {
-                if let Some(p) = index.path(old.file) {
-                    deletes.push((p.to_string(), old.pos));
-                }
-                index.insert(key, at);
+                deletes.push((old.file, old.pos));
+                index.insert(key, live);
             }
-            None => index.insert(key, at),
+            None if file == TOMBSTONE => {}
+            None => index.insert(key, live),
         }
     }
+    deleted_keys
 }
 
-/// The index the current snapshot names; an empty one when there is none or it cannot be read
-/// (then every live file is read again: slower, never wrong).
-async fn load_index(table: &Table, definition: &str) -> KeyIndex {
-    let Some(at) = table.metadata().current_snapshot().and_then(|s| {
-        s.summary()
-            .additional_properties
-            .get(KEY_INDEX_PROPERTY)
-            .cloned()
-    }) else {
-        return KeyIndex::new(definition);
+/// The index the current snapshot names — this process's copy when the snapshot still names the
+/// run it last committed, else read from its runs — and whether it was warm; an empty one when
+/// there is none or it cannot be read (then every live file is read again: slower, never
+/// wrong).
+async fn load_index(table: &Table, definition: &str) -> (KeyIndex, bool) {
+    let props = table
+        .metadata()
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .unwrap_or_default();
+    let Some(newest) = props.get(KEY_INDEX_PROPERTY) else {
+        return (KeyIndex::new(definition), false);
     };
-    let bytes = match table.file_io().new_input(&at) {
-        Ok(input) => input.read().await,
-        Err(e) => Err(e),
-    };
-    let why = match bytes {
-        Ok(b) => match KeyIndex::decode(&b, &at) {
-            Ok(i) if i.definition() == definition => return i,
-            Ok(i) => format!("it was made for another key ({})", i.definition()),
+    let location = table.metadata().location();
+    if let Ok(mut warm) = WARM.lock()
+        && let Some((at, index)) = warm.remove(location)
+        && at == *newest
+        && index.definition() == definition
+    {
+        return (index, true);
+    }
+    let why = match read_runs(table, newest, props.get(KEY_INDEX_RUNS_PROPERTY)).await {
+        Ok(runs) => match KeyIndex::from_runs(definition, runs) {
+            Ok(index) => return (index, false),
             Err(e) => e,
         },
-        Err(e) => e.to_string(),
+        Err(e) => e,
     };
-    tracing::warn!(table = %table.identifier(), index = %at, why = %why,
+    tracing::warn!(table = %table.identifier(), index = %newest, why = %why,
         "the key index cannot be used; rebuilding it from the table's files");
-    KeyIndex::new(definition)
+    (KeyIndex::new(definition), false)
+}
+
+/// The runs a snapshot names, read and decoded (all at once), oldest first.
+async fn read_runs(
+    table: &Table,
+    newest: &str,
+    runs: Option<&String>,
+) -> std::result::Result<Vec<(RunRef, Run)>, String> {
+    let (dir, runs) = index::named_runs(newest, runs.map(String::as_str))
+        .ok_or_else(|| format!("its runs are not named by plain file names: {runs:?}"))?;
+    let reads = runs.into_iter().map(|r| {
+        let dir = &dir;
+        async move {
+            let at = format!("{dir}/{}", r.name);
+            let bytes = match table.file_io().new_input(&at) {
+                Ok(input) => input.read().await,
+                Err(e) => Err(e),
+            }
+            .map_err(|e| format!("key index {at}: {e}"))?;
+            let run = tokio::task::spawn_blocking(move || Run::decode(&bytes, &at))
+                .await
+                .map_err(|e| format!("decode the key index: {e}"))??;
+            Ok::<_, String>((r, run))
+        }
+    });
+    futures::future::try_join_all(reads).await
 }
 
 /// The positions deleted by the snapshot's live position delete files, per data file.
@@ -531,7 +668,7 @@ mod tests {
             apply(&mut index, &round, &mut deletes);
             let live = index.get(7).expect("key 7");
             assert_eq!(index.path(live.file), Some("f1"), "order {order:?}");
-            assert_eq!(deletes, vec![("f2".to_string(), 0)], "order {order:?}");
+            assert_eq!(deletes, vec![(f2, 0)], "order {order:?}");
         }
     }
 
@@ -545,18 +682,18 @@ mod tests {
             &[(f, row(1, 0, 0, 10, 0)), (f, row(1, 1, 0, 12, 0))],
             &mut deletes,
         );
-        assert_eq!(deletes, vec![("f".to_string(), 0)]);
+        assert_eq!(deletes, vec![(f, 0)]);
         assert_eq!(index.get(1).map(|l| l.offset), Some(12));
         // A later round with an older offset of the same partition: its row is the stale one.
         let g = index.file_id("g");
         let mut deletes = Vec::new();
         apply(&mut index, &[(g, row(1, 0, 0, 11, 0))], &mut deletes);
-        assert_eq!(deletes, vec![("g".to_string(), 0)]);
+        assert_eq!(deletes, vec![(g, 0)]);
         assert_eq!(index.get(1).map(|l| l.offset), Some(12));
         // A newer one replaces the live row.
         let mut deletes = Vec::new();
         apply(&mut index, &[(g, row(1, 1, 0, 13, 0))], &mut deletes);
-        assert_eq!(deletes, vec![("f".to_string(), 1)]);
+        assert_eq!(deletes, vec![(f, 1)]);
         assert_eq!(index.get(1).map(|l| (l.file, l.pos)), Some((g, 1)));
     }
 }

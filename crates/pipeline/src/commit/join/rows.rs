@@ -245,6 +245,7 @@ pub(super) async fn add_files(
             bytes: f.bytes.len() as u64,
             partitioning: None,
             carried: None,
+            key_deletes: None,
         });
         files.data_files.push(f.data_file);
     }

@@ -324,6 +324,7 @@ mod tests {
             bytes: 2048,
             partitioning: Some(vec!["day(created_at)".into()]),
             carried: None,
+            key_deletes: None,
         }];
         let more = vec![SourceRange {
             source: SourcePartition::new("orders", 3),
@@ -484,6 +485,7 @@ mod tests {
             bytes: 4096,
             partitioning: None,
             carried: None,
+            key_deletes: None,
         }];
         let (decoded, _) = decode(&encode(&files, &[]).expect("encode")).expect("decode");
         let again = deserialize_data_file_from_json(
@@ -532,6 +534,7 @@ mod tests {
             bytes: 2048,
             partitioning: None,
             carried: None,
+            key_deletes: None,
         }];
         let more = vec![SourceRange {
             source: SourcePartition::new("orders", 3),

@@ -1,0 +1,238 @@
+//! Tombstones of an upsert table's topic (a record with a key and no value): each one becomes a
+//! row of the batch's *key delete file* — the table's key columns, read from the Kafka key, and
+//! the Kafka columns — which the commit stage applies as a delete of the key's live row (see
+//! [`crate::upsert`]). The file carries the table's own field ids, so that the commit reads and
+//! hashes its keys exactly as it reads the table's rows.
+//!
+//! The key is read as JSON: an object holding the key's columns (`{"order_id": "o-1"}`, what
+//! Kafka Connect and Debezium write), or — for a key of one column — a JSON scalar or the key's
+//! text as it is (`o-1`). A tombstone whose key cannot be read stays a dead letter that says why.
+
+use std::sync::Arc;
+
+use iceberg::spec::{PartitionSpec, Schema};
+
+use crate::decode::{RecordDecoder, RejectKind, Rejection, RowBuilder};
+use crate::error::{Error, Result};
+use crate::kafka::{self, RecordMeta};
+use crate::schema::TableLayout;
+use crate::spec::TableSpec;
+
+/// The tombstones of one upsert table in one batch.
+pub(super) struct KeyDeletes {
+    /// The layout of the key delete file (key columns, then the Kafka columns; unpartitioned).
+    pub layout: Arc<TableLayout>,
+    /// The rows so far.
+    pub rows: RowBuilder,
+    decoder: RecordDecoder,
+    /// The key's column when it has one (a bare key is its value).
+    single: Option<String>,
+}
+
+impl KeyDeletes {
+    /// A builder of `spec`'s key deletes with the table's `layout` (its field ids), or `None`
+    /// when the table is not an upsert table.
+    pub fn new(spec: &TableSpec, layout: &TableLayout, capacity: usize) -> Result<Option<Self>> {
+        let Some(upsert) = &spec.upsert else {
+            return Ok(None);
+        };
+        let ctx = |what: String| Error::Config(format!("table {}: key deletes: {what}", spec.name));
+        let mut key_spec = spec.clone();
+        key_spec.columns = upsert
+            .key
+            .iter()
+            .map(|k| {
+                let mut c = spec
+                    .columns
+                    .iter()
+                    .find(|c| &c.name == k)
+                    .cloned()
+                    .ok_or_else(|| ctx(format!("no key column {k:?}")))?;
+                // Read from the key by its name, wherever the value keeps it.
+                c.path = crate::spec::JsonPath(vec![c.name.clone()]);
+                c.required = true;
+                Ok(c)
+            })
+            .collect::<Result<_>>()?;
+        key_spec.kafka_headers = false;
+        let fields = upsert
+            .key
+            .iter()
+            .map(String::as_str)
+            .chain(kafka::NAMES)
+            .map(|name| {
+                layout
+                    .schema
+                    .field_by_name(name)
+                    .cloned()
+                    .ok_or_else(|| ctx(format!("the table has no column {name:?}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Schema::builder()
+            .with_schema_id(0)
+            .with_fields(fields)
+            .build()
+            .map_err(|e| ctx(format!("schema: {e}")))?;
+        let layout = Arc::new(TableLayout::of_table(
+            &spec.name,
+            Arc::new(schema),
+            Arc::new(PartitionSpec::unpartition_spec()),
+        )?);
+        Ok(Some(KeyDeletes {
+            rows: RowBuilder::new(&key_spec, layout.clone(), capacity)?,
+            layout,
+            decoder: RecordDecoder::new(&key_spec),
+            single: (upsert.key.len() == 1).then(|| upsert.key[0].clone()),
+        }))
+    }
+
+    /// Adds the tombstone of `meta` (whose `key` is the record's key), or says why its key
+    /// cannot be read.
+    pub fn append(&mut self, meta: RecordMeta<'_>) -> std::result::Result<(), Rejection> {
+        let bad = |why: String| {
+            Rejection::new(
+                RejectKind::Tombstone,
+                format!("tombstone of an upsert table: {why}"),
+            )
+        };
+        let Some(key) = meta.key else {
+            return Err(bad(
+                "the record has no key, so no row to delete (value absent)".into(),
+            ));
+        };
+        let text = std::str::from_utf8(key)
+            .map_err(|_| bad("its key is not UTF-8 text (keys are read as JSON or text)".into()))?;
+        let object;
+        let json = match (
+            serde_json::from_str::<serde_json::Value>(text),
+            &self.single,
+        ) {
+            (Ok(serde_json::Value::Object(_)), _) => text,
+            (Ok(scalar), Some(column)) if !scalar.is_array() => {
+                object = serde_json::json!({ column: scalar }).to_string();
+                &object
+            }
+            (Err(_), Some(column)) => {
+                object = serde_json::json!({ column: text }).to_string();
+                &object
+            }
+            _ => {
+                return Err(bad(format!(
+                    "its key {text:?} is not a JSON object of the key's columns"
+                )));
+            }
+        };
+        let cells = self
+            .decoder
+            .decode(json)
+            .map_err(|r| bad(format!("its key cannot be read: {}", r.message)))?;
+        self.rows.append(&cells, meta);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+
+    use super::*;
+    use crate::spec::PipelineSpec;
+
+    fn spec(key: &str) -> TableSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "accounts"
+topic = "accounts"
+mode = "upsert"
+primary_key = {key}
+columns = [
+  {{ name = "region", type = "string", required = true, path = "$.where.region" }},
+  {{ name = "id", type = "long", required = true }},
+  {{ name = "balance", type = "double" }},
+]
+"#
+        );
+        PipelineSpec::parse(&text, Path::new("p.toml"), &crate::process::Planner)
+            .expect("spec")
+            .tables
+            .remove(0)
+    }
+
+    fn meta(key: Option<&[u8]>) -> RecordMeta<'_> {
+        RecordMeta {
+            partition: 3,
+            offset: 41,
+            timestamp_us: 7,
+            key,
+            headers: &[],
+        }
+    }
+
+    #[test]
+    fn a_key_is_read_as_an_object_a_scalar_or_its_text() {
+        let t = spec(r#"["id"]"#);
+        let layout = TableLayout::for_table(&t).expect("layout");
+        let mut k = KeyDeletes::new(&t, &layout, 4)
+            .expect("ok")
+            .expect("upsert");
+        for key in [&br#"{"id": 12, "other": true}"#[..], b"13", b" 14 "] {
+            k.append(meta(Some(key))).expect("readable key");
+        }
+        let batch = k.rows.finish().expect("batch");
+        let schema = batch.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names[0], "id");
+        assert_eq!(&names[1..], kafka::NAMES);
+        let ids: Vec<i64> = batch
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(ids, [12, 13, 14]);
+        // The table's own field ids (id is the table's second column).
+        let field_id = batch
+            .schema()
+            .field(0)
+            .metadata()
+            .get("PARQUET:field_id")
+            .cloned();
+        assert_eq!(field_id.as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn an_unreadable_key_is_refused_saying_why() {
+        let t = spec(r#"["region", "id"]"#);
+        let layout = TableLayout::for_table(&t).expect("layout");
+        let mut k = KeyDeletes::new(&t, &layout, 4)
+            .expect("ok")
+            .expect("upsert");
+        // The key of two columns is read by the columns' names, not the value's paths.
+        k.append(meta(Some(br#"{"region":"eu","id":5}"#)))
+            .expect("object key");
+        for (key, why) in [
+            (None, "no key"),
+            (Some(&b"eu-5"[..]), "not a JSON object"),
+            (Some(&br#"{"region":"eu"}"#[..]), "cannot be read"),
+            (Some(&br#"{"region":"eu","id":"x"}"#[..]), "cannot be read"),
+            (Some(&[0xff, 0xfe][..]), "not UTF-8"),
+        ] {
+            let err = k.append(meta(key)).expect_err("refused");
+            assert_eq!(err.kind, RejectKind::Tombstone);
+            assert!(err.message.contains(why), "{key:?}: {}", err.message);
+        }
+        assert_eq!(k.rows.len(), 1);
+        let plain = spec(r#"["id"]"#);
+        let mut plain = KeyDeletes::new(&plain, &TableLayout::for_table(&plain).expect("l"), 1)
+            .expect("ok")
+            .expect("upsert");
+        assert!(
+            plain.append(meta(Some(b"[1]"))).is_err(),
+            "an array is no key"
+        );
+        assert!(plain.append(meta(Some(b"abc"))).is_err(), "not a long");
+    }
+}
