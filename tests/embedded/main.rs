@@ -17,4 +17,5 @@ mod joins;
 mod kafka;
 mod reliability;
 mod tables;
+mod upsert_property;
 mod windows;

@@ -194,26 +194,36 @@ pub(super) async fn upsert(records: u64, keys: u64, batch: u64, per_round: usize
                 .load(&ident)
                 .await?
                 .ok_or_else(|| Error::Internal("order_status was not created".into()))?;
-            let index = table
+            let props = table
                 .metadata()
                 .current_snapshot()
-                .and_then(|s| {
-                    s.summary()
-                        .additional_properties
-                        .get(streamtable::table::KEY_INDEX_PROPERTY)
-                        .cloned()
-                })
+                .map(|s| s.summary().additional_properties.clone())
+                .unwrap_or_default();
+            let newest = props
+                .get(streamtable::table::KEY_INDEX_PROPERTY)
                 .ok_or_else(|| Error::Internal("no key index".into()))?;
-            let index_bytes = table
-                .file_io()
-                .new_input(&index)
-                .map_err(|e| Error::iceberg("key index", e))?
-                .metadata()
-                .await
-                .map_err(|e| Error::iceberg("key index", e))?
-                .size;
+            let (dir, runs) = streamtable::upsert::index::named_runs(
+                newest,
+                props
+                    .get(streamtable::table::KEY_INDEX_RUNS_PROPERTY)
+                    .map(String::as_str),
+            )
+            .ok_or_else(|| Error::Internal("key index runs unreadable".into()))?;
+            let mut index_bytes = 0;
+            for r in &runs {
+                let at = format!("{dir}/{}", r.name);
+                index_bytes += table
+                    .file_io()
+                    .new_input(&at)
+                    .map_err(|e| Error::iceberg("key index", e))?
+                    .metadata()
+                    .await
+                    .map_err(|e| Error::iceberg("key index", e))?
+                    .size;
+            }
             println!(
-                "        key index: {index_bytes} bytes for {keys} keys ({:.1} bytes a key); data files {}, delete files {}, position deletes {}",
+                "        key index: {index_bytes} bytes in {} runs for {keys} keys ({:.1} bytes a key); data files {}, delete files {}, position deletes {}",
+                runs.len(),
                 index_bytes as f64 / keys as f64,
                 summary(&table, "total-data-files"),
                 summary(&table, "total-delete-files"),

@@ -371,7 +371,8 @@ impl Ingestor {
                 continue;
             }
             let batch = keys.rows.finish()?;
-            let stem = format!("{stem}-key-deletes");
+            // Named as the batch's data files are (content-named, under `data/`), so that
+            // orphan clean-up tells its partition and offsets as it does theirs.
             for mut f in
                 encode::encode(&keys.layout, &batch, &t.location, &stem, &self.props).await?
             {

@@ -6,7 +6,10 @@
 //!
 //! The key is read as JSON: an object holding the key's columns (`{"order_id": "o-1"}`, what
 //! Kafka Connect and Debezium write), or — for a key of one column — a JSON scalar or the key's
-//! text as it is (`o-1`). A tombstone whose key cannot be read stays a dead letter that says why.
+//! text as it is (`o-1`; for a string column any text that is not a JSON string or object, so
+//! that `12345` is the string a producer's string serializer sent). A registry-framed key
+//! (Confluent's wire format) is not read. A tombstone whose key cannot be read stays a dead
+//! letter that says why.
 
 use std::sync::Arc;
 
@@ -16,7 +19,7 @@ use crate::decode::{RecordDecoder, RejectKind, Rejection, RowBuilder};
 use crate::error::{Error, Result};
 use crate::kafka::{self, RecordMeta};
 use crate::schema::TableLayout;
-use crate::spec::TableSpec;
+use crate::spec::{ColumnType, TableSpec};
 
 /// The tombstones of one upsert table in one batch.
 pub(super) struct KeyDeletes {
@@ -25,8 +28,8 @@ pub(super) struct KeyDeletes {
     /// The rows so far.
     pub rows: RowBuilder,
     decoder: RecordDecoder,
-    /// The key's column when it has one (a bare key is its value).
-    single: Option<String>,
+    /// The key's column when it has one (a bare key is its value), and whether it is a string.
+    single: Option<(String, bool)>,
 }
 
 impl KeyDeletes {
@@ -82,7 +85,10 @@ impl KeyDeletes {
             rows: RowBuilder::new(&key_spec, layout.clone(), capacity)?,
             layout,
             decoder: RecordDecoder::new(&key_spec),
-            single: (upsert.key.len() == 1).then(|| upsert.key[0].clone()),
+            single: match key_spec.columns.as_slice() {
+                [c] => Some((c.name.clone(), c.column_type == ColumnType::String)),
+                _ => None,
+            },
         }))
     }
 
@@ -100,20 +106,28 @@ impl KeyDeletes {
                 "the record has no key, so no row to delete (value absent)".into(),
             ));
         };
+        if key.first() == Some(&0) {
+            return Err(bad(
+                "its key is registry-framed (Confluent wire format), which tombstones are not read from; produce keys as JSON or text".into(),
+            ));
+        }
         let text = std::str::from_utf8(key)
             .map_err(|_| bad("its key is not UTF-8 text (keys are read as JSON or text)".into()))?;
+        use serde_json::{Value, json};
         let object;
-        let json = match (
-            serde_json::from_str::<serde_json::Value>(text),
-            &self.single,
-        ) {
-            (Ok(serde_json::Value::Object(_)), _) => text,
-            (Ok(scalar), Some(column)) if !scalar.is_array() => {
-                object = serde_json::json!({ column: scalar }).to_string();
+        let json = match (serde_json::from_str::<Value>(text).ok(), &self.single) {
+            (Some(Value::Object(_)), _) => text,
+            (Some(v @ Value::String(_)), Some((column, _))) => {
+                object = json!({ column: v }).to_string();
                 &object
             }
-            (Err(_), Some(column)) => {
-                object = serde_json::json!({ column: text }).to_string();
+            // A string key: any other text is the string itself (`12345`, `true`).
+            (_, Some((column, true))) | (None, Some((column, false))) => {
+                object = json!({ column: text }).to_string();
+                &object
+            }
+            (Some(v), Some((column, false))) if !v.is_array() && !v.is_null() => {
+                object = json!({ column: v }).to_string();
                 &object
             }
             _ => {
@@ -234,5 +248,39 @@ columns = [
             "an array is no key"
         );
         assert!(plain.append(meta(Some(b"abc"))).is_err(), "not a long");
+        let framed = plain.append(meta(Some(&[0, 0, 0, 0, 5, 2, b'7'][..])));
+        assert!(
+            framed
+                .expect_err("framed")
+                .message
+                .contains("registry-framed")
+        );
+    }
+
+    #[test]
+    fn a_string_key_is_the_text_a_string_serializer_sent() {
+        let t = spec(r#"["region"]"#);
+        let layout = TableLayout::for_table(&t).expect("layout");
+        let mut k = KeyDeletes::new(&t, &layout, 4)
+            .expect("ok")
+            .expect("upsert");
+        for key in [
+            &b"12345"[..],
+            b"true",
+            b"\"eu\"",
+            b"eu-west",
+            br#"{"region":"us"}"#,
+            b"null",
+        ] {
+            k.append(meta(Some(key))).expect("a string key");
+        }
+        let batch = k.rows.finish().expect("batch");
+        let regions: Vec<&str> = batch
+            .column(0)
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .collect();
+        assert_eq!(regions, ["12345", "true", "eu", "eu-west", "us", "null"]);
     }
 }

@@ -18,12 +18,18 @@
 //! trusted beyond what it saw. An entry of an older run naming a file the newest run does not
 //! list is a removal.
 //!
-//! Layout: `STKI`, a version byte, the body's size (u64), then zstd of: the definition (u32
-//! length + UTF-8: the hash and the key's field ids), the file count (u32), each file's path
-//! (u32 length + UTF-8), the entry count (u64), and the entries sorted by key (key u128, file
-//! u32, position u64, partition i32, offset i64, timestamp i64; little endian: 48 bytes). In
-//! layout 2 a file of `u32::MAX` marks a key whose row was deleted; layout 1 (a whole index,
-//! written by earlier releases) is read as a base.
+//! A key a tombstone deleted keeps an entry without a row (its file [`GONE`]) holding the
+//! tombstone's Kafka position, so that an older record of the key landing later (a replay) is
+//! still seen as older.
+//!
+//! Layout: `STKI`, a layout byte (2: a base, 3: a run of changes; 1: a whole index of an earlier
+//! release, read as a base), the body's size (u64), then zstd of: the definition (u32 length,
+//! UTF-8: the hash and the key's field ids), the file count (u32), each file's path (u32 length,
+//! UTF-8), the entry count (u64), and the entries sorted by key (key u128, file u32, position
+//! u64, partition i32, offset i64, timestamp i64; little endian: 48 bytes). A file of `u32::MAX`
+//! (runs of changes only) marks a key forgotten; `u32::MAX - 1` a key deleted by a tombstone.
+//! The first run a snapshot names must be a base and every later one a run of changes: a run of
+//! changes alone is never taken for the whole index.
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,14 +38,20 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"STKI";
-/// Layout written: runs (an earlier release reading it refuses it and rebuilds the index,
-/// rather than take a run for the whole index).
-const VERSION: u8 = 2;
-/// Layout of earlier releases: one object, the whole index.
+/// Layout of a base: the whole index (an earlier release refuses it and rebuilds the index).
+const BASE: u8 = 2;
+/// Layout of a run of changes.
+const CHANGES: u8 = 3;
+/// Layout of earlier releases: one object, the whole index (read as a base).
 const WHOLE: u8 = 1;
 const ENTRY_BYTES: usize = 16 + 4 + 8 + 4 + 8 + 8;
-/// An entry's file when the key's row was deleted.
+/// An entry's file when the key was forgotten (runs of changes only).
 const REMOVED: u32 = u32::MAX;
+/// The file of a key a tombstone deleted: no row, the tombstone's Kafka position kept.
+pub const GONE: u32 = u32::MAX - 1;
+/// How much larger than its stored bytes a run's body may claim to be (keys do not compress;
+/// file paths do, a little): a bound on what a damaged or hostile run makes the reader hold.
+const MAX_EXPANSION: u64 = 64;
 /// zstd level of the index (hashes do not compress: the level matters little).
 const LEVEL: i32 = 1;
 /// Runs a snapshot names at most: the next commit writes a base when one more would pass it.
@@ -70,9 +82,12 @@ pub fn named_runs(newest: &str, runs: Option<&str>) -> Option<(String, Vec<RunRe
         Some(list) if list.last().is_some_and(|r| r.name == name) => list,
         _ => single(),
     };
-    if list
-        .iter()
-        .any(|r| r.name.is_empty() || r.name.contains('/') || r.name.contains(".."))
+    let distinct: HashSet<&str> = list.iter().map(|r| r.name.as_str()).collect();
+    if list.len() > MAX_RUNS
+        || distinct.len() != list.len()
+        || list
+            .iter()
+            .any(|r| r.name.is_empty() || r.name.contains('/') || r.name.contains(".."))
     {
         return None;
     }
@@ -98,6 +113,8 @@ pub struct Location {
 /// key's row was deleted); a location's `file` indexes the run's own file list.
 #[derive(Debug, Clone, Default)]
 pub struct Run {
+    /// Whether it is a whole index (else a run of changes).
+    base: bool,
     definition: String,
     files: Vec<String>,
     entries: Vec<(u128, Option<Location>)>,
@@ -158,7 +175,20 @@ impl KeyIndex {
         for f in &newest.files {
             index.file_id(f);
         }
-        for (at, run) in &runs {
+        for (n, (at, run)) in runs.iter().enumerate() {
+            if run.base != (n == 0) {
+                return Err(format!(
+                    "run {} is {} but is named {} of {}",
+                    at.name,
+                    if run.base {
+                        "a base"
+                    } else {
+                        "a run of changes"
+                    },
+                    if n == 0 { "first" } else { "after another" },
+                    runs.len()
+                ));
+            }
             if run.definition != definition {
                 return Err(format!(
                     "run {} was made for another key ({})",
@@ -176,7 +206,14 @@ impl KeyIndex {
                 .map(|p| index.file_ids.get(p).copied())
                 .collect();
             for (key, l) in run.entries {
-                match l.and_then(|l| Some((ids.get(l.file as usize).copied()??, l))) {
+                let file = |l: &Location| {
+                    if l.file == GONE {
+                        Some(GONE)
+                    } else {
+                        ids.get(l.file as usize).copied()?
+                    }
+                };
+                match l.and_then(|l| Some((file(&l)?, l))) {
                     Some((file, l)) => {
                         index.entries.insert(key, Location { file, ..l });
                     }
@@ -204,12 +241,25 @@ impl KeyIndex {
 
     /// The number of keys with a live row.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.values().filter(|l| l.file != GONE).count()
     }
 
     /// Whether no key has a live row.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
+    }
+
+    /// Records that a tombstone at `at` (its file ignored) deleted `key`: no live row, the
+    /// tombstone's Kafka position kept.
+    pub fn delete(&mut self, key: u128, at: Location) {
+        self.insert(
+            key,
+            Location {
+                file: GONE,
+                pos: 0,
+                ..at
+            },
+        );
     }
 
     /// The stored runs it is made of, oldest first.
@@ -279,8 +329,8 @@ impl KeyIndex {
                 map[i] = self.file_id(&p);
             }
         }
-        for l in self.entries.values_mut() {
-            l.file = map[l.file as usize];
+        for l in self.entries.values_mut().filter(|l| l.file != GONE) {
+            l.file = map.get(l.file as usize).copied().unwrap_or(GONE);
         }
     }
 
@@ -291,7 +341,9 @@ impl KeyIndex {
         let Some((base, deltas)) = self.runs.split_first() else {
             return true;
         };
-        let since: u64 = deltas.iter().map(|r| r.entries).sum::<u64>() + self.changed.len() as u64;
+        let since = deltas.iter().fold(self.changed.len() as u64, |n, r| {
+            n.saturating_add(r.entries)
+        });
         self.runs.len() + 1 > MAX_RUNS || since > base.entries
     }
 
@@ -334,7 +386,7 @@ impl KeyIndex {
         }
         let mut out = Vec::with_capacity(body.len() / 2 + 8);
         out.extend_from_slice(MAGIC);
-        out.push(VERSION);
+        out.push(if base { BASE } else { CHANGES });
         let compressed = zstd::bulk::compress(&body, LEVEL)
             .map_err(|e| Error::Internal(format!("compress the key index: {e}")))?;
         out.extend_from_slice(&(body.len() as u64).to_le_bytes());
@@ -376,12 +428,16 @@ impl Run {
             return Err(bad("not a key index"));
         }
         let version = bytes[4];
-        if version != VERSION && version != WHOLE {
+        if ![WHOLE, BASE, CHANGES].contains(&version) {
             return Err(bad(&format!("layout {version} is unknown to this release")));
         }
         let raw_len = u64::from_le_bytes(bytes[5..13].try_into().map_err(|_| bad("truncated"))?);
-        // The entries and file names are bounded by what a table can hold: 2^32 keys at most.
-        if raw_len > (ENTRY_BYTES as u64) << 32 {
+        // The entries and file names are bounded by what a table can hold (2^32 keys at most)
+        // and by what its stored bytes can expand to.
+        let stored = (bytes.len() - 13) as u64;
+        if raw_len > (ENTRY_BYTES as u64) << 32
+            || raw_len > stored.saturating_mul(MAX_EXPANSION).saturating_add(1 << 20)
+        {
             return Err(bad("declared size beyond the limit"));
         }
         // Streamed: memory follows the bytes really there, not the size the header claims.
@@ -399,7 +455,10 @@ impl Run {
             return Err(bad("its size does not match its header"));
         }
         let mut r = Reader { b: &body, at: 0 };
-        let mut run = Run::default();
+        let mut run = Run {
+            base: version != CHANGES,
+            ..Run::default()
+        };
         let len = r.u32().ok_or_else(|| bad("truncated"))? as usize;
         let definition = r.take(len).ok_or_else(|| bad("truncated"))?;
         run.definition = std::str::from_utf8(definition)
@@ -433,8 +492,12 @@ impl Run {
                 offset: i64::from_le_bytes(e[32..40].try_into().map_err(|_| bad("entry"))?),
                 timestamp: i64::from_le_bytes(e[40..48].try_into().map_err(|_| bad("entry"))?),
             };
-            if l.file == REMOVED && version == VERSION {
+            if l.file == REMOVED && version == CHANGES {
                 run.entries.push((key, None));
+                continue;
+            }
+            if l.file == GONE && version != WHOLE {
+                run.entries.push((key, Some(l)));
                 continue;
             }
             if l.file as usize >= run.files.len() {
@@ -698,5 +761,75 @@ mod tests {
         huge[5..13].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(Run::decode(&huge, "t").is_err());
         assert!(Run::decode(b"nonsense bytes here", "t").is_err());
+    }
+
+    #[test]
+    fn a_run_of_changes_is_never_taken_for_the_whole_index() {
+        let mut i = KeyIndex::new("d");
+        let a = i.file_id("a");
+        i.insert(1, at(a, 0));
+        let base = stored(&i, "base", true);
+        i.committed(i.runs_after(base.0.clone(), true));
+        i.insert(2, at(a, 1));
+        let delta = stored(&i, "d1", false);
+        // Named alone (the list lost, say by an earlier release's replace): refused.
+        let err = KeyIndex::from_runs("d", vec![delta.clone()]).unwrap_err();
+        assert!(err.contains("a run of changes"), "{err}");
+        // A base named after another: refused too.
+        assert!(KeyIndex::from_runs("d", vec![base.clone(), base.clone()]).is_err());
+        assert_eq!(
+            KeyIndex::from_runs("d", vec![base, delta]).unwrap().len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_deleted_key_keeps_its_position_through_the_runs() {
+        let mut i = KeyIndex::new("d");
+        let a = i.file_id("a");
+        i.insert(1, at(a, 0));
+        i.insert(2, at(a, 1));
+        let base = stored(&i, "base", true);
+        i.committed(i.runs_after(base.0.clone(), true));
+        i.delete(1, at(a, 40));
+        assert_eq!(i.len(), 1);
+        let delta = stored(&i, "d1", false);
+        let back = KeyIndex::from_runs("d", vec![base, delta]).unwrap();
+        assert_eq!(back.len(), 1);
+        let gone = back.get(1).expect("the deleted key's entry");
+        assert_eq!((gone.file, gone.offset), (GONE, 40));
+        // Removing files leaves it alone, and a base keeps it.
+        let mut back = back;
+        back.remove_files(&HashSet::from(["a".to_string()]));
+        assert_eq!(back.get(1).map(|l| l.file), Some(GONE));
+        assert_eq!(back.len(), 0);
+        let again = stored(&back, "b2", true);
+        let read = KeyIndex::from_runs("d", vec![again]).unwrap();
+        assert_eq!(read.get(1).map(|l| (l.file, l.offset)), Some((GONE, 40)));
+    }
+
+    #[test]
+    fn a_run_claiming_a_huge_body_is_refused_before_it_is_read() {
+        let mut i = KeyIndex::new("d");
+        let a = i.file_id("a");
+        i.insert(1, at(a, 0));
+        let (mut bytes, _) = i.encode_run(true).unwrap();
+        bytes[5..13].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let err = Run::decode(&bytes, "t").unwrap_err();
+        assert!(err.contains("beyond the limit"), "{err}");
+        let many: Vec<RunRef> = (0..=MAX_RUNS)
+            .map(|n| RunRef {
+                name: format!("r{n}"),
+                entries: 1,
+            })
+            .collect();
+        let list = serde_json::to_string(&many).unwrap();
+        let newest = format!("s3://w/t/metadata/r{MAX_RUNS}");
+        assert!(
+            named_runs(&newest, Some(&list)).is_none(),
+            "more runs than a snapshot names"
+        );
+        let twice = r#"[{"name":"b","entries":1},{"name":"b","entries":1}]"#;
+        assert!(named_runs("s3://w/t/metadata/b", Some(twice)).is_none());
     }
 }

@@ -35,7 +35,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use self::index::{KeyIndex, Location, Run, RunRef};
+use self::index::{GONE, KeyIndex, Location, Run, RunRef};
 use self::read::{KeyColumns, KeyedRow};
 use crate::catalog::TableCatalog;
 use crate::error::{Error, Result};
@@ -289,7 +289,7 @@ async fn build(
     }
     // Tombstones: a key's delete takes part in the round like a record of the key.
     for (path, size) in key_deletes {
-        let rows = read::keyed_rows(table, path, *size, &columns).await?;
+        let rows = read::keyed_rows_complete(table, path, *size, &columns).await?;
         round.extend(rows.into_iter().map(|r| (TOMBSTONE, r)));
     }
     report.keys_deleted = apply(&mut index, &round, &mut deletes);
@@ -410,8 +410,9 @@ async fn build(
 /// wins, the key's live row is deleted and the key leaves the index. Returns the keys deleted.
 fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(u32, u64)>) -> u64 {
     let mut deleted_keys = 0;
+    // A row to delete; a tombstone or a deleted key's entry has none.
     let stale = |deletes: &mut Vec<(u32, u64)>, file: u32, pos: u64| {
-        if file != TOMBSTONE {
+        if file != TOMBSTONE && file != GONE {
             deletes.push((file, pos));
         }
     };
@@ -473,16 +474,19 @@ fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(u32,
                 // An older record of the partition committed after a newer one: it is stale.
                 stale(deletes, file, winner.pos);
             }
+            // A winning tombstone deletes the key's row, and the key keeps its position.
             Some(old) if file == TOMBSTONE => {
-                deletes.push((old.file, old.pos));
-                index.remove(key);
-                deleted_keys += 1;
+                if old.file != GONE {
+                    deleted_keys += 1;
+                }
+                stale(deletes, old.file, old.pos);
+                index.delete(key, live);
             }
+            None if file == TOMBSTONE => index.delete(key, live),
             Some(old) => {
-                deletes.push((old.file, old.pos));
+                stale(deletes, old.file, old.pos);
                 index.insert(key, live);
             }
-            None if file == TOMBSTONE => {}
             None => index.insert(key, live),
         }
     }
@@ -503,6 +507,12 @@ async fn load_index(table: &Table, definition: &str) -> (KeyIndex, bool) {
         return (KeyIndex::new(definition), false);
     };
     let location = table.metadata().location();
+    let metadata_dir = format!("{}/metadata/", location.trim_end_matches('/'));
+    if !newest.starts_with(&metadata_dir) || newest[metadata_dir.len()..].contains('/') {
+        tracing::warn!(table = %table.identifier(), index = %newest,
+            "the key index named is not in the table's metadata directory; rebuilding it from the table's files");
+        return (KeyIndex::new(definition), false);
+    }
     if let Ok(mut warm) = WARM.lock()
         && let Some((at, index)) = warm.remove(location)
         && at == *newest
@@ -695,5 +705,57 @@ mod tests {
         apply(&mut index, &[(g, row(1, 1, 0, 13, 0))], &mut deletes);
         assert_eq!(deletes, vec![(f, 1)]);
         assert_eq!(index.get(1).map(|l| (l.file, l.pos)), Some((g, 1)));
+    }
+
+    #[test]
+    fn a_tombstone_deletes_its_key_and_an_older_record_cannot_bring_it_back() {
+        let mut index = KeyIndex::new("t");
+        let f = index.file_id("f");
+        let mut deletes = Vec::new();
+        apply(&mut index, &[(f, row(5, 0, 0, 10, 0))], &mut deletes);
+        assert_eq!(index.len(), 1);
+        // A tombstone at offset 20 deletes the row at f:0.
+        let mut deletes = Vec::new();
+        let gone = apply(
+            &mut index,
+            &[(TOMBSTONE, row(5, 0, 0, 20, 0))],
+            &mut deletes,
+        );
+        assert_eq!((gone, deletes, index.len()), (1, vec![(f, 0)], 0));
+        // A record of offset 15 landing later (a replay) is older than the tombstone: stale.
+        let g = index.file_id("g");
+        let mut deletes = Vec::new();
+        apply(&mut index, &[(g, row(5, 3, 0, 15, 0))], &mut deletes);
+        assert_eq!((deletes, index.len()), (vec![(g, 3)], 0));
+        // The tombstone again (a re-delivery) deletes nothing more.
+        let mut deletes = Vec::new();
+        let gone = apply(
+            &mut index,
+            &[(TOMBSTONE, row(5, 0, 0, 20, 0))],
+            &mut deletes,
+        );
+        assert_eq!((gone, deletes.len()), (0, 0));
+        // A newer record brings the key back.
+        let mut deletes = Vec::new();
+        apply(&mut index, &[(g, row(5, 4, 0, 21, 0))], &mut deletes);
+        assert!(deletes.is_empty(), "no row to delete: {deletes:?}");
+        assert_eq!(index.get(5).map(|l| (l.file, l.pos)), Some((g, 4)));
+        // In one round, a tombstone after a record of its partition wins; before it, loses.
+        let mut deletes = Vec::new();
+        apply(
+            &mut index,
+            &[(TOMBSTONE, row(9, 0, 1, 7, 0)), (g, row(9, 5, 1, 6, 0))],
+            &mut deletes,
+        );
+        assert_eq!(deletes, vec![(g, 5)]);
+        assert_eq!(index.get(9).map(|l| l.file), Some(GONE));
+        let mut deletes = Vec::new();
+        apply(
+            &mut index,
+            &[(TOMBSTONE, row(8, 0, 1, 7, 0)), (g, row(8, 6, 1, 8, 0))],
+            &mut deletes,
+        );
+        assert!(deletes.is_empty());
+        assert_eq!(index.get(8).map(|l| (l.file, l.pos)), Some((g, 6)));
     }
 }

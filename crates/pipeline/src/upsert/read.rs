@@ -75,9 +75,46 @@ pub async fn keyed_rows(
     size: u64,
     columns: &KeyColumns,
 ) -> Result<Vec<KeyedRow>> {
+    keyed(table, path, size, columns, false).await
+}
+
+/// [`keyed_rows`] of a key delete file, which must hold every key and Kafka column: one
+/// without them (written before the key changed) would delete nothing, so it is refused.
+pub async fn keyed_rows_complete(
+    table: &Table,
+    path: &str,
+    size: u64,
+    columns: &KeyColumns,
+) -> Result<Vec<KeyedRow>> {
+    keyed(table, path, size, columns, true).await
+}
+
+async fn keyed(
+    table: &Table,
+    path: &str,
+    size: u64,
+    columns: &KeyColumns,
+    complete: bool,
+) -> Result<Vec<KeyedRow>> {
     let mut ids = columns.key.clone();
     ids.extend([columns.partition, columns.offset, columns.timestamp]);
     let batches = read_columns(table, path, size, &ids).await?;
+    if complete
+        && let Some((_, found)) = batches
+            .iter()
+            .find(|(_, found)| found.iter().any(Option::is_none))
+    {
+        let missing: Vec<i32> = ids
+            .iter()
+            .zip(found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        return Err(Error::Config(format!(
+            "table {}: key delete file {path} lacks the columns of field ids {missing:?}: it was written for another primary_key; restore the key until its batch is committed",
+            table.identifier()
+        )));
+    }
     let mut out = Vec::new();
     let mut pos = 0u64;
     for (batch, found) in batches {
