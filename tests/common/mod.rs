@@ -301,7 +301,7 @@ impl Harness {
             .pending_files()
             .await
             .into_iter()
-            .filter(|f| f.table == table)
+            .filter(|f| f.table == table && f.key_deletes.is_none())
         {
             if let Some(c) = &f.carried {
                 // Rows carried in a state file: the part its pending entry names.

@@ -400,3 +400,9 @@ async fn upserts_read_back_as_the_last_record_per_key() {
     let mut h = common::moto().await;
     common::upsert_scenarios::upserts_read_back_as_the_last_record_per_key(&mut h).await;
 }
+
+#[tokio::test]
+async fn debezium_changes_read_back_as_the_current_rows() {
+    let mut h = common::moto().await;
+    common::upsert_scenarios::debezium_changes_read_back_as_the_current_rows(&mut h).await;
+}

@@ -7,6 +7,7 @@
 
 pub mod avro;
 mod builders;
+pub mod debezium;
 pub mod framing;
 mod json;
 pub mod protobuf;
@@ -65,11 +66,13 @@ pub enum RejectKind {
     UnknownSchema,
     /// The value's body does not follow the schema its header names.
     SchemaMismatch,
+    /// A change event (`envelope = "debezium"`) that is no change of a row, or lacks its row.
+    Envelope,
 }
 
 impl RejectKind {
     /// Every kind, for documentation and tests.
-    pub const ALL: [RejectKind; 18] = [
+    pub const ALL: [RejectKind; 19] = [
         RejectKind::InvalidBase64,
         RejectKind::Tombstone,
         RejectKind::EmptyValue,
@@ -88,6 +91,7 @@ impl RejectKind {
         RejectKind::NoSchemaId,
         RejectKind::UnknownSchema,
         RejectKind::SchemaMismatch,
+        RejectKind::Envelope,
     ];
 
     /// The value stored in the `error_kind` column.
@@ -111,6 +115,7 @@ impl RejectKind {
             RejectKind::NoSchemaId => "no_schema_id",
             RejectKind::UnknownSchema => "unknown_schema",
             RejectKind::SchemaMismatch => "schema_mismatch",
+            RejectKind::Envelope => "envelope",
         }
     }
 }

@@ -73,6 +73,8 @@ struct RawTable {
     mode: Option<Spanned<String>>,
     /// The key of an upsert table.
     primary_key: Option<Spanned<Vec<String>>>,
+    /// `"debezium"`: the records are Debezium change events.
+    envelope: Option<Spanned<String>>,
 }
 
 fn yes() -> bool {
@@ -412,6 +414,37 @@ fn parse_upsert(
             }
         },
     };
+    let envelope = match &t.envelope {
+        None => None,
+        Some(e) if e.get_ref() == "debezium" => {
+            if !upsert {
+                return Err(at(
+                    e.span(),
+                    format!(
+                        "table {name:?}: envelope = \"debezium\" applies to mode = \"upsert\" with a primary_key (a change event replaces or deletes its key's row)"
+                    ),
+                ));
+            }
+            if t.format.as_ref().is_some_and(|f| f.get_ref() != "json") {
+                return Err(at(
+                    e.span(),
+                    format!(
+                        "table {name:?}: envelope = \"debezium\" reads JSON change events (Kafka Connect's JSON converter, with or without schemas); Avro and Protobuf envelopes are not read yet"
+                    ),
+                ));
+            }
+            Some(super::Envelope::Debezium)
+        }
+        Some(e) => {
+            return Err(at(
+                e.span(),
+                format!(
+                    "table {name:?}: unknown envelope {:?}; use \"debezium\" (Debezium change events), or leave it out (the value is the row)",
+                    e.get_ref()
+                ),
+            ));
+        }
+    };
     let key = match (&t.primary_key, upsert) {
         (None, false) => return Ok(None),
         (Some(k), false) => {
@@ -475,5 +508,8 @@ fn parse_upsert(
             ));
         }
     }
-    Ok(Some(super::Upsert { key: names.clone() }))
+    Ok(Some(super::Upsert {
+        key: names.clone(),
+        envelope,
+    }))
 }

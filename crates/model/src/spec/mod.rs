@@ -241,6 +241,16 @@ pub struct TableSpec {
 pub struct Upsert {
     /// The key's columns (top-level, primitive, required), in the spec's order.
     pub key: Vec<String>,
+    /// How the records wrap the row (`envelope = "debezium"`); `None`: the value is the row.
+    pub envelope: Option<Envelope>,
+}
+
+/// How an upsert table's records wrap their row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    /// Debezium change events (JSON, with or without the converter's schemas): `after` is the
+    /// row, `op` `d` a delete (see [`crate::decode::debezium`]).
+    Debezium,
 }
 
 /// The most columns a primary key may have.

@@ -239,6 +239,26 @@ fn an_upsert_table_names_its_key() {
 }
 
 #[test]
+fn a_debezium_upsert_table_is_read_from_its_envelope() {
+    let text = UPSERT.replacen(
+        "mode = \"upsert\"",
+        "mode = \"upsert\"\nenvelope = \"debezium\"",
+        1,
+    );
+    let spec = parse(&text).expect("valid");
+    assert_eq!(
+        spec.tables[0].upsert.as_ref().and_then(|u| u.envelope),
+        Some(super::Envelope::Debezium)
+    );
+    let avro = text.replacen(
+        "envelope = \"debezium\"",
+        "envelope = \"debezium\"\nformat = \"avro\"",
+        1,
+    );
+    assert!(error(&avro).contains("not read yet"), "{}", error(&avro));
+}
+
+#[test]
 fn an_upsert_key_is_refused_naming_the_fix() {
     let cases = [
         (
@@ -286,6 +306,16 @@ fn an_upsert_key_is_refused_naming_the_fix() {
             "mode = \"upsert\"",
             "mode = \"upsert\"\nland = false",
             "needs the table to land",
+        ),
+        (
+            "mode = \"upsert\"",
+            "mode = \"upsert\"\nenvelope = \"maxwell\"",
+            "unknown envelope \"maxwell\"",
+        ),
+        (
+            "mode = \"upsert\"",
+            "envelope = \"debezium\"",
+            "applies to mode = \"upsert\"",
         ),
     ];
     for (from, to, want) in cases {

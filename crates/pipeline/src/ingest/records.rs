@@ -8,9 +8,11 @@ use base64::engine::general_purpose::STANDARD;
 use super::TopicTable;
 use super::tombstones::KeyDeletes;
 use crate::checkpoint::SourcePartition;
+use crate::decode::debezium::{self, Change};
 use crate::decode::value::{TIME_RANGE, timestamp_in_range};
 use crate::decode::{DeadLetter, DeadLetterBuilder, RejectKind, Rejection, RowBuilder};
 use crate::kafka::RecordMeta;
+use crate::spec::Envelope;
 
 /// Counts of one decoding pass.
 #[derive(Debug, Default)]
@@ -263,6 +265,37 @@ fn decode_one(
                     value_buf.len() + headers
                 ),
             ));
+        }
+    }
+    // A Debezium change event: `after` is the row, a delete names its key.
+    if table
+        .spec
+        .upsert
+        .as_ref()
+        .is_some_and(|u| u.envelope == Some(Envelope::Debezium))
+    {
+        match debezium::change(value_buf)? {
+            Change::Upsert(row) => {
+                value_buf.clear();
+                value_buf.extend_from_slice(row.as_bytes());
+            }
+            Change::Delete(before) => {
+                let keys = keys.ok_or_else(|| {
+                    Rejection::new(RejectKind::Envelope, "a delete on a table without a key")
+                })?;
+                let meta = RecordMeta {
+                    partition,
+                    offset: record.offset,
+                    timestamp_us,
+                    key,
+                    headers: &record.headers,
+                };
+                match before {
+                    Some(object) => keys.append_object(&object, meta)?,
+                    None => keys.append(meta)?,
+                }
+                return Ok(Decoded::KeyDelete);
+            }
         }
     }
     let cells = table.decoder.decode(value_buf, scratch, max_record_bytes)?;

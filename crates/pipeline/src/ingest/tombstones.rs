@@ -92,6 +92,26 @@ impl KeyDeletes {
         }))
     }
 
+    /// Adds a delete of the key whose columns are in the JSON `object` (a Debezium delete's
+    /// `before`), at `meta`'s Kafka position, or says why the key cannot be read.
+    pub fn append_object(
+        &mut self,
+        object: &str,
+        meta: RecordMeta<'_>,
+    ) -> std::result::Result<(), Rejection> {
+        let cells = self.decoder.decode(object).map_err(|r| {
+            Rejection::new(
+                RejectKind::Envelope,
+                format!(
+                    "Debezium delete: its before cannot be read as the key: {}",
+                    r.message
+                ),
+            )
+        })?;
+        self.rows.append(&cells, meta);
+        Ok(())
+    }
+
     /// Adds the tombstone of `meta` (whose `key` is the record's key), or says why its key
     /// cannot be read.
     pub fn append(&mut self, meta: RecordMeta<'_>) -> std::result::Result<(), Rejection> {
@@ -115,8 +135,15 @@ impl KeyDeletes {
             .map_err(|_| bad("its key is not UTF-8 text (keys are read as JSON or text)".into()))?;
         use serde_json::{Value, json};
         let object;
-        let json = match (serde_json::from_str::<Value>(text).ok(), &self.single) {
-            (Some(Value::Object(_)), _) => text,
+        let parsed = serde_json::from_str::<Value>(text)
+            .ok()
+            .map(crate::decode::debezium::key_payload);
+        let json = match (parsed, &self.single) {
+            // Kafka Connect's JSON converter wraps the key with its schema: the payload is it.
+            (Some(v @ Value::Object(_)), _) => {
+                object = v.to_string();
+                &object
+            }
             (Some(v @ Value::String(_)), Some((column, _))) => {
                 object = json!({ column: v }).to_string();
                 &object
