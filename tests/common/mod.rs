@@ -538,6 +538,15 @@ pub async fn query_rows(h: &Harness, sql: &str) -> Vec<Vec<Option<String>>> {
     out
 }
 
+/// Makes the next commit of upsert table `table` start cold (its key index read from storage),
+/// leaving other tables' (other tests') indexes alone.
+pub async fn forget_warm_index(h: &Harness, table: &str) {
+    let ident = h.tables().ident(table);
+    if let Some((t, _)) = h.backend.catalog.load(&ident).await.expect("load") {
+        streamtable::upsert::forget_warm_index(t.metadata().location());
+    }
+}
+
 /// The one integer `sql` gives (a count).
 pub async fn count(h: &Harness, sql: &str) -> i64 {
     query_rows(h, sql).await[0][0]

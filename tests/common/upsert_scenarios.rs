@@ -152,7 +152,7 @@ pub async fn upserts_read_back_as_the_last_record_per_key(h: &mut Harness) {
     for round in 0..10i64 {
         // Every other round starts as a cold process does: the key index read from its runs.
         if round % 2 == 1 {
-            streamtable::upsert::forget_warm_indexes();
+            super::forget_warm_index(h, "order_status").await;
         }
         let batch = model.batch(&mut rng, 30, 40, round);
         h.ingestor().handle(&event(&batch)).await.expect("ingest");
@@ -241,9 +241,9 @@ name = "customers"
 topic = "pg.public.customers"
 mode = "upsert"
 envelope = "debezium"
-primary_key = ["id"]
+primary_key = ["customer_id"]
 columns = [
-  { name = "id", type = "long", required = true },
+  { name = "customer_id", type = "long", required = true, path = "$.id" },
   { name = "email", type = "string" },
   { name = "source_lsn", type = "long", path = "$.__source.lsn" },
   { name = "op", type = "string", path = "$.__op" },
@@ -354,7 +354,7 @@ pub async fn debezium_changes_read_back_as_the_current_rows(h: &mut Harness) {
     assert_eq!(stats.keys, 4);
     let rows = super::query_rows(
         h,
-        "SELECT id, email, source_lsn, op FROM customers ORDER BY id",
+        "SELECT customer_id, email, source_lsn, op FROM customers ORDER BY customer_id",
     )
     .await;
     let rows: Vec<Vec<String>> = rows

@@ -300,7 +300,7 @@ async fn run(steps: Vec<Step>) {
                     "compaction applied every delete file: {deletes:?} left"
                 );
             }
-            Step::Cold => streamtable::upsert::forget_warm_indexes(),
+            Step::Cold => common::forget_warm_index(&h, TABLE).await,
         }
     }
     // Everything accepted is committed: the table is the last state of each key, for every reader.

@@ -26,6 +26,10 @@ pub enum Change {
     Delete(Option<String>),
 }
 
+/// Debezium's placeholder for a value the source did not send (its default
+/// `unavailable.value.placeholder`).
+const UNAVAILABLE: &str = "__debezium_unavailable_value";
+
 fn refuse(why: impl Into<String>) -> Rejection {
     Rejection::new(
         RejectKind::Envelope,
@@ -65,6 +69,22 @@ pub fn change(value: &[u8]) -> Result<Change, Rejection> {
             let Some(Value::Object(mut after)) = event.remove("after") else {
                 return Err(refuse(format!("op {op:?} without an after object")));
             };
+            if let Some(name) = ["__op", "__ts_ms", "__source"]
+                .into_iter()
+                .find(|n| after.contains_key(*n))
+            {
+                return Err(refuse(format!(
+                    "after has a field {name}, the name this envelope gives the event's own {}; rename the source column",
+                    &name[2..]
+                )));
+            }
+            // PostgreSQL leaves an unchanged TOASTed value out of an update unless the table's
+            // REPLICA IDENTITY is FULL: Debezium puts a placeholder, which would replace the value.
+            if let Some((name, _)) = after.iter().find(|(_, v)| v.as_str() == Some(UNAVAILABLE)) {
+                return Err(refuse(format!(
+                    "after.{name} is {UNAVAILABLE:?} (the source did not send the unchanged value); set REPLICA IDENTITY FULL on the source table"
+                )));
+            }
             after.insert("__op".into(), Value::String(op));
             for (from, to) in [("ts_ms", "__ts_ms"), ("source", "__source")] {
                 if let Some(v) = event.remove(from) {
@@ -89,15 +109,16 @@ pub fn change(value: &[u8]) -> Result<Change, Rejection> {
     }
 }
 
-/// A key object as Kafka Connect's JSON converter writes it (`{"schema": …, "payload": {…}}`)
-/// without its schema; any other JSON as it is.
+/// A key object as Kafka Connect's JSON converter writes it (`{"schema": {"type": …}, "payload":
+/// …}`) without its schema; any other JSON as it is.
 pub fn key_payload(key: Value) -> Value {
     match key {
-        Value::Object(mut m) if m.len() == 2 && m.contains_key("schema") => {
-            match m.remove("payload") {
-                Some(payload) => payload,
-                None => Value::Object(m),
-            }
+        Value::Object(mut m)
+            if m.len() == 2
+                && m.contains_key("payload")
+                && m.get("schema").is_some_and(|s| s.get("type").is_some()) =>
+        {
+            m.remove("payload").unwrap_or(Value::Null)
         }
         other => other,
     }
@@ -166,6 +187,9 @@ mod tests {
         )
         .expect("key");
         assert_eq!(key_payload(key), serde_json::json!({"id": 1}));
+        // A key whose columns are named schema and payload is a key.
+        let real = serde_json::json!({"schema": "public", "payload": "x"});
+        assert_eq!(key_payload(real.clone()), real);
     }
 
     #[test]
@@ -176,6 +200,14 @@ mod tests {
             (r#"{"id": 1}"#, "no op"),
             (r#"{"op": "u", "after": null}"#, "without an after"),
             (r#"{"op": 5}"#, "not a string"),
+            (
+                r#"{"op": "u", "after": {"id": 1, "__op": "x"}}"#,
+                "rename the source column",
+            ),
+            (
+                r#"{"op": "u", "after": {"id": 1, "bio": "__debezium_unavailable_value"}}"#,
+                "REPLICA IDENTITY FULL",
+            ),
         ] {
             let err = change(event.as_bytes()).expect_err(event);
             assert_eq!(err.kind, RejectKind::Envelope, "{event}");

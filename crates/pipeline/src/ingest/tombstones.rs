@@ -4,8 +4,10 @@
 //! [`crate::upsert`]). The file carries the table's own field ids, so that the commit reads and
 //! hashes its keys exactly as it reads the table's rows.
 //!
-//! The key is read as JSON: an object holding the key's columns (`{"order_id": "o-1"}`, what
-//! Kafka Connect and Debezium write), or — for a key of one column — a JSON scalar or the key's
+//! The key is read as JSON: an object holding the key's columns, read by their paths as the
+//! value is (`{"order_id": "o-1"}`, what Kafka Connect and Debezium write; Kafka Connect's
+//! `{"schema": …, "payload": …}` wrapper is read by its payload), or — for a key of one column —
+//! a JSON scalar or the key's
 //! text as it is (`o-1`; for a string column any text that is not a JSON string or object, so
 //! that `12345` is the string a producer's string serializer sent). A registry-framed key
 //! (Confluent's wire format) is not read. A tombstone whose key cannot be read stays a dead
@@ -28,8 +30,9 @@ pub(super) struct KeyDeletes {
     /// The rows so far.
     pub rows: RowBuilder,
     decoder: RecordDecoder,
-    /// The key's column when it has one (a bare key is its value), and whether it is a string.
-    single: Option<(String, bool)>,
+    /// The path of the key's column when it has one (a bare key is its value), and whether it
+    /// is a string.
+    single: Option<(Vec<String>, bool)>,
 }
 
 impl KeyDeletes {
@@ -51,8 +54,7 @@ impl KeyDeletes {
                     .find(|c| &c.name == k)
                     .cloned()
                     .ok_or_else(|| ctx(format!("no key column {k:?}")))?;
-                // Read from the key by its name, wherever the value keeps it.
-                c.path = crate::spec::JsonPath(vec![c.name.clone()]);
+                // Read from the key as the value is: by the column's path.
                 c.required = true;
                 Ok(c)
             })
@@ -86,7 +88,7 @@ impl KeyDeletes {
             layout,
             decoder: RecordDecoder::new(&key_spec),
             single: match key_spec.columns.as_slice() {
-                [c] => Some((c.name.clone(), c.column_type == ColumnType::String)),
+                [c] => Some((c.path.0.clone(), c.column_type == ColumnType::String)),
                 _ => None,
             },
         }))
@@ -94,22 +96,29 @@ impl KeyDeletes {
 
     /// Adds a delete of the key whose columns are in the JSON `object` (a Debezium delete's
     /// `before`), at `meta`'s Kafka position, or says why the key cannot be read.
+    ///
+    /// When `object` lacks the key (its columns null or absent, as a source's replica identity
+    /// may leave them), the Kafka key is read instead.
     pub fn append_object(
         &mut self,
         object: &str,
         meta: RecordMeta<'_>,
     ) -> std::result::Result<(), Rejection> {
-        let cells = self.decoder.decode(object).map_err(|r| {
-            Rejection::new(
-                RejectKind::Envelope,
-                format!(
-                    "Debezium delete: its before cannot be read as the key: {}",
-                    r.message
-                ),
-            )
-        })?;
-        self.rows.append(&cells, meta);
-        Ok(())
+        match self.decoder.decode(object) {
+            Ok(cells) => {
+                self.rows.append(&cells, meta);
+                Ok(())
+            }
+            Err(from_before) => self.append(meta).map_err(|from_key| {
+                Rejection::new(
+                    RejectKind::Envelope,
+                    format!(
+                        "Debezium delete: its key is neither in before ({}) nor in the Kafka key ({})",
+                        from_before.message, from_key.message
+                    ),
+                )
+            }),
+        }
     }
 
     /// Adds the tombstone of `meta` (whose `key` is the record's key), or says why its key
@@ -133,7 +142,7 @@ impl KeyDeletes {
         }
         let text = std::str::from_utf8(key)
             .map_err(|_| bad("its key is not UTF-8 text (keys are read as JSON or text)".into()))?;
-        use serde_json::{Value, json};
+        use serde_json::Value;
         let object;
         let parsed = serde_json::from_str::<Value>(text)
             .ok()
@@ -144,17 +153,17 @@ impl KeyDeletes {
                 object = v.to_string();
                 &object
             }
-            (Some(v @ Value::String(_)), Some((column, _))) => {
-                object = json!({ column: v }).to_string();
+            (Some(v @ Value::String(_)), Some((path, _))) => {
+                object = at_path(path, v).to_string();
                 &object
             }
             // A string key: any other text is the string itself (`12345`, `true`).
-            (_, Some((column, true))) | (None, Some((column, false))) => {
-                object = json!({ column: text }).to_string();
+            (_, Some((path, true))) | (None, Some((path, false))) => {
+                object = at_path(path, Value::String(text.to_string())).to_string();
                 &object
             }
-            (Some(v), Some((column, false))) if !v.is_array() && !v.is_null() => {
-                object = json!({ column: v }).to_string();
+            (Some(v), Some((path, false))) if !v.is_array() && !v.is_null() => {
+                object = at_path(path, v).to_string();
                 &object
             }
             _ => {
@@ -170,6 +179,15 @@ impl KeyDeletes {
         self.rows.append(&cells, meta);
         Ok(())
     }
+}
+
+/// `value` at `path` (`["a", "b"]`: `{"a": {"b": value}}`).
+fn at_path(path: &[String], value: serde_json::Value) -> serde_json::Value {
+    path.iter().rev().fold(value, |inner, member| {
+        let mut m = serde_json::Map::new();
+        m.insert(member.clone(), inner);
+        serde_json::Value::Object(m)
+    })
 }
 
 #[cfg(test)]
@@ -251,14 +269,18 @@ columns = [
         let mut k = KeyDeletes::new(&t, &layout, 4)
             .expect("ok")
             .expect("upsert");
-        // The key of two columns is read by the columns' names, not the value's paths.
-        k.append(meta(Some(br#"{"region":"eu","id":5}"#)))
+        // The key of two columns is read by the columns' paths, as the value is.
+        k.append(meta(Some(br#"{"where":{"region":"eu"},"id":5}"#)))
             .expect("object key");
         for (key, why) in [
             (None, "no key"),
             (Some(&b"eu-5"[..]), "not a JSON object"),
-            (Some(&br#"{"region":"eu"}"#[..]), "cannot be read"),
-            (Some(&br#"{"region":"eu","id":"x"}"#[..]), "cannot be read"),
+            (Some(&br#"{"where":{"region":"eu"}}"#[..]), "cannot be read"),
+            (Some(&br#"{"region":"eu","id":5}"#[..]), "cannot be read"),
+            (
+                Some(&br#"{"where":{"region":"eu"},"id":"x"}"#[..]),
+                "cannot be read",
+            ),
             (Some(&[0xff, 0xfe][..]), "not UTF-8"),
         ] {
             let err = k.append(meta(key)).expect_err("refused");
@@ -296,7 +318,7 @@ columns = [
             b"true",
             b"\"eu\"",
             b"eu-west",
-            br#"{"region":"us"}"#,
+            br#"{"where":{"region":"us"}}"#,
             b"null",
         ] {
             k.append(meta(Some(key))).expect("a string key");
@@ -309,5 +331,31 @@ columns = [
             .flatten()
             .collect();
         assert_eq!(regions, ["12345", "true", "eu", "eu-west", "us", "null"]);
+    }
+
+    #[test]
+    fn a_debezium_delete_reads_before_by_the_paths_or_else_the_kafka_key() {
+        let t = spec(r#"["id"]"#);
+        let layout = TableLayout::for_table(&t).expect("layout");
+        let mut k = KeyDeletes::new(&t, &layout, 4)
+            .expect("ok")
+            .expect("upsert");
+        k.append_object(r#"{"id": 7, "balance": null}"#, meta(Some(b"8")))
+            .expect("before has the key");
+        let wrapped = br#"{"schema": {"type": "struct"}, "payload": {"id": 9}}"#;
+        k.append_object(r#"{"id": null}"#, meta(Some(wrapped)))
+            .expect("the Kafka key has it");
+        let err = k
+            .append_object(r#"{"balance": 1.5}"#, meta(None))
+            .expect_err("no key anywhere");
+        assert_eq!(err.kind, RejectKind::Envelope);
+        assert!(err.message.contains("neither in before"), "{}", err.message);
+        let batch = k.rows.finish().expect("batch");
+        let ids: Vec<i64> = batch
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(ids, [7, 9]);
     }
 }

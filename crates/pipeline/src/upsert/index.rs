@@ -22,7 +22,7 @@
 //! tombstone's Kafka position, so that an older record of the key landing later (a replay) is
 //! still seen as older.
 //!
-//! Layout: `STKI`, a layout byte (2: a base, 3: a run of changes; 1: a whole index of an earlier
+//! Layout: `STKI`, a layout byte (4: a base, 5: a run of changes; 1: a whole index of an earlier
 //! release, read as a base), the body's size (u64), then zstd of: the definition (u32 length,
 //! UTF-8: the hash and the key's field ids), the file count (u32), each file's path (u32 length,
 //! UTF-8), the entry count (u64), and the entries sorted by key (key u128, file u32, position
@@ -39,9 +39,11 @@ use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"STKI";
 /// Layout of a base: the whole index (an earlier release refuses it and rebuilds the index).
-const BASE: u8 = 2;
+/// Layout 2 was written by a development build for both kinds: it is refused, and the index
+/// rebuilt.
+const BASE: u8 = 4;
 /// Layout of a run of changes.
-const CHANGES: u8 = 3;
+const CHANGES: u8 = 5;
 /// Layout of earlier releases: one object, the whole index (read as a base).
 const WHOLE: u8 = 1;
 const ENTRY_BYTES: usize = 16 + 4 + 8 + 4 + 8 + 8;

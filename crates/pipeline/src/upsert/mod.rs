@@ -53,11 +53,12 @@ static WARM: std::sync::LazyLock<std::sync::Mutex<HashMap<String, (String, KeyIn
 /// the version in `Cargo.lock` (an upgrade rebuilds the indexes instead of misreading them).
 pub const KEY_ENCODING: &str = "arrow-row 58.4.1";
 
-/// Drops the key indexes this process keeps between commits: the next commit of each upsert
-/// table reads its index from the runs its snapshot names, as a cold process does.
-pub fn forget_warm_indexes() {
+/// Drops the key index this process keeps between commits for the table at `location` (its
+/// root, as the table's metadata gives it): its next commit reads the index from the runs its
+/// snapshot names, as a cold process does.
+pub fn forget_warm_index(location: &str) {
     if let Ok(mut warm) = WARM.lock() {
-        warm.clear();
+        warm.remove(location);
     }
 }
 
@@ -233,7 +234,7 @@ async fn build(
         "xxh3-128 of {KEY_ENCODING}, key field ids {:?}",
         columns.key
     );
-    let (mut index, warm) = load_index(table, &definition).await;
+    let (mut index, warm) = load_index(table, &definition).await?;
     report.index_warm = warm;
     let covered: HashSet<String> = index.files().map(str::to_string).collect();
     let removed: HashSet<String> = covered
@@ -497,65 +498,83 @@ fn apply(index: &mut KeyIndex, rows: &[(u32, KeyedRow)], deletes: &mut Vec<(u32,
 /// run it last committed, else read from its runs — and whether it was warm; an empty one when
 /// there is none or it cannot be read (then every live file is read again: slower, never
 /// wrong).
-async fn load_index(table: &Table, definition: &str) -> (KeyIndex, bool) {
+async fn load_index(table: &Table, definition: &str) -> Result<(KeyIndex, bool)> {
     let props = table
         .metadata()
         .current_snapshot()
         .map(|s| s.summary().additional_properties.clone())
         .unwrap_or_default();
     let Some(newest) = props.get(KEY_INDEX_PROPERTY) else {
-        return (KeyIndex::new(definition), false);
+        return Ok((KeyIndex::new(definition), false));
     };
     let location = table.metadata().location();
     let metadata_dir = format!("{}/metadata/", location.trim_end_matches('/'));
     if !newest.starts_with(&metadata_dir) || newest[metadata_dir.len()..].contains('/') {
         tracing::warn!(table = %table.identifier(), index = %newest,
             "the key index named is not in the table's metadata directory; rebuilding it from the table's files");
-        return (KeyIndex::new(definition), false);
+        return Ok((KeyIndex::new(definition), false));
     }
     if let Ok(mut warm) = WARM.lock()
         && let Some((at, index)) = warm.remove(location)
         && at == *newest
         && index.definition() == definition
     {
-        return (index, true);
+        return Ok((index, true));
     }
-    let why = match read_runs(table, newest, props.get(KEY_INDEX_RUNS_PROPERTY)).await {
+    let why = match read_runs(table, newest, props.get(KEY_INDEX_RUNS_PROPERTY)).await? {
         Ok(runs) => match KeyIndex::from_runs(definition, runs) {
-            Ok(index) => return (index, false),
+            Ok(index) => return Ok((index, false)),
             Err(e) => e,
         },
         Err(e) => e,
     };
     tracing::warn!(table = %table.identifier(), index = %newest, why = %why,
         "the key index cannot be used; rebuilding it from the table's files");
-    (KeyIndex::new(definition), false)
+    Ok((KeyIndex::new(definition), false))
 }
 
-/// The runs a snapshot names, read and decoded (all at once), oldest first.
+/// The runs a snapshot names, read and decoded (all at once), oldest first; `Ok(Err(why))` when
+/// they cannot be used (then the index is rebuilt), `Err` when one could not be read though it
+/// is there (an outage: the commit fails and is retried, rather than rebuild on a transient
+/// fault).
 async fn read_runs(
     table: &Table,
     newest: &str,
     runs: Option<&String>,
-) -> std::result::Result<Vec<(RunRef, Run)>, String> {
-    let (dir, runs) = index::named_runs(newest, runs.map(String::as_str))
-        .ok_or_else(|| format!("its runs are not named by plain file names: {runs:?}"))?;
+) -> Result<std::result::Result<Vec<(RunRef, Run)>, String>> {
+    let Some((dir, runs)) = index::named_runs(newest, runs.map(String::as_str)) else {
+        return Ok(Err(format!(
+            "its runs are not named by plain, distinct file names (at most {}): {runs:?}",
+            index::MAX_RUNS
+        )));
+    };
     let reads = runs.into_iter().map(|r| {
         let dir = &dir;
         async move {
             let at = format!("{dir}/{}", r.name);
-            let bytes = match table.file_io().new_input(&at) {
+            let io = table.file_io();
+            let read = match io.new_input(&at) {
                 Ok(input) => input.read().await,
                 Err(e) => Err(e),
-            }
-            .map_err(|e| format!("key index {at}: {e}"))?;
+            };
+            let bytes = match read {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    if matches!(io.exists(&at).await, Ok(false)) {
+                        return Ok(Err(format!("key index run {at} is gone")));
+                    }
+                    return Err(Error::iceberg(format!("read the key index run {at}"), e));
+                }
+            };
             let run = tokio::task::spawn_blocking(move || Run::decode(&bytes, &at))
                 .await
-                .map_err(|e| format!("decode the key index: {e}"))??;
-            Ok::<_, String>((r, run))
+                .map_err(|e| Error::Internal(format!("decode the key index: {e}")))?;
+            Ok(run.map(|run| (r, run)))
         }
     });
-    futures::future::try_join_all(reads).await
+    let read: Vec<std::result::Result<(RunRef, Run), String>> =
+        futures::future::try_join_all(reads).await?;
+    Ok(read.into_iter().collect())
 }
 
 /// The positions deleted by the snapshot's live position delete files, per data file.
