@@ -145,6 +145,7 @@ pub fn ingest_metrics(
                 "Count",
             ),
             ("RecordsDeduplicated", summary.deduplicated as f64, "Count"),
+            ("KeyDeletes", summary.key_deletes as f64, "Count"),
             ("StateBytesMax", summary.state_bytes_max as f64, "Bytes"),
             ("FilesWritten", summary.files_written as f64, "Count"),
             ("BytesWritten", summary.bytes_written as f64, "Bytes"),
@@ -200,26 +201,41 @@ pub fn ingest_topic_metrics(event: &crate::esm::EsmEvent, now_ms: i64) -> Vec<St
 }
 
 /// One EMF line per table the scheduled run committed to or compacted (dimensions `function`,
-/// `table`): rows and files committed, bytes rewritten by compaction.
+/// `table`): rows and files committed, bytes rewritten by compaction; an interval join's state;
+/// an upsert table's live keys, the rows its rounds deleted, the keys tombstones deleted, and
+/// the bytes of key index written.
 pub fn scheduled_table_metrics(
     function: &str,
     report: &crate::scheduled::ScheduledReport,
     now_ms: i64,
 ) -> Vec<String> {
-    type Line<'a> = (u64, u64, u64, Option<&'a crate::commit::JoinStats>);
+    type Line<'a> = (
+        u64,
+        u64,
+        u64,
+        Option<&'a crate::commit::JoinStats>,
+        Option<crate::commit::UpsertStats>,
+    );
     let mut per_table: std::collections::BTreeMap<&str, Line<'_>> = Default::default();
     for t in &report.commit.tables {
         let e = per_table.entry(t.table.as_str()).or_default();
         e.0 += t.rows;
         e.1 += t.files;
         e.3 = t.join.as_ref().or(e.3);
+        if let Some(u) = &t.upsert {
+            let sum = e.4.get_or_insert_with(Default::default);
+            sum.keys = u.keys;
+            sum.rows_deleted += u.rows_deleted;
+            sum.keys_deleted += u.keys_deleted;
+            sum.index_bytes += u.index_bytes;
+        }
     }
     for c in &report.compaction {
         per_table.entry(c.table.as_str()).or_default().2 += c.input_bytes;
     }
     per_table
         .into_iter()
-        .map(|(table, (rows, files, rewritten, join))| {
+        .map(|(table, (rows, files, rewritten, join, upsert))| {
             let mut metrics = vec![
                 ("RowsCommitted", rows as f64, "Count"),
                 ("FilesCommitted", files as f64, "Count"),
@@ -236,6 +252,14 @@ pub fn scheduled_table_metrics(
                         "Count",
                     ),
                     ("JoinBacklogFilesLost", j.backlog_files_lost as f64, "Count"),
+                ]);
+            }
+            if let Some(u) = upsert {
+                metrics.extend([
+                    ("UpsertKeys", u.keys as f64, "Count"),
+                    ("UpsertRowsDeleted", u.rows_deleted as f64, "Count"),
+                    ("UpsertKeysDeleted", u.keys_deleted as f64, "Count"),
+                    ("KeyIndexBytesWritten", u.index_bytes as f64, "Bytes"),
                 ]);
             }
             emf_dimension_line(function, ("table", table), now_ms, &metrics)
@@ -398,8 +422,34 @@ mod tests {
             rows: 50,
             ..Default::default()
         });
+        for (deleted, keys) in [(3, 10), (4, 12)] {
+            report.commit.tables.push(crate::commit::TableCommitReport {
+                table: "orders_current".into(),
+                upsert: Some(crate::commit::UpsertStats {
+                    rows_deleted: deleted,
+                    keys_deleted: 1,
+                    keys,
+                    index_bytes: 100,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
         let lines = scheduled_table_metrics("scheduled", &report, 9);
-        assert_eq!(lines.len(), 1);
+        assert_eq!(lines.len(), 2);
+        let u: Value = serde_json::from_str(&lines[1]).expect("json");
+        assert_eq!(u["table"], "orders_current");
+        assert_eq!(
+            (
+                &u["UpsertKeys"],
+                &u["UpsertRowsDeleted"],
+                &u["UpsertKeysDeleted"],
+                &u["KeyIndexBytesWritten"]
+            ),
+            (&json!(12.0), &json!(7.0), &json!(2.0), &json!(200.0)),
+            "keys as of the last round, the rest summed"
+        );
+        assert!(u.get("JoinKeptRows").is_none());
         let t: Value = serde_json::from_str(&lines[0]).expect("json");
         assert_eq!(
             t["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
