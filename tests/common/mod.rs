@@ -27,6 +27,7 @@ pub mod status_scenarios;
 pub mod struct_scenarios;
 pub mod table_scenarios;
 pub mod trino;
+pub mod upsert_oracle;
 pub mod upsert_scenarios;
 pub mod window_scenarios;
 

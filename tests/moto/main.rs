@@ -15,4 +15,5 @@ mod joins;
 mod reliability;
 mod tables;
 mod trino;
+mod upsert_property;
 mod windows;
