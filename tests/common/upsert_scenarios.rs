@@ -352,6 +352,10 @@ pub async fn debezium_changes_read_back_as_the_current_rows(h: &mut Harness) {
         .expect("upsert round");
     assert_eq!(stats.keys_deleted, 2);
     assert_eq!(stats.keys, 4);
+    assert_eq!(
+        stats.index_entries, 6,
+        "the two deleted keys are remembered with their tombstones' positions"
+    );
     let rows = super::query_rows(
         h,
         "SELECT customer_id, email, source_lsn, op FROM customers ORDER BY customer_id",

@@ -109,6 +109,8 @@ pub struct UpsertStats {
     pub keys: u64,
     /// Data files read into the key index (after a compaction, or to build it).
     pub files_indexed: u64,
+    /// Entries of the key index after the round (live keys and deleted keys it remembers).
+    pub index_entries: u64,
     /// Bytes of the key index the round wrote (its changes, or a whole base).
     pub index_bytes: u64,
     /// Whether the round wrote the whole key index as a new base.
@@ -690,6 +692,7 @@ async fn commit_table(
             delete_files: done.delete_files,
             keys: done.keys,
             files_indexed: done.files_indexed,
+            index_entries: done.index_entries,
             index_bytes: done.index_bytes,
             index_base: done.index_base,
             index_warm: done.index_warm,

@@ -225,6 +225,7 @@ pub fn scheduled_table_metrics(
         if let Some(u) = &t.upsert {
             let sum = e.4.get_or_insert_with(Default::default);
             sum.keys = u.keys;
+            sum.index_entries = u.index_entries;
             sum.rows_deleted += u.rows_deleted;
             sum.keys_deleted += u.keys_deleted;
             sum.index_bytes += u.index_bytes;
@@ -257,6 +258,7 @@ pub fn scheduled_table_metrics(
             if let Some(u) = upsert {
                 metrics.extend([
                     ("UpsertKeys", u.keys as f64, "Count"),
+                    ("KeyIndexEntries", u.index_entries as f64, "Count"),
                     ("UpsertRowsDeleted", u.rows_deleted as f64, "Count"),
                     ("UpsertKeysDeleted", u.keys_deleted as f64, "Count"),
                     ("KeyIndexBytesWritten", u.index_bytes as f64, "Bytes"),
@@ -429,6 +431,7 @@ mod tests {
                     rows_deleted: deleted,
                     keys_deleted: 1,
                     keys,
+                    index_entries: keys + 1,
                     index_bytes: 100,
                     ..Default::default()
                 }),
@@ -449,6 +452,7 @@ mod tests {
             (&json!(12.0), &json!(7.0), &json!(2.0), &json!(200.0)),
             "keys as of the last round, the rest summed"
         );
+        assert_eq!(u["KeyIndexEntries"], 13.0);
         assert!(u.get("JoinKeptRows").is_none());
         let t: Value = serde_json::from_str(&lines[0]).expect("json");
         assert_eq!(

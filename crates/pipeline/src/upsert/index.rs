@@ -269,6 +269,12 @@ impl KeyIndex {
         &self.runs
     }
 
+    /// Entries it holds: the keys with a live row and the keys a tombstone deleted (kept with
+    /// the tombstone's Kafka position); what its memory and its bases grow with.
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Keys changed since it was read or last written.
     pub fn changed(&self) -> usize {
         self.changed.len()

@@ -85,6 +85,9 @@ pub struct UpsertCommit {
     pub keys: u64,
     /// Data files the index had not seen and read (after a compaction, or to build it).
     pub files_indexed: u64,
+    /// Entries of the key index after the commit: the live keys and the deleted keys it
+    /// remembers.
+    pub index_entries: u64,
     /// Bytes of the key index's run the commit wrote.
     pub index_bytes: u64,
     /// Whether that run is a whole base (else the round's changes).
@@ -298,6 +301,7 @@ async fn build(
     deletes.dedup();
     report.rows_deleted = deletes.len() as u64;
     report.keys = index.len() as u64;
+    report.index_entries = index.entries() as u64;
     let mut by_file: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for (file, pos) in deletes {
         let path = index.path(file).ok_or_else(|| {
