@@ -24,6 +24,7 @@
 pub mod deletes;
 pub mod index;
 pub mod read;
+pub mod run;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
