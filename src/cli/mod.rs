@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::generate::{EventFactory, Rng, SourceRecord, esm_event};
+use crate::generate::{EventFactory, ORDER_STATUS_TOPIC, Rng, SourceRecord, esm_event};
 use crate::ingest::Ingestor;
 
 /// Exit code for a retryable fault (EX_TEMPFAIL): run the command again later.
@@ -236,7 +236,7 @@ pub async fn scheduled(config: &Config, args: &ScheduledArgs) -> Result<()> {
 /// Arguments of `streamtable generate`.
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
-    /// Topic: orders, payments or readings.
+    /// Topic: orders, payments, readings or order_status.
     #[arg(long, default_value = "orders")]
     pub topic: String,
     /// Number of records.
@@ -289,11 +289,11 @@ impl Disorder {
     }
 }
 
-/// The demo topic `topic` carries: `orders`, `payments` or `readings` when its name contains one
-/// (a prefixed topic such as `demo-payments`), else `topic` itself (which the generator makes
-/// orders of).
+/// The demo topic `topic` carries: `orders`, `payments`, `readings` or `order_status` when its
+/// name contains one (a prefixed topic such as `demo-payments`), else `topic` itself (which
+/// the generator makes orders of).
 pub fn demo_kind(topic: &str) -> &str {
-    ["orders", "payments", "readings"]
+    ["orders", "payments", "readings", ORDER_STATUS_TOPIC]
         .into_iter()
         .find(|b| topic.contains(b))
         .unwrap_or(topic)
@@ -366,8 +366,13 @@ pub fn synthetic_stream(
         }
         // Readings are keyed by their sensor, as a producer keying by sensor_id would: a
         // sensor's readings share a partition (sessions per sensor are exact).
+        // Order status changes are keyed by their order: an order's changes share a
+        // partition, and the last one wins in the upsert table.
+        let status = (topic == ORDER_STATUS_TOPIC).then(|| crate::generate::status_event(n));
         let p = if topic == "readings" {
             (crate::generate::sensor_of(n, at) % partitions as u64) as usize
+        } else if let Some((k, _)) = status {
+            crate::generate::order_partition(k, partitions as u64) as usize
         } else {
             (i % partitions as u64) as usize
         };
@@ -380,8 +385,14 @@ pub fn synthetic_stream(
             partition: p as i32,
             offset,
             timestamp_ms: at + 250,
-            key: Some(format!("k-{}", n % 997).into_bytes()),
-            value: Some(factory.event(topic, n, at).into_bytes()),
+            key: Some(match status {
+                Some((k, _)) => crate::generate::order_id(k).into_bytes(),
+                None => format!("k-{}", n % 997).into_bytes(),
+            }),
+            value: match status {
+                Some((k, step)) => factory.status_change(k, step, at).map(String::into_bytes),
+                None => Some(factory.event(topic, n, at).into_bytes()),
+            },
             raw_value_field: None,
         };
         let record = if bad_every > 0 && i % bad_every == bad_every - 1 {

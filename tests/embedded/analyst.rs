@@ -109,6 +109,78 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
         "the producer's copies land in the raw table"
     );
 
+    // orders_current holds each order's last status change, erased orders gone: the state
+    // that follows from the topic's records in order (the demo's 3,000 events fit one batch,
+    // its every 250th record is bad: a tombstone, which erases its key, or a dead letter).
+    let mut model = std::collections::BTreeMap::new();
+    for n in 0..3000u64 {
+        let (k, step) = streamtable::generate::status_event(n);
+        let id = streamtable::generate::order_id(k);
+        let status = if n % 250 == 249 {
+            if (n / 250) % 8 != 1 {
+                continue;
+            }
+            None
+        } else {
+            streamtable::generate::order_status(k, step)
+        };
+        match status {
+            Some(s) => model.insert(id, s),
+            None => model.remove(&id),
+        };
+    }
+    let mut want = std::collections::BTreeMap::<&str, i64>::new();
+    for s in model.values() {
+        *want.entry(s).or_default() += 1;
+    }
+    assert!(want.len() == 4, "every status is in the model: {want:?}");
+    let out = streamtable(
+        home.path(),
+        &[
+            "query",
+            "SELECT status, count(*) AS n, count(DISTINCT order_id) AS ids FROM orders_current GROUP BY 1 ORDER BY 1",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let got: std::collections::BTreeMap<&str, i64> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["n"], r["ids"], "one row per order: {r}");
+            (
+                r["status"].as_str().unwrap_or("?"),
+                r["n"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "orders_current is the last status of each order");
+    let out = streamtable(
+        home.path(),
+        &[
+            "query",
+            &format!(
+                "SELECT count(*) AS n FROM orders_current WHERE order_id NOT IN ({})",
+                model
+                    .keys()
+                    .map(|k| format!("'{k}'"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "--format",
+            "json",
+        ],
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(rows[0]["n"], 0, "erased orders are gone");
+
     let out = streamtable(home.path(), &["tables", "--json"]);
     let tables: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let names: Vec<&str> = tables
@@ -125,6 +197,7 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
             "order_payments",
             "orders",
             "orders_clean",
+            "orders_current",
             "orders_per_minute_partials",
             "payments",
             "readings",

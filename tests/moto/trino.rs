@@ -284,6 +284,7 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
         "currency_rates",
         "orders_per_minute_partials",
         "sensor_sessions_partials",
+        "orders_current",
     ] {
         let rows = demo_h.trino_rows(t, None).expect("Trino");
         assert!(!rows.is_empty(), "the demo's {t} has rows");

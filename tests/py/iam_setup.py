@@ -53,6 +53,7 @@ def resolver(name):
         "OrdersTopic": "orders",
         "PaymentsTopic": "payments",
         "ReadingsTopic": "readings",
+        "OrderStatusTopic": "order_status",
     }
     attrs = {
         ("StateTable", "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}",

@@ -583,6 +583,7 @@ KAFKA_TABLES = [
     ("IngestFunctionOrders", "OrdersTopic", "orders"),
     ("IngestFunctionPayments", "PaymentsTopic", "payments"),
     ("IngestFunctionReadings", "ReadingsTopic", "readings"),
+    ("IngestFunctionOrderStatus", "OrderStatusTopic", "order-status"),
 ]
 MSK_ONLY = {"EventSourceArn", "AmazonManagedKafkaEventSourceConfig"}
 SELF_MANAGED_ONLY = {"SelfManagedEventSource", "SelfManagedKafkaEventSourceConfig", "SourceAccessConfigurations"}

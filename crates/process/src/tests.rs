@@ -24,7 +24,16 @@ fn spec() -> PipelineSpec {
 fn the_shipped_example_is_valid() {
     let spec = spec();
     let names: Vec<_> = spec.tables.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["orders", "payments", "readings"]);
+    assert_eq!(names, ["orders", "payments", "readings", "orders_current"]);
+    let current = spec
+        .table_for_topic("order_status")
+        .expect("order_status topic");
+    let upsert = current
+        .upsert
+        .as_ref()
+        .expect("orders_current is an upsert table");
+    assert_eq!(upsert.key, ["order_id"]);
+    assert!(upsert.envelope.is_none());
     let orders = spec.table_for_topic("orders").expect("orders topic");
     assert_eq!(
         orders.columns[2].column_type,

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use svg::{Series, X};
 
 /// The dashboards shipped in `infra/dashboards`, compiled in as the default.
-pub const BUILTIN: [(&str, &str); 7] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     (
         "01_orders_per_minute_by_country",
         include_str!("../../../infra/dashboards/01_orders_per_minute_by_country.sql"),
@@ -53,6 +53,10 @@ pub const BUILTIN: [(&str, &str); 7] = [
     (
         "07_sensor_sessions_per_hour",
         include_str!("../../../infra/dashboards/07_sensor_sessions_per_hour.sql"),
+    ),
+    (
+        "08_orders_by_current_status",
+        include_str!("../../../infra/dashboards/08_orders_by_current_status.sql"),
     ),
 ];
 

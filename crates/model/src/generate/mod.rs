@@ -266,6 +266,62 @@ const SITES: [&str; 5] = ["berlin", "lisbon", "oslo", "austin", "osaka"];
 
 use crate::clock::rfc3339_ms;
 
+/// An index drawn from `rng` with the given weights.
+fn weighted(rng: &mut Rng, weights: &[u64]) -> usize {
+    let mut r = rng.below(weights.iter().sum());
+    for (i, w) in weights.iter().enumerate() {
+        if r < *w {
+            return i;
+        }
+        r -= w;
+    }
+    0
+}
+
+/// The topic of order status changes (the `orders_current` upsert table's): each order is
+/// placed, then paid or cancelled, then shipped, cancelled or erased (a tombstone), keyed by
+/// its order id.
+pub const ORDER_STATUS_TOPIC: &str = "order_status";
+
+/// How many orders apart an order's successive status changes are on the topic: an order's
+/// payment arrives 100 orders after it was placed, its shipping 200 after.
+pub const STATUS_LAG: u64 = 100;
+
+/// The `n`-th event of the order status topic: (the order's number, its step 0, 1 or 2).
+/// Events come in threes (a placement, a second and a third change of earlier orders); the
+/// first orders of a stream, which no earlier orders precede, get their later steps at once
+/// and again when their turn comes (a repeated status: the last one still wins).
+pub fn status_event(n: u64) -> (u64, u64) {
+    let (m, step) = (n / 3, n % 3);
+    (m.checked_sub(step * STATUS_LAG).unwrap_or(m), step)
+}
+
+/// The order id of order `k`, as the orders and order status topics write it.
+pub fn order_id(k: u64) -> String {
+    format!("ord-{k:010}")
+}
+
+/// The status of order `k` after its step `step`, `None` when that step erases it (a
+/// tombstone): 80% placed → paid → shipped, 10% placed → paid → cancelled, 5% placed →
+/// cancelled (the cancellation sent twice), 5% placed → cancelled → erased.
+pub fn order_status(k: u64, step: u64) -> Option<&'static str> {
+    let path = Rng::new(k ^ 0x5eed).below(20);
+    match (step, path) {
+        (0, _) => Some("placed"),
+        (1, 0..=17) => Some("paid"),
+        (1, _) => Some("cancelled"),
+        (_, 0..=15) => Some("shipped"),
+        (_, 19) => None,
+        _ => Some("cancelled"),
+    }
+}
+
+/// The Kafka partition of order `k`'s status changes among `partitions`: producers key them by
+/// the order id, so an order's changes share a partition (and keep their order).
+pub fn order_partition(k: u64, partitions: u64) -> u64 {
+    Rng::new(k).next_u64() % partitions.max(1)
+}
+
 /// Generates the demo's business events.
 #[derive(Debug, Clone)]
 pub struct EventFactory {
@@ -282,14 +338,7 @@ impl EventFactory {
 
     /// An index drawn with the given weights.
     fn weighted(&mut self, weights: &[u64]) -> usize {
-        let mut r = self.rng.below(weights.iter().sum());
-        for (i, w) in weights.iter().enumerate() {
-            if r < *w {
-                return i;
-            }
-            r -= w;
-        }
-        0
+        weighted(&mut self.rng, weights)
     }
 
     /// An order placed at `at_ms`; `n` makes its id unique.
@@ -309,6 +358,24 @@ impl EventFactory {
             1 + self.rng.below(4),
             self.rng.next_u64(),
         )
+    }
+
+    /// Order `k`'s status change `step` at `at_ms` ([`order_status`]; `None`: a tombstone).
+    /// Its country and amount are the order's own, the same in each of its changes.
+    pub fn status_change(&mut self, k: u64, step: u64, at_ms: i64) -> Option<String> {
+        let status = order_status(k, step)?;
+        let mut order = Rng::new(k.wrapping_add(0x0dd5));
+        let c = weighted(&mut order, &COUNTRY_WEIGHTS);
+        let cents = 500 + order.below(49_500);
+        Some(format!(
+            r#"{{"order_id":"{}","status":"{status}","country":"{}","amount":"{}.{:02}","updated_at":"{}","source":"{}"}}"#,
+            order_id(k),
+            COUNTRIES[c],
+            cents / 100,
+            cents % 100,
+            rfc3339_ms(at_ms),
+            self.rng.pick(&["checkout", "payments", "warehouse"]),
+        ))
     }
 
     /// A payment attempt for order `n` at `at_ms`.
@@ -341,11 +408,19 @@ impl EventFactory {
         )
     }
 
-    /// The event of `topic` (orders, payments, readings); other topics get an order.
+    /// The event of `topic` (orders, payments, readings, order_status); other topics get an
+    /// order. An order status event that is a tombstone ([`status_event`] `n` erases its
+    /// order) is given as the order's previous status (see [`Self::status_change`]).
     pub fn event(&mut self, topic: &str, n: u64, at_ms: i64) -> String {
         match topic {
             "payments" => self.payment(n, at_ms),
             "readings" => self.reading(n, at_ms),
+            ORDER_STATUS_TOPIC => {
+                let (k, step) = status_event(n);
+                self.status_change(k, step, at_ms)
+                    .or_else(|| self.status_change(k, 1, at_ms))
+                    .unwrap_or_default()
+            }
             _ => self.order(n, at_ms),
         }
     }
