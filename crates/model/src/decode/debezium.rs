@@ -1,5 +1,6 @@
 //! The Debezium change event envelope (`envelope = "debezium"` on an upsert table), as the
-//! Kafka Connect JSON converter writes it, with or without schemas (`{"schema": …, "payload":
+//! Kafka Connect JSON converter writes it (Avro behind a registry: [`super::avro`], by the same
+//! rules), with or without schemas (`{"schema": …, "payload":
 //! {…}}` or the payload alone). Follows the envelope of Debezium 2.x and 3.x (`before`, `after`,
 //! `source`, `op`, `ts_ms`; "Debezium connector for PostgreSQL — Data change events").
 //!
@@ -28,9 +29,45 @@ pub enum Change {
 
 /// Debezium's placeholder for a value the source did not send (its default
 /// `unavailable.value.placeholder`).
-const UNAVAILABLE: &str = "__debezium_unavailable_value";
+pub(crate) const UNAVAILABLE: &str = "__debezium_unavailable_value";
 
-fn refuse(why: impl Into<String>) -> Rejection {
+/// What an event's `op` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `c`, `u` or `r`: `after` is the key's row.
+    Row,
+    /// `d`: the key is deleted.
+    Delete,
+}
+
+/// What `op` asks for, or why it is no change of a row.
+pub(crate) fn op(op: &str) -> Result<Op, Rejection> {
+    match op {
+        "c" | "u" | "r" => Ok(Op::Row),
+        "d" => Ok(Op::Delete),
+        "t" => Err(refuse(
+            "a truncate (op \"t\") is not applied: the table keeps its rows; delete them with a SQL DELETE if the source table was emptied",
+        )),
+        other => Err(refuse(format!(
+            "op {other:?} is not a change of a row (c, u, r or d)"
+        ))),
+    }
+}
+
+/// The refusal of an event without an `op`.
+pub(crate) fn no_op() -> Rejection {
+    refuse("it has no op; is the topic written by Debezium (with the JSON converter)?")
+}
+
+/// The refusal of an update whose `field` holds the placeholder of a value the source did not
+/// send.
+pub(crate) fn unavailable(field: &str) -> Rejection {
+    refuse(format!(
+        "after.{field} is {UNAVAILABLE:?} (the source did not send the unchanged value); set REPLICA IDENTITY FULL on the source table"
+    ))
+}
+
+pub(crate) fn refuse(why: impl Into<String>) -> Rejection {
     Rejection::new(
         RejectKind::Envelope,
         format!("Debezium change event: {}", why.into()),
@@ -58,14 +95,10 @@ pub fn change(value: &[u8]) -> Result<Change, Rejection> {
     let op = match event.get("op") {
         Some(Value::String(op)) => op.clone(),
         Some(other) => return Err(refuse(format!("op is {other}, not a string"))),
-        None => {
-            return Err(refuse(
-                "it has no op; is the topic written by Debezium (with the JSON converter)?",
-            ));
-        }
+        None => return Err(no_op()),
     };
-    match op.as_str() {
-        "c" | "u" | "r" => {
+    match self::op(&op)? {
+        Op::Row => {
             let Some(Value::Object(mut after)) = event.remove("after") else {
                 return Err(refuse(format!("op {op:?} without an after object")));
             };
@@ -81,9 +114,7 @@ pub fn change(value: &[u8]) -> Result<Change, Rejection> {
             // PostgreSQL leaves an unchanged TOASTed value out of an update unless the table's
             // REPLICA IDENTITY is FULL: Debezium puts a placeholder, which would replace the value.
             if let Some((name, _)) = after.iter().find(|(_, v)| v.as_str() == Some(UNAVAILABLE)) {
-                return Err(refuse(format!(
-                    "after.{name} is {UNAVAILABLE:?} (the source did not send the unchanged value); set REPLICA IDENTITY FULL on the source table"
-                )));
+                return Err(unavailable(name));
             }
             after.insert("__op".into(), Value::String(op));
             for (from, to) in [("ts_ms", "__ts_ms"), ("source", "__source")] {
@@ -93,19 +124,13 @@ pub fn change(value: &[u8]) -> Result<Change, Rejection> {
             }
             Ok(Change::Upsert(Value::Object(after).to_string()))
         }
-        "d" => match event.remove("before") {
+        Op::Delete => match event.remove("before") {
             Some(Value::Object(before)) => {
                 Ok(Change::Delete(Some(Value::Object(before).to_string())))
             }
             Some(Value::Null) | None => Ok(Change::Delete(None)),
             Some(other) => Err(refuse(format!("before is {other}, not an object"))),
         },
-        "t" => Err(refuse(
-            "a truncate (op \"t\") is not applied: the table keeps its rows; delete them with a SQL DELETE if the source table was emptied",
-        )),
-        other => Err(refuse(format!(
-            "op {other:?} is not a change of a row (c, u, r or d)"
-        ))),
     }
 }
 

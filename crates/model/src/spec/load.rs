@@ -425,11 +425,19 @@ fn parse_upsert(
                     ),
                 ));
             }
-            if t.format.as_ref().is_some_and(|f| f.get_ref() != "json") {
+            if t.format.as_ref().is_some_and(|f| f.get_ref() == "protobuf") {
                 return Err(at(
                     e.span(),
                     format!(
-                        "table {name:?}: envelope = \"debezium\" reads JSON change events (Kafka Connect's JSON converter, with or without schemas); Avro and Protobuf envelopes are not read yet"
+                        "table {name:?}: envelope = \"debezium\" reads change events in JSON (Kafka Connect's JSON converter, with or without schemas) or Avro behind a registry (format = \"avro\"); Protobuf change events are not read"
+                    ),
+                ));
+            }
+            if matches!(t.columns.get_ref(), RawColumns::Keyword(_)) {
+                return Err(at(
+                    t.columns.span(),
+                    format!(
+                        "table {name:?}: envelope = \"debezium\" needs its columns listed (the registry's schema is the change event's envelope, not the row); list the source table's columns"
                     ),
                 ));
             }

@@ -255,7 +255,18 @@ fn a_debezium_upsert_table_is_read_from_its_envelope() {
         "envelope = \"debezium\"\nformat = \"avro\"",
         1,
     );
-    assert!(error(&avro).contains("not read yet"), "{}", error(&avro));
+    let avro = parse(&avro).expect("Debezium events in Avro behind a registry");
+    assert_eq!(avro.tables[0].format, super::Format::Avro);
+    let protobuf = text.replacen(
+        "envelope = \"debezium\"",
+        "envelope = \"debezium\"\nformat = \"protobuf\"",
+        1,
+    );
+    assert!(
+        error(&protobuf).contains("Protobuf change events are not read"),
+        "{}",
+        error(&protobuf)
+    );
 }
 
 #[test]

@@ -94,6 +94,7 @@ impl Ingestor {
                     spec: t.clone(),
                     layout,
                     decoder: Decoder::new(t),
+                    key_decoder: super::tombstones::framed_keys(t)?,
                     location: warehouse.table_location(namespace, &t.name),
                 },
             );

@@ -88,6 +88,8 @@ pub(crate) struct TopicTable {
     pub spec: TableSpec,
     pub layout: Arc<TableLayout>,
     pub decoder: Decoder,
+    /// An Avro upsert table's decoder of registry-framed keys (tombstones, deletes).
+    pub key_decoder: Option<Arc<crate::decode::avro::AvroDecoder>>,
     pub location: String,
 }
 
@@ -340,7 +342,7 @@ impl Ingestor {
                     .sum();
                 builders.insert(topic, RowBuilder::new(&t.spec, t.layout.clone(), capacity)?);
                 if let Some(k) = KeyDeletes::new(&t.spec, &t.layout, 0)? {
-                    tombstones.insert(topic, k);
+                    tombstones.insert(topic, k.with_framed_keys(t.key_decoder.clone()));
                 }
             }
             records::decode_records(

@@ -8,9 +8,10 @@ use base64::engine::general_purpose::STANDARD;
 use super::TopicTable;
 use super::tombstones::KeyDeletes;
 use crate::checkpoint::SourcePartition;
+use crate::decode::avro::AvroChange;
 use crate::decode::debezium::{self, Change};
 use crate::decode::value::{TIME_RANGE, timestamp_in_range};
-use crate::decode::{DeadLetter, DeadLetterBuilder, RejectKind, Rejection, RowBuilder};
+use crate::decode::{DeadLetter, DeadLetterBuilder, Decoder, RejectKind, Rejection, RowBuilder};
 use crate::kafka::RecordMeta;
 use crate::spec::Envelope;
 
@@ -274,6 +275,30 @@ fn decode_one(
         .as_ref()
         .is_some_and(|u| u.envelope == Some(Envelope::Debezium))
     {
+        let meta = RecordMeta {
+            partition,
+            offset: record.offset,
+            timestamp_us,
+            key,
+            headers: &record.headers,
+        };
+        if let Decoder::Avro(avro) = &table.decoder {
+            let delete = match avro.change(value_buf, scratch, max_record_bytes)? {
+                AvroChange::Upsert(cells) => {
+                    rows.append(&cells, meta);
+                    return Ok(Decoded::Row);
+                }
+                AvroChange::Delete(key) => key,
+            };
+            let keys = keys.ok_or_else(|| {
+                Rejection::new(RejectKind::Envelope, "a delete on a table without a key")
+            })?;
+            match delete {
+                Some(cells) => keys.rows.append(&cells, meta),
+                None => keys.append(meta)?,
+            }
+            return Ok(Decoded::KeyDelete);
+        }
         match debezium::change(value_buf)? {
             Change::Upsert(row) => {
                 value_buf.clear();
@@ -283,13 +308,6 @@ fn decode_one(
                 let keys = keys.ok_or_else(|| {
                     Rejection::new(RejectKind::Envelope, "a delete on a table without a key")
                 })?;
-                let meta = RecordMeta {
-                    partition,
-                    offset: record.offset,
-                    timestamp_us,
-                    key,
-                    headers: &record.headers,
-                };
                 match before {
                     Some(object) => keys.append_object(&object, meta)?,
                     None => keys.append(meta)?,

@@ -34,73 +34,92 @@ impl Ingestor {
             let Some(table) = self.topics.get(&p.source.topic) else {
                 continue;
             };
-            let Some(decoder) = table.decoder.registry() else {
+            let Some(values) = table.decoder.registry() else {
                 continue;
             };
-            let mut wanted = BTreeSet::new();
-            let mut header = [0u8; 18];
-            for record in &p.records {
-                let Some(value) = record.value.as_deref() else {
+            self.resolve_ids(p, table, values, |r| r.value.as_deref())
+                .await?;
+            // An Avro upsert table's keys too: a tombstone's key names the row it deletes.
+            if let Some(keys) = &table.key_decoder {
+                self.resolve_ids(p, table, keys.as_ref(), |r| r.key.as_deref())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fetches the schemas that the part of `p`'s records `part` picks (value or key) names
+    /// and `decoder` does not have.
+    async fn resolve_ids(
+        &self,
+        p: &Planned<'_>,
+        table: &super::TopicTable,
+        decoder: &dyn crate::decode::RegistryDecoder,
+        part: impl Fn(&crate::esm::EsmRecord) -> Option<&str>,
+    ) -> Result<()> {
+        let mut wanted = BTreeSet::new();
+        let mut header = [0u8; 18];
+        for record in &p.records {
+            let Some(value) = part(record) else {
+                continue;
+            };
+            let Some(prefix) = value.get(..value.len().min(HEADER_CHARS)) else {
+                continue;
+            };
+            let Ok(n) = STANDARD.decode_slice(prefix, &mut header) else {
+                continue;
+            };
+            let id = header.get(..n).and_then(|h| frame(h).ok()).map(|f| f.id);
+            if let Some(id) = id.filter(|id| !decoder.knows(id)) {
+                wanted.insert(id);
+            }
+        }
+        let unknown = wanted.len();
+        let fetches = futures::stream::iter(wanted.into_iter().take(MAX_FETCHES_PER_GROUP))
+            .map(|id| async move {
+                let started = std::time::Instant::now();
+                let found = self.registries.fetch(&id).await;
+                (id, started, found)
+            })
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        let mut failed = None;
+        for (id, started, found) in fetches {
+            let found = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    failed.get_or_insert(e);
                     continue;
-                };
-                let Some(prefix) = value.get(..value.len().min(HEADER_CHARS)) else {
-                    continue;
-                };
-                let Ok(n) = STANDARD.decode_slice(prefix, &mut header) else {
-                    continue;
-                };
-                let id = header.get(..n).and_then(|h| frame(h).ok()).map(|f| f.id);
-                if let Some(id) = id.filter(|id| !decoder.knows(id)) {
-                    wanted.insert(id);
+                }
+            };
+            match found {
+                Lookup::Found { schema, kind } => {
+                    self.check_new_fields(table, &id, &schema)?;
+                    decoder.add_schema(id, &kind, &schema);
+                    tracing::info!(topic = %p.source.topic, schema = %id,
+                        ms = started.elapsed().as_millis() as u64, "fetched a writer schema");
+                }
+                Lookup::Missing(reason) => {
+                    tracing::warn!(topic = %p.source.topic, schema = %id, %reason,
+                        "schema not in the registry; its records become dead letters");
+                    decoder.add_missing(id, reason);
                 }
             }
-            let unknown = wanted.len();
-            let fetches = futures::stream::iter(wanted.into_iter().take(MAX_FETCHES_PER_GROUP))
-                .map(|id| async move {
-                    let started = std::time::Instant::now();
-                    let found = self.registries.fetch(&id).await;
-                    (id, started, found)
-                })
-                .buffer_unordered(FETCH_CONCURRENCY)
-                .collect::<Vec<_>>()
-                .await;
-            let mut failed = None;
-            for (id, started, found) in fetches {
-                let found = match found {
-                    Ok(found) => found,
-                    Err(e) => {
-                        failed.get_or_insert(e);
-                        continue;
-                    }
-                };
-                match found {
-                    Lookup::Found { schema, kind } => {
-                        self.check_new_fields(table, &id, &schema)?;
-                        decoder.add_schema(id, &kind, &schema);
-                        tracing::info!(topic = %p.source.topic, schema = %id,
-                            ms = started.elapsed().as_millis() as u64, "fetched a writer schema");
-                    }
-                    Lookup::Missing(reason) => {
-                        tracing::warn!(topic = %p.source.topic, schema = %id, %reason,
-                            "schema not in the registry; its records become dead letters");
-                        decoder.add_missing(id, reason);
-                    }
-                }
-            }
-            // What was learned is kept (above); the group fails only now.
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            if unknown > MAX_FETCHES_PER_GROUP {
-                return Err(Error::Registry {
-                    registry: "schema ids".into(),
-                    message: format!(
-                        "topic {}: the batch names {unknown} schema ids this process does not know, more than {MAX_FETCHES_PER_GROUP} (the limit per batch); fetched {MAX_FETCHES_PER_GROUP}, the retry fetches the next",
-                        p.source.topic
-                    ),
-                    retryable: true,
-                });
-            }
+        }
+        // What was learned is kept (above); the group fails only now.
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if unknown > MAX_FETCHES_PER_GROUP {
+            return Err(Error::Registry {
+                registry: "schema ids".into(),
+                message: format!(
+                    "topic {}: the batch names {unknown} schema ids this process does not know, more than {MAX_FETCHES_PER_GROUP} (the limit per batch); fetched {MAX_FETCHES_PER_GROUP}, the retry fetches the next",
+                    p.source.topic
+                ),
+                retryable: true,
+            });
         }
         Ok(())
     }

@@ -9,15 +9,21 @@
 //! `{"schema": …, "payload": …}` wrapper is read by its payload), or — for a key of one column —
 //! a JSON scalar or the key's
 //! text as it is (`o-1`; for a string column any text that is not a JSON string or object, so
-//! that `12345` is the string a producer's string serializer sent). A registry-framed key
-//! (Confluent's wire format) is not read. A tombstone whose key cannot be read stays a dead
-//! letter that says why.
+//! that `12345` is the string a producer's string serializer sent). On an Avro topic a
+//! registry-framed key (Confluent's or Glue's wire format: a record of the key's columns, as
+//! Debezium's AvroConverter writes it) is read with its schema from the registry. A tombstone
+//! whose key cannot be read stays a dead letter that says why.
 
 use std::sync::Arc;
 
 use iceberg::spec::{PartitionSpec, Schema};
 
+use crate::decode::avro::AvroDecoder;
+use crate::decode::framing::frame;
 use crate::decode::{RecordDecoder, RejectKind, Rejection, RowBuilder};
+
+/// The most bytes a compressed (Glue zlib) registry-framed key inflates to.
+const MAX_FRAMED_KEY_BYTES: usize = 1 << 20;
 use crate::error::{Error, Result};
 use crate::kafka::{self, RecordMeta};
 use crate::schema::TableLayout;
@@ -33,33 +39,59 @@ pub(super) struct KeyDeletes {
     /// The path of the key's column when it has one (a bare key is its value), and whether it
     /// is a string.
     single: Option<(Vec<String>, bool)>,
+    /// For an Avro topic: the decoder of its registry-framed keys.
+    framed: Option<Arc<AvroDecoder>>,
+}
+
+/// The spec of an upsert table's key: its key columns (required), read by their paths, from a
+/// key as from a value; `None` for a table that is not an upsert table.
+pub(super) fn key_spec(spec: &TableSpec) -> Result<Option<TableSpec>> {
+    let Some(upsert) = &spec.upsert else {
+        return Ok(None);
+    };
+    let mut key_spec = spec.clone();
+    key_spec.columns = upsert
+        .key
+        .iter()
+        .map(|k| {
+            let mut c = spec
+                .columns
+                .iter()
+                .find(|c| &c.name == k)
+                .cloned()
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "table {}: key deletes: no key column {k:?}",
+                        spec.name
+                    ))
+                })?;
+            c.required = true;
+            Ok(c)
+        })
+        .collect::<Result<_>>()?;
+    key_spec.kafka_headers = false;
+    key_spec.upsert = None;
+    Ok(Some(key_spec))
+}
+
+/// The decoder of an Avro upsert table's registry-framed keys (Confluent's or Glue's wire
+/// format, the key's schema from the registry: a record of the key's columns, as Debezium's
+/// AvroConverter writes it).
+pub(super) fn framed_keys(spec: &TableSpec) -> Result<Option<Arc<AvroDecoder>>> {
+    if spec.format != crate::spec::Format::Avro {
+        return Ok(None);
+    }
+    Ok(key_spec(spec)?.map(|k| Arc::new(AvroDecoder::new(&k))))
 }
 
 impl KeyDeletes {
     /// A builder of `spec`'s key deletes with the table's `layout` (its field ids), or `None`
     /// when the table is not an upsert table.
     pub fn new(spec: &TableSpec, layout: &TableLayout, capacity: usize) -> Result<Option<Self>> {
-        let Some(upsert) = &spec.upsert else {
+        let (Some(upsert), Some(key_spec)) = (&spec.upsert, key_spec(spec)?) else {
             return Ok(None);
         };
         let ctx = |what: String| Error::Config(format!("table {}: key deletes: {what}", spec.name));
-        let mut key_spec = spec.clone();
-        key_spec.columns = upsert
-            .key
-            .iter()
-            .map(|k| {
-                let mut c = spec
-                    .columns
-                    .iter()
-                    .find(|c| &c.name == k)
-                    .cloned()
-                    .ok_or_else(|| ctx(format!("no key column {k:?}")))?;
-                // Read from the key as the value is: by the column's path.
-                c.required = true;
-                Ok(c)
-            })
-            .collect::<Result<_>>()?;
-        key_spec.kafka_headers = false;
         let fields = upsert
             .key
             .iter()
@@ -91,7 +123,14 @@ impl KeyDeletes {
                 [c] => Some((c.path.0.clone(), c.column_type == ColumnType::String)),
                 _ => None,
             },
+            framed: None,
         }))
+    }
+
+    /// Reads registry-framed keys with `decoder` (an Avro topic's: [`framed_keys`]).
+    pub fn with_framed_keys(mut self, decoder: Option<Arc<AvroDecoder>>) -> Self {
+        self.framed = decoder;
+        self
     }
 
     /// Adds a delete of the key whose columns are in the JSON `object` (a Debezium delete's
@@ -135,9 +174,19 @@ impl KeyDeletes {
                 "the record has no key, so no row to delete (value absent)".into(),
             ));
         };
+        if let Some(decoder) = &self.framed
+            && frame(key).is_ok()
+        {
+            let mut scratch = Vec::new();
+            let cells = decoder
+                .decode(key, &mut scratch, MAX_FRAMED_KEY_BYTES)
+                .map_err(|r| bad(format!("its key cannot be read: {}", r.message)))?;
+            self.rows.append(&cells, meta);
+            return Ok(());
+        }
         if key.first() == Some(&0) {
             return Err(bad(
-                "its key is registry-framed (Confluent wire format), which tombstones are not read from; produce keys as JSON or text".into(),
+                "its key is registry-framed (Confluent wire format), which is read only on an Avro topic (format = \"avro\"); produce keys as JSON or text".into(),
             ));
         }
         let text = std::str::from_utf8(key)

@@ -8,8 +8,11 @@
 //! (the same kinds as JSON: `wrong_type`, `missing_field`, `out_of_range`, …).
 
 mod cursor;
+mod envelope;
 mod read;
 pub mod schema;
+
+pub use envelope::AvroChange;
 
 use std::sync::Arc;
 
@@ -37,12 +40,30 @@ pub struct AvroDecoder {
     slots: Vec<Vec<Target>>,
     columns: Vec<Column>,
     plans: SchemaCache<Plan>,
+    /// For Debezium change events: where the envelope's parts are among the cells.
+    envelope: Option<envelope::Layout>,
 }
 
 impl AvroDecoder {
-    /// A decoder for the table's columns (looked up in the writer's record by their paths).
+    /// A decoder for the table's columns (looked up in the writer's record by their paths), or
+    /// of its change events when the table reads Debezium's envelope.
     pub fn new(table: &TableSpec) -> AvroDecoder {
-        let leaves = table.leaves();
+        let debezium = table
+            .upsert
+            .as_ref()
+            .is_some_and(|u| u.envelope == Some(crate::spec::Envelope::Debezium));
+        if debezium {
+            let (leaves, layout) = envelope::columns(table);
+            AvroDecoder {
+                envelope: Some(layout),
+                ..Self::of_leaves(&leaves)
+            }
+        } else {
+            Self::of_leaves(&table.leaves())
+        }
+    }
+
+    fn of_leaves(leaves: &[crate::spec::ColumnSpec]) -> AvroDecoder {
         let paths: Vec<_> = leaves.iter().map(|c| &c.path).collect();
         let (tree, slot_of, slot_count) = Node::build(&paths);
         let mut slots: Vec<Vec<Target>> = vec![Vec::new(); slot_count];
@@ -67,23 +88,82 @@ impl AvroDecoder {
             slots,
             columns,
             plans: SchemaCache::default(),
+            envelope: None,
         }
     }
 
+    /// Whether this decoder reads Debezium change events ([`Self::change`]).
+    pub fn reads_changes(&self) -> bool {
+        self.envelope.is_some()
+    }
+
+    /// Decodes one framed Debezium change event: the key's new row, or the key it deletes.
+    /// A decoder of plain rows reads every value as a new row.
+    pub fn change<'a>(
+        &self,
+        value: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+        max_bytes: usize,
+    ) -> Result<AvroChange<'a>, Rejection> {
+        let Some(layout) = &self.envelope else {
+            return self
+                .decode(value, scratch, max_bytes)
+                .map(AvroChange::Upsert);
+        };
+        let framed = frame(value)?;
+        let cells = self.read(&framed, scratch, max_bytes)?;
+        let column = |i: usize| self.columns.get(i);
+        layout
+            .change(
+                cells,
+                |i| column(i).is_some_and(|c| c.required),
+                |i| {
+                    column(i)
+                        .map(|c| format!("{} ({})", c.name, c.path))
+                        .unwrap_or_default()
+                },
+            )
+            .map_err(|mut r| {
+                r.message = format!("{} (a record of {})", r.message, framed.id);
+                r
+            })
+    }
+
+    /// Reads the body of `framed` into one cell per column of the decoder (NULL where the
+    /// writer has no value).
+    fn read<'a>(
+        &self,
+        framed: &Framed<'a>,
+        scratch: &'a mut Vec<u8>,
+        max_bytes: usize,
+    ) -> Result<Vec<Cell<'a>>, Rejection> {
+        let plan = self.plans.get(&framed.id)?;
+        let body = body(framed, scratch, max_bytes)?;
+        let mut cells = vec![Cell::Null; self.columns.len()];
+        plan.read(body, &mut cells)
+            .map_err(|e| self.rejection(&framed.id, e))?;
+        Ok(cells)
+    }
+
     /// Decodes one framed value into its cells, one per column in spec order. `scratch` holds a
-    /// decompressed body; `max_bytes` bounds it.
+    /// decompressed body; `max_bytes` bounds it. A decoder of change events reads a change of a
+    /// row as its row, and refuses a delete.
     pub fn decode<'a>(
         &self,
         value: &'a [u8],
         scratch: &'a mut Vec<u8>,
         max_bytes: usize,
     ) -> Result<Vec<Cell<'a>>, Rejection> {
+        if self.envelope.is_some() {
+            return match self.change(value, scratch, max_bytes)? {
+                AvroChange::Upsert(cells) => Ok(cells),
+                AvroChange::Delete(_) => Err(crate::decode::debezium::refuse(
+                    "a delete (op \"d\") where a row was expected",
+                )),
+            };
+        }
         let framed = frame(value)?;
-        let plan = self.plans.get(&framed.id)?;
-        let body = body(&framed, scratch, max_bytes)?;
-        let mut cells = vec![Cell::Null; self.columns.len()];
-        plan.read(body, &mut cells)
-            .map_err(|e| self.rejection(&framed.id, e))?;
+        let cells = self.read(&framed, scratch, max_bytes)?;
         for (c, cell) in self.columns.iter().zip(&cells) {
             if c.required && *cell == Cell::Null {
                 return Err(Rejection::new(

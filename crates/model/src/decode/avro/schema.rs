@@ -244,6 +244,16 @@ impl Parser {
             }
             other => self.named_or_primitive(other, namespace)?,
         };
+        // Kafka Connect's semantic types that Avro has no logical type for, as Debezium's
+        // temporal types are written by the AvroConverter (`connect.name`).
+        match (obj.get("connect.name").and_then(Value::as_str), &base) {
+            (Some("io.debezium.time.Date"), Type::Int) => return Ok(Type::Date),
+            (Some("io.debezium.time.Timestamp"), Type::Long) => return Ok(Type::TimestampMillis),
+            (Some("io.debezium.time.MicroTimestamp"), Type::Long) => {
+                return Ok(Type::TimestampMicros);
+            }
+            _ => {}
+        }
         // Logical types on primitives; an unknown or misplaced one leaves the base type (as the
         // Avro specification says readers must).
         Ok(match (logical, &base) {
@@ -350,6 +360,29 @@ mod tests {
         assert_eq!(f[5].ty, Type::Union(vec![Type::Null, Type::Record(0)]));
         assert_eq!(f[6].ty, Type::String);
         assert_eq!(s.records[1].name, "shop.Customer");
+    }
+
+    #[test]
+    fn debeziums_temporal_types_are_read_by_their_connect_names() {
+        let s = Schema::parse(
+            r#"{"type":"record","name":"Value","fields":[
+                {"name":"d","type":{"type":"int","connect.version":1,"connect.name":"io.debezium.time.Date"}},
+                {"name":"ms","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.Timestamp"}},
+                {"name":"us","type":["null",{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTimestamp"}]},
+                {"name":"other","type":{"type":"long","connect.name":"io.debezium.time.MicroTime"}},
+                {"name":"misplaced","type":{"type":"string","connect.name":"io.debezium.time.Date"}}
+            ]}"#,
+        )
+        .expect("parses");
+        let f = &s.records[0].fields;
+        assert_eq!(f[0].ty, Type::Date);
+        assert_eq!(f[1].ty, Type::TimestampMillis);
+        assert_eq!(
+            f[2].ty,
+            Type::Union(vec![Type::Null, Type::TimestampMicros])
+        );
+        assert_eq!(f[3].ty, Type::Long, "a time of day is no timestamp");
+        assert_eq!(f[4].ty, Type::String);
     }
 
     #[test]

@@ -306,3 +306,150 @@ fn a_schema_of_reused_records_cannot_make_a_tiny_body_cost_exponential_work() {
     assert_eq!(r.kind, RejectKind::SchemaMismatch, "{}", r.message);
     assert!(r.message.contains("the limit"), "{}", r.message);
 }
+
+/// A Debezium upsert table over Avro change events, its columns read from `after`, the source
+/// position from `source`, the operation from `op`.
+const DEBEZIUM: &str = r#"
+[[tables]]
+name = "customers"
+topic = "pg.public.customers"
+format = "avro"
+mode = "upsert"
+envelope = "debezium"
+primary_key = ["customer_id"]
+columns = [
+  { name = "customer_id", type = "long", required = true, path = "$.id" },
+  { name = "email", type = "string" },
+  { name = "since", type = "timestamp" },
+  { name = "source_lsn", type = "long", path = "$.__source.lsn" },
+  { name = "op", type = "string", path = "$.__op" },
+]
+"#;
+
+/// The envelope Debezium's AvroConverter registers for a PostgreSQL table (abridged `source`),
+/// `since` a MicroTimestamp as the connector's default `time.precision.mode` writes it.
+const ENVELOPE: &str = r#"{"type":"record","name":"Envelope","namespace":"pg.public.customers","fields":[
+  {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+    {"name":"id","type":"long"},
+    {"name":"email","type":["null","string"],"default":null},
+    {"name":"since","type":["null",{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTimestamp"}],"default":null}
+  ],"connect.name":"pg.public.customers.Value"}],"default":null},
+  {"name":"after","type":["null","Value"],"default":null},
+  {"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium.connector.postgresql","fields":[
+    {"name":"version","type":"string"},{"name":"ts_ms","type":"long"},
+    {"name":"lsn","type":["null","long"],"default":null}]}},
+  {"name":"op","type":"string"},
+  {"name":"ts_ms","type":["null","long"],"default":null}
+],"connect.name":"pg.public.customers.Envelope"}"#;
+
+/// One change event: `before` and `after` as (id, email, since µs) when present.
+fn change_event(
+    op: &str,
+    before: Option<(i64, Option<&str>, i64)>,
+    after: Option<(i64, Option<&str>, i64)>,
+    lsn: i64,
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    for row in [before, after] {
+        match row {
+            None => long(&mut b, 0),
+            Some((id, email, since)) => {
+                long(&mut b, 1);
+                long(&mut b, id);
+                match email {
+                    None => long(&mut b, 0),
+                    Some(e) => {
+                        long(&mut b, 1);
+                        string(&mut b, e.as_bytes());
+                    }
+                }
+                long(&mut b, 1);
+                long(&mut b, since);
+            }
+        }
+    }
+    string(&mut b, b"2.7.0.Final");
+    long(&mut b, 1_700_000_000_000);
+    long(&mut b, 1);
+    long(&mut b, lsn);
+    string(&mut b, op.as_bytes());
+    long(&mut b, 0);
+    confluent(9, &b)
+}
+
+#[test]
+fn debezium_change_events_in_avro_are_rows_and_deletes() {
+    let spec =
+        PipelineSpec::parse(DEBEZIUM, Path::new("t.toml"), &crate::spec::NoSql).expect("spec");
+    let d = AvroDecoder::new(&spec.tables[0]);
+    assert!(d.reads_changes());
+    d.add_schema(SchemaId::Confluent(9), "AVRO", ENVELOPE);
+    let mut scratch = Vec::new();
+    let since = 1_700_000_000_123_456; // microseconds
+    let create = change_event("c", None, Some((7, Some("a@x"), since)), 24_023_128);
+    let got = d.change(&create, &mut scratch, 1 << 20).expect("create");
+    assert_eq!(
+        got,
+        AvroChange::Upsert(vec![
+            Cell::Long(7),
+            Cell::Str(Cow::Borrowed("a@x")),
+            Cell::Timestamp(since),
+            Cell::Long(24_023_128),
+            Cell::Str(Cow::Borrowed("c")),
+        ])
+    );
+    let delete = change_event("d", Some((7, None, 0)), None, 24_023_200);
+    assert_eq!(
+        d.change(&delete, &mut scratch, 1 << 20).expect("delete"),
+        AvroChange::Delete(Some(vec![Cell::Long(7)]))
+    );
+    let no_before = change_event("d", None, None, 24_023_201);
+    assert_eq!(
+        d.change(&no_before, &mut scratch, 1 << 20).expect("delete"),
+        AvroChange::Delete(None),
+        "the Kafka key names it"
+    );
+    // A decoder of rows reads a change of a row as the row, and refuses a delete.
+    assert!(d.decode(&create, &mut scratch, 1 << 20).is_ok());
+    assert_eq!(
+        d.decode(&delete, &mut scratch, 1 << 20)
+            .expect_err("delete")
+            .kind,
+        RejectKind::Envelope
+    );
+    for (event, kind, why) in [
+        (
+            change_event("t", None, None, 1),
+            RejectKind::Envelope,
+            "truncate",
+        ),
+        (
+            change_event("u", Some((7, None, 0)), None, 1),
+            RejectKind::Envelope,
+            "without an after record",
+        ),
+        (
+            change_event(
+                "u",
+                None,
+                Some((7, Some("__debezium_unavailable_value"), 0)),
+                1,
+            ),
+            RejectKind::Envelope,
+            "REPLICA IDENTITY FULL",
+        ),
+        (
+            change_event("c", None, Some((7, None, i64::MAX)), 1),
+            RejectKind::OutOfRange,
+            "since",
+        ),
+    ] {
+        let err = d.change(&event, &mut scratch, 1 << 20).expect_err(why);
+        assert_eq!(err.kind, kind, "{why}: {}", err.message);
+        assert!(err.message.contains(why), "{why}: {}", err.message);
+    }
+    // Every cut of an event is refused, never a panic.
+    for cut in 5..create.len() {
+        assert!(d.change(&create[..cut], &mut scratch, 1 << 20).is_err());
+    }
+}
