@@ -406,3 +406,9 @@ async fn debezium_changes_read_back_as_the_current_rows() {
     let mut h = common::moto().await;
     common::upsert_scenarios::debezium_changes_read_back_as_the_current_rows(&mut h).await;
 }
+
+#[tokio::test]
+async fn debezium_avro_changes_read_back_as_the_current_rows() {
+    let mut h = common::moto().await;
+    common::upsert_scenarios::debezium_avro_changes_read_back_as_the_current_rows(&mut h).await;
+}

@@ -248,8 +248,8 @@ pub struct Upsert {
 /// How an upsert table's records wrap their row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Envelope {
-    /// Debezium change events (JSON, with or without the converter's schemas): `after` is the
-    /// row, `op` `d` a delete (see [`crate::decode::debezium`]).
+    /// Debezium change events (JSON with or without the converter's schemas, or Avro behind a
+    /// registry): `after` is the row, `op` `d` a delete (see [`crate::decode::debezium`]).
     Debezium,
 }
 
