@@ -293,7 +293,7 @@ impl Disorder {
 /// name contains one (a prefixed topic such as `demo-payments`), else `topic` itself (which
 /// the generator makes orders of).
 pub fn demo_kind(topic: &str) -> &str {
-    ["orders", "payments", "readings", ORDER_STATUS_TOPIC]
+    [ORDER_STATUS_TOPIC, "orders", "payments", "readings"]
         .into_iter()
         .find(|b| topic.contains(b))
         .unwrap_or(topic)

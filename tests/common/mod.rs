@@ -7,6 +7,7 @@ pub mod blocked_scenarios;
 pub mod chaos;
 pub mod commit_race_scenarios;
 pub mod compaction_scenarios;
+pub mod debezium_scenarios;
 pub mod derived_scenarios;
 pub mod event_time_scenarios;
 pub mod evolution_scenarios;

@@ -4,8 +4,8 @@
 //! lose its answer, compactions that apply the deletes, and processes that start cold (the key
 //! index read from its runs), the table after every commit holds exactly the last record of
 //! each key — a tombstone as no row — computed here from the records the checkpoints accepted,
-//! by a model that knows nothing of indexes or delete files. Read by `streamtable query`'s
-//! engine after each commit, and by pyiceberg and DuckDB at the end.
+//! by a model that knows nothing of indexes or delete files. Read after each commit by
+//! `streamtable query`'s engine, pyiceberg and DuckDB, and Trino (Athena's engine) on moto.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -275,6 +275,7 @@ pub async fn run(mut h: Harness, steps: Vec<Step>) {
                 committed_once = true;
                 let want = expected(&accepted(&h).await);
                 assert_eq!(table_rows(&h).await, want, "after a commit");
+                every_reader_agrees(&h, &want);
             }
             Step::Compact => {
                 if !committed_once {
@@ -307,6 +308,12 @@ pub async fn run(mut h: Harness, steps: Vec<Step>) {
     // Everything accepted is committed: the table is the last state of each key, for every reader.
     let want = expected(&accepted(&h).await);
     assert_eq!(table_rows(&h).await, want, "at the end");
+    every_reader_agrees(&h, &want);
+}
+
+/// pyiceberg and DuckDB read the rows `want` (key, partition, offset) with the deletes applied,
+/// and so does Trino where it runs (on moto).
+fn every_reader_agrees(h: &Harness, want: &[(String, i32, i64)]) {
     let as_pairs: Vec<Value> = {
         let mut pairs: Vec<(i32, i64)> = want.iter().map(|(_, p, o)| (*p, *o)).collect();
         pairs.sort();
@@ -315,5 +322,6 @@ pub async fn run(mut h: Harness, steps: Vec<Step>) {
             .map(|(p, o)| serde_json::json!([p, o]))
             .collect()
     };
-    super::table_scenarios::check_table(&h, TABLE, &as_pairs);
+    super::table_scenarios::check_table(h, TABLE, &as_pairs);
+    h.assert_trino_reads_as_pyiceberg(TABLE, None);
 }

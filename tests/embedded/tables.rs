@@ -85,13 +85,19 @@ async fn upserts_read_back_as_the_last_record_per_key() {
 }
 
 #[tokio::test]
+async fn a_derived_upsert_table_holds_the_last_row_per_key() {
+    let mut h = common::embedded().await;
+    common::upsert_scenarios::a_derived_upsert_table_holds_the_last_row_per_key(&mut h).await;
+}
+
+#[tokio::test]
 async fn debezium_changes_read_back_as_the_current_rows() {
     let mut h = common::embedded().await;
-    common::upsert_scenarios::debezium_changes_read_back_as_the_current_rows(&mut h).await;
+    common::debezium_scenarios::debezium_changes_read_back_as_the_current_rows(&mut h).await;
 }
 
 #[tokio::test]
 async fn debezium_avro_changes_read_back_as_the_current_rows() {
     let mut h = common::embedded().await;
-    common::upsert_scenarios::debezium_avro_changes_read_back_as_the_current_rows(&mut h).await;
+    common::debezium_scenarios::debezium_avro_changes_read_back_as_the_current_rows(&mut h).await;
 }

@@ -202,7 +202,7 @@ mod tests {
     fn a_deployment_whose_topics_are_not_the_specs_is_refused_at_load() {
         let c = Config::from_lookup(lookup(&[(
             "STREAMTABLE_TOPICS",
-            "orders=orders,payments=payments,readings=sensors",
+            "orders=orders,payments=payments,readings=sensors,orders_current=order_status",
         )]))
         .expect("config");
         let e = c.load_pipeline().expect_err("disagree").to_string();
@@ -212,10 +212,10 @@ mod tests {
         );
         let c = Config::from_lookup(lookup(&[(
             "STREAMTABLE_TOPICS",
-            "orders=orders,payments=payments,readings=readings",
+            "orders=orders,payments=payments,readings=readings,orders_current=order_status",
         )]))
         .expect("config");
-        assert_eq!(c.load_pipeline().expect("agree").tables.len(), 3);
+        assert_eq!(c.load_pipeline().expect("agree").tables.len(), 4);
         assert!(Config::from_lookup(lookup(&[("STREAMTABLE_TOPICS", "orders")])).is_err());
     }
 
@@ -226,7 +226,7 @@ mod tests {
             backend: BackendConfig::Embedded { home: ".".into() },
             topics: None,
         };
-        assert_eq!(c.load_pipeline().expect("valid").tables.len(), 3);
+        assert_eq!(c.load_pipeline().expect("valid").tables.len(), 4);
     }
 }
 
@@ -248,8 +248,10 @@ mod deployed_topics_tests {
 
     #[test]
     fn the_templates_default_mapping_agrees_with_the_shipped_spec() {
-        let mapping =
-            parse_mapping("orders=orders, payments=payments,readings=readings").expect("mapping");
+        let mapping = parse_mapping(
+            "orders=orders, payments=payments,readings=readings,orders_current=order_status",
+        )
+        .expect("mapping");
         spec().check_deployed_topics(&mapping).expect("agree");
     }
 

@@ -431,6 +431,67 @@ ORDER BY amount
     );
 }
 
+#[test]
+fn a_derived_table_can_be_an_upsert_table_of_its_select() {
+    let text = r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+watermark = "at - INTERVAL '1' SECOND"
+columns = [{ name = "id", type = "string", required = true }, { name = "amount", type = "double" },
+           { name = "at", type = "timestamp", required = true }]
+
+[[derived_tables]]
+name = "latest"
+mode = "upsert"
+primary_key = ["order_id"]
+sql = "SELECT upper(id) AS order_id, amount FROM orders"
+"#;
+    let spec = PipelineSpec::parse(text, Path::new("p.toml"), &crate::Planner).expect("valid");
+    let upsert = spec.derived[0].table.upsert.as_ref().expect("upsert");
+    assert_eq!(upsert.key, ["order_id"]);
+    let window = "SELECT window_start, window_end, count(*) AS n FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(at), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end";
+    for (from, to, want) in [
+        (
+            "sql = \"SELECT upper(id) AS order_id, amount FROM orders\"",
+            format!("sql = \"{window}\""),
+            "not to a window",
+        ),
+        (
+            "primary_key = [\"order_id\"]",
+            "primary_key = [\"amount\"]".to_string(),
+            "not compared exactly",
+        ),
+        (
+            "primary_key = [\"order_id\"]",
+            "primary_key = [\"id\"]".to_string(),
+            "\"id\" is not a column",
+        ),
+        (
+            "mode = \"upsert\"",
+            "mode = \"merge\"".to_string(),
+            "unknown mode \"merge\"",
+        ),
+        (
+            "mode = \"upsert\"\n",
+            String::new(),
+            "primary_key applies to mode = \"upsert\"",
+        ),
+        (
+            "primary_key = [\"order_id\"]\n",
+            String::new(),
+            "needs primary_key",
+        ),
+    ] {
+        let bad = text.replacen(from, &to, 1);
+        let e = PipelineSpec::parse(&bad, Path::new("p.toml"), &crate::Planner)
+            .expect_err(want)
+            .to_string();
+        assert!(e.contains(want), "{to}: {e}");
+        assert!(e.contains("derived table \"latest\""), "{e}");
+    }
+}
+
 mod lookup_semantics {
     use std::sync::Arc;
 

@@ -56,7 +56,7 @@ pub(crate) fn op(op: &str) -> Result<Op, Rejection> {
 
 /// The refusal of an event without an `op`.
 pub(crate) fn no_op() -> Rejection {
-    refuse("it has no op; is the topic written by Debezium (with the JSON converter)?")
+    refuse("it has no op; is the topic written by Debezium?")
 }
 
 /// The refusal of an update whose `field` holds the placeholder of a value the source did not

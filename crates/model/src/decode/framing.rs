@@ -177,6 +177,11 @@ impl<T> SchemaCache<T> {
         }
     }
 
+    /// Whether the registry lacked `id` at an earlier lookup.
+    pub fn was_missing(&self, id: &SchemaId) -> bool {
+        self.missing.read().is_ok_and(|m| m.contains_key(id))
+    }
+
     /// Records that the registry does not have `id`, and why.
     pub fn add_missing(&self, id: SchemaId, reason: String) {
         if let Ok(mut m) = self.missing.write() {

@@ -176,6 +176,8 @@ pub trait RegistryDecoder: Send + Sync {
     fn add_schema(&self, id: framing::SchemaId, kind: &str, text: &str);
     /// Records that the registry does not have `id`, and why.
     fn add_missing(&self, id: framing::SchemaId, reason: String);
+    /// Whether the registry lacked `id` at an earlier lookup ([`Self::add_missing`]).
+    fn was_missing(&self, id: &framing::SchemaId) -> bool;
 }
 
 impl Decoder {

@@ -634,6 +634,10 @@ impl RegistryDecoder for ProtobufDecoder {
     fn add_missing(&self, id: SchemaId, reason: String) {
         self.schemas.add_missing(id, reason);
     }
+
+    fn was_missing(&self, id: &SchemaId) -> bool {
+        self.schemas.was_missing(id)
+    }
 }
 
 #[cfg(test)]

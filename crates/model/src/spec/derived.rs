@@ -96,6 +96,10 @@ pub(super) struct RawDerived {
     target_file_size_mb: Option<Spanned<u64>>,
     allowed_lateness: Option<Spanned<String>>,
     dedup: Option<Spanned<RawDedup>>,
+    /// `"append"` (the default) or `"upsert"`.
+    mode: Option<Spanned<String>>,
+    /// The key of an upsert table.
+    primary_key: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -260,6 +264,12 @@ pub(super) fn parse_derived(
             Some(v) => check_target_size(v).map_err(|m| at(v.span(), m))?,
             None => cx.settings.target_file_size_mb,
         };
+        let upsert = parse_upsert(
+            d,
+            &columns,
+            inferred.view.is_some() || inferred.join.is_some(),
+            at,
+        )?;
         let topic = source_spec.map(|t| t.topic.clone()).unwrap_or_default();
         out.push(DerivedSpec {
             table: TableSpec {
@@ -274,7 +284,7 @@ pub(super) fn parse_derived(
                 registry_subject: None,
                 registry_message: None,
                 kafka_headers: false,
-                upsert: None,
+                upsert,
             },
             source: inferred.source,
             references: inferred.references,
@@ -292,6 +302,68 @@ pub(super) fn parse_derived(
         });
     }
     Ok(out)
+}
+
+/// `mode = "upsert"` with `primary_key` on a derived table: its rows replace the row of their
+/// key by the source record's Kafka position, as a topic's upsert table's records do. Not for a
+/// windowed table or an interval join (`stateful`), whose rows are not one record's.
+fn parse_upsert(
+    d: &RawDerived,
+    columns: &[ColumnSpec],
+    stateful: bool,
+    at: &impl Fn(Range<usize>, String) -> Error,
+) -> Result<Option<super::Upsert>> {
+    let name = d.name.get_ref();
+    let upsert = match &d.mode {
+        None => false,
+        Some(m) => match m.get_ref().as_str() {
+            "append" => false,
+            "upsert" => true,
+            other => {
+                return Err(at(
+                    m.span(),
+                    format!(
+                        "derived table {name:?}: unknown mode {other:?}; use \"append\" (the default: every row is kept) or \"upsert\" (the current row per primary_key)"
+                    ),
+                ));
+            }
+        },
+    };
+    let key = match (&d.primary_key, upsert) {
+        (None, false) => return Ok(None),
+        (Some(k), false) => {
+            return Err(at(
+                k.span(),
+                format!(
+                    "derived table {name:?}: primary_key applies to mode = \"upsert\" (the current row per key); add it or remove primary_key"
+                ),
+            ));
+        }
+        (None, true) => {
+            let span = d.mode.as_ref().map(|m| m.span()).unwrap_or(d.name.span());
+            return Err(at(
+                span,
+                format!(
+                    "derived table {name:?}: mode = \"upsert\" needs primary_key = [\"<column>\", ...], columns of its SELECT that name a row"
+                ),
+            ));
+        }
+        (Some(k), true) => k,
+    };
+    if stateful {
+        return Err(at(
+            key.span(),
+            format!(
+                "derived table {name:?}: mode = \"upsert\" applies to a derived table whose rows are each one record's (SELECT … FROM a topic's table [JOIN a reference table] [WHERE …]), not to a window or an interval join"
+            ),
+        ));
+    }
+    super::load::check_primary_key(key.get_ref(), columns, false)
+        .map_err(|m| at(key.span(), format!("derived table {name:?}: {m}")))?;
+    Ok(Some(super::Upsert {
+        key: key.get_ref().clone(),
+        envelope: None,
+    }))
 }
 
 /// The suffix of the table that holds a windowed table's partial rows.

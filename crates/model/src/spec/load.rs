@@ -482,11 +482,64 @@ fn parse_upsert(
         );
     }
     let names = key.get_ref();
+    check_primary_key(names, columns, true)
+        .map_err(|m| at(key.span(), format!("table {name:?}: {m}")))?;
+    if envelope.is_some() {
+        check_envelope_paths(names, columns)
+            .map_err(|m| at(t.columns.span(), format!("table {name:?}: {m}")))?;
+    }
+    Ok(Some(super::Upsert {
+        key: names.clone(),
+        envelope,
+    }))
+}
+
+/// Checks a Debezium table's column paths: `$.__op` and `$.__ts_ms` are the envelope's own
+/// values (nothing inside them), `$.__source…` its `source`, and the key's columns come from
+/// the row (`after`, `before`), not from the envelope.
+fn check_envelope_paths(key: &[String], columns: &[ColumnSpec]) -> std::result::Result<(), String> {
+    for c in columns.iter().flat_map(ColumnSpec::leaves) {
+        let path = &c.path.0;
+        match path.first().map(String::as_str) {
+            Some(member @ ("__op" | "__ts_ms")) if path.len() > 1 => {
+                return Err(format!(
+                    "column {} reads {}, but $.{member} is the change event's {} (a value, nothing inside it)",
+                    c.name,
+                    c.path,
+                    &member[2..]
+                ));
+            }
+            Some("__op") if c.column_type != ColumnType::String => {
+                return Err(format!(
+                    "column {} reads $.__op, the change event's operation (c, u, r), which is a string",
+                    c.name
+                ));
+            }
+            Some(member) if member.starts_with("__") && key.contains(&c.name) => {
+                return Err(format!(
+                    "primary_key column {} reads {}, part of the envelope; a key column comes from the row (after, before)",
+                    c.name, c.path
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks an upsert table's `primary_key` against its `columns`: 1 to 8 distinct top-level
+/// columns compared exactly, each `required` when `needs_required` (a topic's table; a derived
+/// table's columns come from its SQL). The message says what is wrong.
+pub(super) fn check_primary_key(
+    names: &[String],
+    columns: &[ColumnSpec],
+    needs_required: bool,
+) -> std::result::Result<(), String> {
     if names.is_empty() {
-        return fail("primary_key is empty; name the columns that identify a row".into());
+        return Err("primary_key is empty; name the columns that identify a row".into());
     }
     if names.len() > super::MAX_PRIMARY_KEY_COLUMNS {
-        return fail(format!(
+        return Err(format!(
             "primary_key has {} columns, more than the limit of {}",
             names.len(),
             super::MAX_PRIMARY_KEY_COLUMNS
@@ -494,30 +547,27 @@ fn parse_upsert(
     }
     for (i, k) in names.iter().enumerate() {
         if names[..i].contains(k) {
-            return fail(format!("primary_key names {k:?} twice"));
+            return Err(format!("primary_key names {k:?} twice"));
         }
         let Some(c) = columns.iter().find(|c| &c.name == k) else {
-            return fail(format!(
+            return Err(format!(
                 "primary_key column {k:?} is not a column of the table (a key column is a top-level column)"
             ));
         };
         match c.column_type {
             ColumnType::Float | ColumnType::Double | ColumnType::Struct => {
-                return fail(format!(
+                return Err(format!(
                     "primary_key column {k:?} is a {}, which is not compared exactly; use a string, integer, date, timestamp, decimal or boolean column",
                     c.column_type
                 ));
             }
             _ => {}
         }
-        if !c.required {
-            return fail(format!(
+        if needs_required && !c.required {
+            return Err(format!(
                 "primary_key column {k:?} must be required (add required = true: a record without its key is a dead letter)"
             ));
         }
     }
-    Ok(Some(super::Upsert {
-        key: names.clone(),
-        envelope,
-    }))
+    Ok(())
 }

@@ -267,6 +267,28 @@ fn a_debezium_upsert_table_is_read_from_its_envelope() {
         "{}",
         error(&protobuf)
     );
+    // The envelope's own members hold values, and keys come from the row.
+    let with_column =
+        |column: &str| text.replacen("columns = [", &format!("columns = [\n  {column},"), 1);
+    for (column, why) in [
+        (
+            r#"{ name = "op_x", type = "string", path = "$.__op.x" }"#,
+            "nothing inside it",
+        ),
+        (
+            r#"{ name = "op_n", type = "long", path = "$.__op" }"#,
+            "which is a string",
+        ),
+    ] {
+        let e = error(&with_column(column));
+        assert!(e.contains(why), "{column}: {e}");
+    }
+    assert!(
+        parse(&with_column(
+            r#"{ name = "lsn", type = "long", path = "$.__source.lsn" }"#
+        ))
+        .is_ok()
+    );
 }
 
 #[test]

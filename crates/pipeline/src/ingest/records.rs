@@ -295,7 +295,15 @@ fn decode_one(
             })?;
             match delete {
                 Some(cells) => keys.rows.append(&cells, meta),
-                None => keys.append(meta)?,
+                None => keys.append(meta).map_err(|from_key| {
+                    Rejection::new(
+                        RejectKind::Envelope,
+                        format!(
+                            "Debezium delete: its key is neither in before nor in the Kafka key ({})",
+                            from_key.message
+                        ),
+                    )
+                })?,
             }
             return Ok(Decoded::KeyDelete);
         }

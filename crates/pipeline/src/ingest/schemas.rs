@@ -37,24 +37,36 @@ impl Ingestor {
             let Some(values) = table.decoder.registry() else {
                 continue;
             };
-            self.resolve_ids(p, table, values, |r| r.value.as_deref())
+            self.resolve_ids(p, table, values, false, |r| r.value.as_deref())
                 .await?;
-            // An Avro upsert table's keys too: a tombstone's key names the row it deletes.
+            // An Avro upsert table's keys too, where they name a row to delete: a tombstone's,
+            // and on a Debezium table any record's (a delete without `before`).
             if let Some(keys) = &table.key_decoder {
-                self.resolve_ids(p, table, keys.as_ref(), |r| r.key.as_deref())
-                    .await?;
+                let debezium = table
+                    .spec
+                    .upsert
+                    .as_ref()
+                    .is_some_and(|u| u.envelope.is_some());
+                self.resolve_ids(p, table, keys.as_ref(), true, |r| {
+                    r.key.as_deref().filter(|_| debezium || r.value.is_none())
+                })
+                .await?;
             }
         }
         Ok(())
     }
 
-    /// Fetches the schemas that the part of `p`'s records `part` picks (value or key) names
-    /// and `decoder` does not have.
+    /// Fetches the schemas that the part of `p`'s records `part` picks (value, or key when
+    /// `keys`) names and `decoder` does not have. Ids never asked come first: past
+    /// [`MAX_FETCHES_PER_GROUP`] of those the group fails (and its retry asks the next); ids the
+    /// registry lacked at an earlier lookup are asked again only within the limit, and else stay
+    /// missing (their records dead letters that say so), so a batch always makes progress.
     async fn resolve_ids(
         &self,
         p: &Planned<'_>,
         table: &super::TopicTable,
         decoder: &dyn crate::decode::RegistryDecoder,
+        keys: bool,
         part: impl Fn(&crate::esm::EsmRecord) -> Option<&str>,
     ) -> Result<()> {
         let mut wanted = BTreeSet::new();
@@ -71,11 +83,12 @@ impl Ingestor {
             };
             let id = header.get(..n).and_then(|h| frame(h).ok()).map(|f| f.id);
             if let Some(id) = id.filter(|id| !decoder.knows(id)) {
-                wanted.insert(id);
+                wanted.insert((decoder.was_missing(&id), id));
             }
         }
-        let unknown = wanted.len();
-        let fetches = futures::stream::iter(wanted.into_iter().take(MAX_FETCHES_PER_GROUP))
+        let unknown = wanted.iter().filter(|(missing, _)| !missing).count();
+        let ids = wanted.into_iter().map(|(_, id)| id);
+        let fetches = futures::stream::iter(ids.take(MAX_FETCHES_PER_GROUP))
             .map(|id| async move {
                 let started = std::time::Instant::now();
                 let found = self.registries.fetch(&id).await;
@@ -95,7 +108,9 @@ impl Ingestor {
             };
             match found {
                 Lookup::Found { schema, kind } => {
-                    self.check_new_fields(table, &id, &schema)?;
+                    if !keys {
+                        self.check_new_fields(table, &id, &schema)?;
+                    }
                     decoder.add_schema(id, &kind, &schema);
                     tracing::info!(topic = %p.source.topic, schema = %id,
                         ms = started.elapsed().as_millis() as u64, "fetched a writer schema");

@@ -174,16 +174,24 @@ impl KeyDeletes {
                 "the record has no key, so no row to delete (value absent)".into(),
             ));
         };
+        let mut framed_error = None;
         if let Some(decoder) = &self.framed
             && frame(key).is_ok()
         {
             let mut scratch = Vec::new();
-            let cells = decoder
-                .decode(key, &mut scratch, MAX_FRAMED_KEY_BYTES)
-                .map_err(|r| bad(format!("its key cannot be read: {}", r.message)))?;
-            self.rows.append(&cells, meta);
-            return Ok(());
+            match decoder.decode(key, &mut scratch, MAX_FRAMED_KEY_BYTES) {
+                Ok(cells) => {
+                    self.rows.append(&cells, meta);
+                    return Ok(());
+                }
+                // Text that only looks framed is read as text below; else this is the reason.
+                Err(r) => framed_error = Some(r.message),
+            }
         }
+        let bad = |why: String| match &framed_error {
+            Some(framed) => bad(format!("its key cannot be read: {framed}")),
+            None => bad(why),
+        };
         if key.first() == Some(&0) {
             return Err(bad(
                 "its key is registry-framed (Confluent wire format), which is read only on an Avro topic (format = \"avro\"); produce keys as JSON or text".into(),

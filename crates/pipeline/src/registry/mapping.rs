@@ -184,9 +184,10 @@ impl Collector {
                 AvroType::Double => Some(ColumnType::Double),
                 AvroType::String | AvroType::Enum(_) => Some(ColumnType::String),
                 AvroType::Date => Some(ColumnType::Date),
-                AvroType::TimestampMillis | AvroType::TimestampMicros => {
-                    Some(ColumnType::Timestamp)
-                }
+                AvroType::TimestampMillis
+                | AvroType::TimestampMicros
+                | AvroType::TimestampNanos => Some(ColumnType::Timestamp),
+                AvroType::TimeOfDay => Some(ColumnType::Long),
                 AvroType::Decimal {
                     precision, scale, ..
                 } if (1..=38).contains(precision) && scale <= precision => {

@@ -147,7 +147,13 @@ impl<'a> Cursor<'a> {
             Type::Boolean => {
                 self.byte()?;
             }
-            Type::Int | Type::Long | Type::Date | Type::TimestampMillis | Type::TimestampMicros => {
+            Type::Int
+            | Type::Long
+            | Type::Date
+            | Type::TimestampMillis
+            | Type::TimestampMicros
+            | Type::TimestampNanos
+            | Type::TimeOfDay => {
                 self.long()?;
             }
             Type::Enum(_) => {

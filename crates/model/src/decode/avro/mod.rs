@@ -222,6 +222,10 @@ impl super::RegistryDecoder for AvroDecoder {
     fn add_missing(&self, id: SchemaId, reason: String) {
         self.plans.add_missing(id, reason);
     }
+
+    fn was_missing(&self, id: &SchemaId) -> bool {
+        self.plans.was_missing(id)
+    }
 }
 
 #[cfg(test)]

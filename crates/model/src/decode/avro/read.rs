@@ -181,13 +181,17 @@ fn fits(ty: &Type, col: ColumnType) -> bool {
     use ColumnType as C;
     match col {
         C::String => matches!(ty, Type::String | Type::Enum(_) | Type::Bytes),
-        C::Int | C::Long => matches!(ty, Type::Int | Type::Long),
+        C::Int | C::Long => matches!(ty, Type::Int | Type::Long | Type::TimeOfDay),
         C::Float | C::Double => matches!(ty, Type::Int | Type::Long | Type::Float | Type::Double),
         C::Boolean => matches!(ty, Type::Boolean),
         C::Date => matches!(ty, Type::Date),
         C::Timestamp => matches!(
             ty,
-            Type::TimestampMillis | Type::TimestampMicros | Type::Long | Type::String
+            Type::TimestampMillis
+                | Type::TimestampMicros
+                | Type::TimestampNanos
+                | Type::Long
+                | Type::String
         ),
         C::Decimal { .. } => matches!(
             ty,
@@ -270,13 +274,13 @@ fn read_cell<'a>(c: &mut Cursor<'a>, ty: &Type, col: ColumnType) -> Result<Cell<
                 .ok_or_else(|| Fault::Malformed(format!("enum index {i} out of range")))?;
             Cell::Str(Cow::Owned(symbol.clone()))
         }
-        (Type::Int | Type::Long, C::Int) => {
+        (Type::Int | Type::Long | Type::TimeOfDay, C::Int) => {
             let v = c.long()?;
             Cell::Int(i32::try_from(v).map_err(|_| {
                 value_error(RejectKind::OutOfRange, format!("{v} does not fit an int"))
             })?)
         }
-        (Type::Int | Type::Long, C::Long) => Cell::Long(c.long()?),
+        (Type::Int | Type::Long | Type::TimeOfDay, C::Long) => Cell::Long(c.long()?),
         (Type::Int | Type::Long, C::Double) => Cell::Double(c.long()? as f64),
         (Type::Int | Type::Long, C::Float) => Cell::Float(c.long()? as f32),
         (Type::Float, C::Float) => Cell::Float(finite(c.float()?)?),
@@ -320,6 +324,16 @@ fn read_cell<'a>(c: &mut Cursor<'a>, ty: &Type, col: ColumnType) -> Result<Cell<
             Cell::Timestamp(
                 timestamp_in_range(us, format_args!("{us} (epoch microseconds)"))
                     .map_err(Fault::Value)?,
+            )
+        }
+        (Type::TimestampNanos, C::Timestamp) => {
+            let ns = c.long()?;
+            Cell::Timestamp(
+                timestamp_in_range(
+                    ns.div_euclid(1000),
+                    format_args!("{ns} (epoch nanoseconds)"),
+                )
+                .map_err(Fault::Value)?,
             )
         }
         (Type::String, C::Timestamp) => {

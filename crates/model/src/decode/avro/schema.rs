@@ -42,6 +42,11 @@ pub enum Type {
     TimestampMillis,
     /// `long` microseconds since the epoch (also `local-timestamp-micros`).
     TimestampMicros,
+    /// `long` nanoseconds since the epoch (`timestamp-nanos`, Debezium's `NanoTimestamp`).
+    TimestampNanos,
+    /// A time of day as Debezium writes it (`Time`, `MicroTime`, `NanoTime`): its number, for an
+    /// integer column; not a timestamp.
+    TimeOfDay,
     /// Two's-complement big-endian unscaled value in `bytes` (`fixed` = `None`) or `fixed`.
     Decimal {
         /// Digits in all.
@@ -119,6 +124,8 @@ impl Schema {
             Type::Date => "int (date)".into(),
             Type::TimestampMillis => "long (timestamp-millis)".into(),
             Type::TimestampMicros => "long (timestamp-micros)".into(),
+            Type::TimestampNanos => "long (timestamp-nanos)".into(),
+            Type::TimeOfDay => "a time of day".into(),
             Type::Decimal {
                 precision, scale, ..
             } => format!("decimal({precision},{scale})"),
@@ -252,6 +259,17 @@ impl Parser {
             (Some("io.debezium.time.MicroTimestamp"), Type::Long) => {
                 return Ok(Type::TimestampMicros);
             }
+            (Some("io.debezium.time.NanoTimestamp"), Type::Long) => {
+                return Ok(Type::TimestampNanos);
+            }
+            (
+                Some(
+                    "io.debezium.time.Time"
+                    | "io.debezium.time.MicroTime"
+                    | "io.debezium.time.NanoTime",
+                ),
+                Type::Int | Type::Long,
+            ) => return Ok(Type::TimeOfDay),
             _ => {}
         }
         // Logical types on primitives; an unknown or misplaced one leaves the base type (as the
@@ -264,6 +282,7 @@ impl Parser {
             (Some("timestamp-micros" | "local-timestamp-micros"), Type::Long) => {
                 Type::TimestampMicros
             }
+            (Some("timestamp-nanos" | "local-timestamp-nanos"), Type::Long) => Type::TimestampNanos,
             (Some("decimal"), Type::Bytes) => decimal(obj, None).unwrap_or(base),
             _ => base,
         })
@@ -370,6 +389,7 @@ mod tests {
                 {"name":"ms","type":{"type":"long","connect.version":1,"connect.name":"io.debezium.time.Timestamp"}},
                 {"name":"us","type":["null",{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTimestamp"}]},
                 {"name":"other","type":{"type":"long","connect.name":"io.debezium.time.MicroTime"}},
+                {"name":"ns","type":{"type":"long","connect.name":"io.debezium.time.NanoTimestamp"}},
                 {"name":"misplaced","type":{"type":"string","connect.name":"io.debezium.time.Date"}}
             ]}"#,
         )
@@ -381,8 +401,9 @@ mod tests {
             f[2].ty,
             Type::Union(vec![Type::Null, Type::TimestampMicros])
         );
-        assert_eq!(f[3].ty, Type::Long, "a time of day is no timestamp");
-        assert_eq!(f[4].ty, Type::String);
+        assert_eq!(f[3].ty, Type::TimeOfDay, "a time of day is no timestamp");
+        assert_eq!(f[4].ty, Type::TimestampNanos);
+        assert_eq!(f[5].ty, Type::String);
     }
 
     #[test]

@@ -453,3 +453,64 @@ fn debezium_change_events_in_avro_are_rows_and_deletes() {
         assert!(d.change(&create[..cut], &mut scratch, 1 << 20).is_err());
     }
 }
+
+#[test]
+fn debezium_nano_timestamps_and_times_of_day_are_read_by_what_they_are() {
+    let spec = PipelineSpec::parse(
+        r#"
+[[tables]]
+name = "t"
+topic = "t"
+format = "avro"
+columns = [
+  { name = "at", type = "timestamp", required = true },
+  { name = "opens", type = "long" },
+]
+"#,
+        Path::new("t.toml"),
+        &crate::spec::NoSql,
+    )
+    .expect("spec");
+    let d = AvroDecoder::new(&spec.tables[0]);
+    let writer = |opens: &str| {
+        format!(
+            r#"{{"type":"record","name":"V","fields":[
+              {{"name":"at","type":{{"type":"long","connect.name":"io.debezium.time.NanoTimestamp"}}}},
+              {{"name":"opens","type":{{"type":"long","connect.name":"io.debezium.time.{opens}"}}}}]}}"#
+        )
+    };
+    d.add_schema(SchemaId::Confluent(1), "AVRO", &writer("MicroTime"));
+    let mut b = Vec::new();
+    long(&mut b, 1_795_946_400_123_456_789);
+    long(&mut b, 32_400_000_000); // 09:00 in microseconds
+    let mut scratch = Vec::new();
+    let value = confluent(1, &b);
+    let cells = d.decode(&value, &mut scratch, 1 << 20).expect("reads");
+    assert_eq!(
+        cells,
+        [
+            Cell::Timestamp(1_795_946_400_123_456),
+            Cell::Long(32_400_000_000)
+        ]
+    );
+    // A time of day is no timestamp: a timestamp column refuses it, naming the column.
+    let swapped = PipelineSpec::parse(
+        r#"
+[[tables]]
+name = "t"
+topic = "t"
+format = "avro"
+columns = [{ name = "opens", type = "timestamp" }]
+"#,
+        Path::new("t.toml"),
+        &crate::spec::NoSql,
+    )
+    .expect("spec");
+    let d = AvroDecoder::new(&swapped.tables[0]);
+    d.add_schema(SchemaId::Confluent(1), "AVRO", &writer("MicroTime"));
+    let err = d
+        .decode(&value, &mut scratch, 1 << 20)
+        .expect_err("a time of day");
+    assert_eq!(err.kind, RejectKind::WrongType, "{}", err.message);
+    assert!(err.message.contains("opens"), "{}", err.message);
+}
