@@ -75,6 +75,20 @@ pub async fn query_rows(h: &Harness, engine: &QueryEngine, table: &str) -> Vec<V
     rows
 }
 
+/// 90 changes of the shipped example's order status topic (`orders_current`'s: each order
+/// placed, then paid or cancelled, then shipped, cancelled or erased), on 2 partitions.
+pub fn order_status_changes() -> Vec<streamtable::generate::SourceRecord> {
+    streamtable::cli::synthetic_records(
+        &mut streamtable::generate::EventFactory::new(3),
+        streamtable::generate::ORDER_STATUS_TOPIC,
+        90,
+        &mut [0, 0],
+        0,
+        0,
+        1_795_946_400_000,
+    )
+}
+
 pub fn batch_with_bad_records() -> Vec<streamtable::generate::SourceRecord> {
     // 150 s of orders: the 1-minute windows of orders_per_minute close (watermark − 30 s).
     let mut recs = records("orders", 0, 0..150);
@@ -261,15 +275,7 @@ pub async fn queries_are_read_only_and_errors_point_at_the_mistake(h: &Harness) 
 pub async fn dashboards_render_every_chart(h: &Harness) {
     // The shipped example's topics, order status changes (orders_current's) included.
     let mut recs = batch_with_bad_records();
-    recs.extend(streamtable::cli::synthetic_records(
-        &mut streamtable::generate::EventFactory::new(3),
-        streamtable::generate::ORDER_STATUS_TOPIC,
-        90,
-        &mut [0, 0],
-        0,
-        0,
-        1_795_946_400_000,
-    ));
+    recs.extend(order_status_changes());
     h.ingestor().handle(&event(&recs)).await.expect("ingest");
     scheduled::run(&h.backend, &h.tables(), &sched())
         .await

@@ -58,8 +58,10 @@ async fn trino_reads_every_table_and_view_of_the_pipeline() {
     )
     .await
     .expect("append rates");
+    let mut recs = batch_with_bad_records();
+    recs.extend(common::analyst_scenarios::order_status_changes());
     h.ingestor()
-        .handle(&common::event(&batch_with_bad_records()))
+        .handle(&common::event(&recs))
         .await
         .expect("ingest");
     let report = scheduled::run(&h.backend, &h.tables(), &sched())
@@ -98,6 +100,7 @@ async fn trino_reads_every_table_and_view_of_the_pipeline() {
         "orders_per_minute_partials",
         "orders_stats_partials",
         "sensor_sessions_partials",
+        "orders_current",
     ] {
         assert!(
             tables.iter().any(|t| t == expected),
