@@ -20,6 +20,8 @@
 
 pub use streamtable_pipeline::*;
 
+#[cfg(feature = "query")]
+pub mod audit;
 #[cfg(all(feature = "cli", feature = "kafka"))]
 pub mod broker;
 #[cfg(feature = "cli")]

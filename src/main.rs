@@ -86,6 +86,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check that every offset the pipeline took from each topic-partition is in the topic's
+    /// table or in dead_letters exactly once (below its checkpoint, but pending batches);
+    /// exit code 1 naming the offsets missing or found twice.
+    Audit(cli::audit::AuditArgs),
     /// Register tables whose files are in the warehouse but whose catalog entry is gone (a Glue
     /// database deleted with an old stack): each points at its newest metadata file, or the
     /// command refuses and lists the candidates when a failed commit left two.
@@ -126,6 +130,7 @@ async fn main() -> ExitCode {
             Command::Tables { json } => analyst::tables(&config, *json).await,
             Command::Status { json } => cli::status::run(&config, *json).await,
             Command::Register(r) => cli::register(&config, r).await,
+            Command::Audit(a) => cli::audit::run(&config, a).await,
             Command::Dashboard(d) => analyst::dashboard(&config, d).await,
         }
     }

@@ -4,6 +4,7 @@
 //! are a binary of their own (`crates/bench`).
 
 pub mod analyst;
+pub mod audit;
 pub mod check;
 pub mod dashboard;
 pub mod demo;

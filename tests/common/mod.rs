@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod analyst_scenarios;
+pub mod audit_scenarios;
 pub mod blocked_scenarios;
 pub mod chaos;
 pub mod commit_race_scenarios;

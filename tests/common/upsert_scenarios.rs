@@ -356,4 +356,43 @@ pub async fn a_derived_upsert_table_holds_the_last_row_per_key(h: &mut Harness) 
         [[Some(n.clone()), Some(n.clone()), Some(n)]].map(|r| r.to_vec()),
         "one row per key, each the SELECT's"
     );
+
+    // A key the older files lack (a new column of the SELECT) would read as one NULL key for
+    // all their rows: the commit refuses it, saying what to do, and deletes nothing.
+    h.spec = PipelineSpec::parse(
+        &DERIVED
+            .replace(
+                "primary_key = [\"order_id\"]",
+                "primary_key = [\"order_key\"]",
+            )
+            .replace(
+                "updated_at\nFROM order_events",
+                "updated_at, lower(order_id) AS order_key\nFROM order_events",
+            ),
+        Path::new("derived-upsert.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec with a new key");
+    let tables = h.tables();
+    let mut more = previous.take().unwrap_or_default();
+    for r in &mut more {
+        r.offset += 100;
+    }
+    // As a deploy does: the ingest start evolves the table (order_key a new column).
+    streamtable::ingest::Ingestor::connect(&h.spec, &h.backend)
+        .await
+        .expect("ingestor")
+        .handle(&event(&more))
+        .await
+        .expect("ingest");
+    let refused = match commit_pending(&h.backend, &tables).await {
+        Ok(r) => format!("{:?}", r.blocked),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refused.contains("lacks the primary_key columns"),
+        "refused: {refused}"
+    );
+    let rows = super::count(h, "SELECT count(*) FROM orders_latest").await;
+    assert_eq!(rows as usize, last.len(), "no row deleted");
 }

@@ -181,6 +181,24 @@ fn the_demo_answers_the_dashboard_questions_and_the_tables_are_queryable() {
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(rows[0]["n"], 0, "erased orders are gone");
 
+    // Every offset the demo delivered is in its table or dead_letters once (the upsert table
+    // is not audited: it deletes what later records replace).
+    let out = streamtable(home.path(), &["audit"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("table orders_current (topic order_status)\n  not audited: an upsert table"),
+        "{text}"
+    );
+    assert!(
+        text.contains("in its table or dead_letters exactly once"),
+        "{text}"
+    );
+
     let out = streamtable(home.path(), &["tables", "--json"]);
     let tables: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let names: Vec<&str> = tables

@@ -69,3 +69,9 @@ async fn a_committer_waits_for_the_lease_and_gives_up_at_its_deadline() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn the_audit_accounts_for_every_offset_and_names_each_fault() {
+    let mut h = common::moto().await;
+    common::audit_scenarios::the_audit_accounts_for_every_offset_and_names_each_fault(&mut h).await;
+}

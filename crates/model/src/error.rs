@@ -17,6 +17,10 @@ pub enum Error {
     #[error("{0}")]
     Spec(String),
 
+    /// `streamtable audit` found offsets missing or present twice (the message says where).
+    #[error("audit: {0}")]
+    Audit(String),
+
     /// A configuration value (flag or environment variable) is missing or invalid.
     #[error("configuration: {0}")]
     Config(String),
@@ -206,6 +210,7 @@ impl Error {
             }
             Error::Iceberg { source, .. } => source.retryable(),
             Error::Spec(_)
+            | Error::Audit(_)
             | Error::Config(_)
             | Error::AlreadyCommitted { .. }
             | Error::SchemaRefused { .. }

@@ -329,6 +329,17 @@ fn parse_upsert(
             }
         },
     };
+    if upsert
+        && stateful
+        && let Some(m) = &d.mode
+    {
+        return Err(at(
+            m.span(),
+            format!(
+                "derived table {name:?}: mode = \"upsert\" applies to a derived table whose rows are each one record's (SELECT … FROM a topic's table [JOIN a reference table] [WHERE …]), not to a window or an interval join"
+            ),
+        ));
+    }
     let key = match (&d.primary_key, upsert) {
         (None, false) => return Ok(None),
         (Some(k), false) => {
@@ -350,14 +361,6 @@ fn parse_upsert(
         }
         (Some(k), true) => k,
     };
-    if stateful {
-        return Err(at(
-            key.span(),
-            format!(
-                "derived table {name:?}: mode = \"upsert\" applies to a derived table whose rows are each one record's (SELECT … FROM a topic's table [JOIN a reference table] [WHERE …]), not to a window or an interval join"
-            ),
-        ));
-    }
     super::load::check_primary_key(key.get_ref(), columns, false)
         .map_err(|m| at(key.span(), format!("derived table {name:?}: {m}")))?;
     Ok(Some(super::Upsert {

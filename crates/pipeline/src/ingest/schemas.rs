@@ -22,6 +22,9 @@ const HEADER_CHARS: usize = 24;
 /// distinct ids (garbage, or an attack on a shared registry) fetches this many, remembers the
 /// answers, and fails retryably, so every retry makes progress and none outlasts the function.
 pub const MAX_FETCHES_PER_GROUP: usize = 256;
+/// Lookups so far in this process: turns the order in which ids asked before are asked again.
+static LOOKUPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Registry requests in flight at once.
 const FETCH_CONCURRENCY: usize = 8;
 
@@ -70,6 +73,7 @@ impl Ingestor {
         part: impl Fn(&crate::esm::EsmRecord) -> Option<&str>,
     ) -> Result<()> {
         let mut wanted = BTreeSet::new();
+        let round = LOOKUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut header = [0u8; 18];
         for record in &p.records {
             let Some(value) = part(record) else {
@@ -83,11 +87,13 @@ impl Ingestor {
             };
             let id = header.get(..n).and_then(|h| frame(h).ok()).map(|f| f.id);
             if let Some(id) = id.filter(|id| !decoder.knows(id)) {
-                wanted.insert((decoder.was_missing(&id), id));
+                // Ids asked before in a turning order, so that each gets its turn again.
+                let turn = xxhash_rust::xxh3::xxh3_64(format!("{id}#{round}").as_bytes());
+                wanted.insert((decoder.was_missing(&id), turn, id));
             }
         }
-        let unknown = wanted.iter().filter(|(missing, _)| !missing).count();
-        let ids = wanted.into_iter().map(|(_, id)| id);
+        let unknown = wanted.iter().filter(|(missing, _, _)| !missing).count();
+        let ids = wanted.into_iter().map(|(_, _, id)| id);
         let fetches = futures::stream::iter(ids.take(MAX_FETCHES_PER_GROUP))
             .map(|id| async move {
                 let started = std::time::Instant::now();

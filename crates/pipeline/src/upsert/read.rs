@@ -99,6 +99,29 @@ async fn keyed(
     let mut ids = columns.key.clone();
     ids.extend([columns.partition, columns.offset, columns.timestamp]);
     let batches = read_columns(table, path, size, &ids).await?;
+    let n = columns.key.len();
+    // A data file without a key column (written before the column was the key: a derived
+    // table's new column) would read as a NULL key for all its rows, deleting all but one.
+    if let Some((_, found)) = batches
+        .iter()
+        .find(|(_, found)| found[..n].iter().any(Option::is_none))
+    {
+        let missing: Vec<i32> = ids[..n]
+            .iter()
+            .zip(found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        return Err(Error::Config(format!(
+            "table {}: {} {path} lacks the primary_key columns of field ids {missing:?} (it was written before they were the key): its rows cannot be keyed; restore the earlier primary_key, or give the upsert table a new name so that it starts empty",
+            table.identifier(),
+            if complete {
+                "key delete file"
+            } else {
+                "data file"
+            }
+        )));
+    }
     if complete
         && let Some((_, found)) = batches
             .iter()
@@ -119,7 +142,6 @@ async fn keyed(
     let mut pos = 0u64;
     for (batch, found) in batches {
         let rows = batch.num_rows();
-        let n = columns.key.len();
         let key_arrays: Vec<Option<ArrayRef>> = found[..n]
             .iter()
             .map(|i| i.map(|i| batch.column(i).clone()))

@@ -175,14 +175,32 @@ fn compile(
     }
 }
 
+/// Whether the writer's `ty` is an integer in the body (`int`, `long`, and the logical and
+/// Debezium types on them: dates, timestamps, times of day), which a number column takes as its
+/// number.
+fn integral(ty: &Type) -> bool {
+    matches!(
+        ty,
+        Type::Int
+            | Type::Long
+            | Type::Date
+            | Type::TimestampMillis
+            | Type::TimestampMicros
+            | Type::TimestampNanos
+            | Type::TimeOfDay
+    )
+}
+
 /// Whether values of the writer's `ty` can fill a column of type `col` (each value is still
 /// checked: ranges, precision).
 fn fits(ty: &Type, col: ColumnType) -> bool {
     use ColumnType as C;
     match col {
         C::String => matches!(ty, Type::String | Type::Enum(_) | Type::Bytes),
-        C::Int | C::Long => matches!(ty, Type::Int | Type::Long | Type::TimeOfDay),
-        C::Float | C::Double => matches!(ty, Type::Int | Type::Long | Type::Float | Type::Double),
+        // A nanosecond timestamp or a time of day fits a number column as its number, as the
+        // plain long it is.
+        C::Int | C::Long => integral(ty),
+        C::Float | C::Double => integral(ty) || matches!(ty, Type::Float | Type::Double),
         C::Boolean => matches!(ty, Type::Boolean),
         C::Date => matches!(ty, Type::Date),
         C::Timestamp => matches!(
@@ -193,10 +211,7 @@ fn fits(ty: &Type, col: ColumnType) -> bool {
                 | Type::Long
                 | Type::String
         ),
-        C::Decimal { .. } => matches!(
-            ty,
-            Type::Decimal { .. } | Type::Int | Type::Long | Type::String
-        ),
+        C::Decimal { .. } => matches!(ty, Type::Decimal { .. } | Type::String) || integral(ty),
         // Decoders fill a struct's fields, never the struct.
         C::Struct => false,
     }
@@ -274,15 +289,15 @@ fn read_cell<'a>(c: &mut Cursor<'a>, ty: &Type, col: ColumnType) -> Result<Cell<
                 .ok_or_else(|| Fault::Malformed(format!("enum index {i} out of range")))?;
             Cell::Str(Cow::Owned(symbol.clone()))
         }
-        (Type::Int | Type::Long | Type::TimeOfDay, C::Int) => {
+        (t, C::Int) if integral(t) => {
             let v = c.long()?;
             Cell::Int(i32::try_from(v).map_err(|_| {
                 value_error(RejectKind::OutOfRange, format!("{v} does not fit an int"))
             })?)
         }
-        (Type::Int | Type::Long | Type::TimeOfDay, C::Long) => Cell::Long(c.long()?),
-        (Type::Int | Type::Long, C::Double) => Cell::Double(c.long()? as f64),
-        (Type::Int | Type::Long, C::Float) => Cell::Float(c.long()? as f32),
+        (t, C::Long) if integral(t) => Cell::Long(c.long()?),
+        (t, C::Double) if integral(t) => Cell::Double(c.long()? as f64),
+        (t, C::Float) if integral(t) => Cell::Float(c.long()? as f32),
         (Type::Float, C::Float) => Cell::Float(finite(c.float()?)?),
         (Type::Float, C::Double) => Cell::Double(finite(c.float()?)?.into()),
         (Type::Double, C::Double) => Cell::Double(finite(c.double()?)?),
@@ -339,7 +354,7 @@ fn read_cell<'a>(c: &mut Cursor<'a>, ty: &Type, col: ColumnType) -> Result<Cell<
         (Type::String, C::Timestamp) => {
             Cell::Timestamp(parse_timestamp(c.str()?).map_err(Fault::Value)?)
         }
-        (Type::Int | Type::Long, C::Decimal { precision, scale }) => {
+        (t, C::Decimal { precision, scale }) if integral(t) => {
             let v = i128::from(c.long()?);
             Cell::Decimal(rescale(v, 0, precision, scale)?)
         }

@@ -44,8 +44,8 @@ pub enum Type {
     TimestampMicros,
     /// `long` nanoseconds since the epoch (`timestamp-nanos`, Debezium's `NanoTimestamp`).
     TimestampNanos,
-    /// A time of day as Debezium writes it (`Time`, `MicroTime`, `NanoTime`): its number, for an
-    /// integer column; not a timestamp.
+    /// A time of day as Debezium writes it in a long (`MicroTime`, `NanoTime`): its number, for
+    /// a number column; not a timestamp.
     TimeOfDay,
     /// Two's-complement big-endian unscaled value in `bytes` (`fixed` = `None`) or `fixed`.
     Decimal {
@@ -262,14 +262,9 @@ impl Parser {
             (Some("io.debezium.time.NanoTimestamp"), Type::Long) => {
                 return Ok(Type::TimestampNanos);
             }
-            (
-                Some(
-                    "io.debezium.time.Time"
-                    | "io.debezium.time.MicroTime"
-                    | "io.debezium.time.NanoTime",
-                ),
-                Type::Int | Type::Long,
-            ) => return Ok(Type::TimeOfDay),
+            (Some("io.debezium.time.MicroTime" | "io.debezium.time.NanoTime"), Type::Long) => {
+                return Ok(Type::TimeOfDay);
+            }
             _ => {}
         }
         // Logical types on primitives; an unknown or misplaced one leaves the base type (as the
