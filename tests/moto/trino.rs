@@ -327,6 +327,21 @@ async fn every_query_analysts_are_handed_runs_in_trino_with_our_answers() {
             .into_iter()
             .map(|(r, s)| (format!("QuickSight {r}"), s)),
     );
+    // The audit query shipped for analysts: the same answer in Trino, and nothing wrong.
+    let audit_sql = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/athena/audit_orders.sql"),
+    )
+    .expect("infra/athena/audit_orders.sql");
+    let audit = query_answer(&engine, &audit_sql).await;
+    assert!(!audit.is_empty(), "the audit answers per partition");
+    for row in &audit {
+        assert_eq!(
+            row[5..],
+            ["0".to_string(), "0".to_string()],
+            "no offset missing or twice: {row:?}"
+        );
+    }
+    queries.push(("infra/athena/audit_orders.sql".into(), audit_sql));
     let sqls: Vec<&str> = queries.iter().map(|(_, s)| s.as_str()).collect();
     let answers = demo_h.trino(&sqls).expect("Trino");
     for ((what, sql), theirs) in queries.iter().zip(&answers) {

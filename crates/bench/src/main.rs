@@ -3,6 +3,7 @@
 //! `scripts/bench` and `scripts/bench-moto` wrap it). They drive the same library code the
 //! Lambda functions and the command line run.
 
+mod audit;
 mod broker;
 mod compact;
 mod cost;
@@ -206,6 +207,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         rounds_of: usize,
     },
+    /// `streamtable audit`'s cost per million rows: orders landed, committed and compacted,
+    /// then audited (median of 3).
+    Audit {
+        /// Records (orders) to land and audit.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+    },
     /// Time to commit many pending files on the embedded backend.
     Commit {
         /// Pending files to commit.
@@ -353,6 +361,7 @@ async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             json,
         } => compact::compact_once(home, *target_mb, *reencode, *json).await,
         BenchCommand::Commit { files } => compact::commit(config, *files).await,
+        BenchCommand::Audit { records } => audit::audit(*records).await,
         BenchCommand::Upsert {
             records,
             keys,
