@@ -67,10 +67,7 @@ pub fn render(audit: &Audit) -> String {
             "partition", "offsets", "rows", "dead letters", "pending", "missing", "found twice"
         );
         for p in &t.partitions {
-            let offsets = match p.first_offset {
-                Some(f) => format!("{f}..{} ", p.next_offset),
-                None => format!("..{} ", p.next_offset),
-            };
+            let offsets = format!("{}..{} ", p.verified_from, p.next_offset);
             let _ = writeln!(
                 out,
                 "  {:>9} {:>24} {:>10} {:>12} {:>8} {:>9} {:>11}",
@@ -89,6 +86,12 @@ pub fn render(audit: &Audit) -> String {
                     t.table
                 );
             }
+            if let Some([a, b]) = p.beyond_checkpoint {
+                let _ = writeln!(
+                    out,
+                    "    beyond the checkpoint: offsets {a}..={b} are in the tables, yet the checkpoint is at {a}: it went back (a reset or a restored state table), and they will land again"
+                );
+            }
             for d in &p.duplicates {
                 let _ = writeln!(
                     out,
@@ -102,6 +105,16 @@ pub fn render(audit: &Audit) -> String {
         }
         out.push('\n');
     }
+    for u in &audit.unreadable_pending {
+        let _ = writeln!(
+            out,
+            "pending batch that cannot be read: {u} (its offsets may show as missing above)"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "(each partition is checked from its lowest offset found: a loss below it is not seen)"
+    );
     let _ = writeln!(
         out,
         "{}",

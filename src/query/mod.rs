@@ -121,6 +121,20 @@ impl QueryEngine {
         Ok(QueryEngine { ctx })
     }
 
+    /// The tables (and views) the engine reads, as they were when it was made.
+    pub fn tables(&self) -> Vec<String> {
+        self.ctx
+            .catalog(CATALOG)
+            .into_iter()
+            .flat_map(|c| {
+                c.schema_names()
+                    .into_iter()
+                    .filter_map(move |n| c.schema(&n))
+                    .flat_map(|schema| schema.table_names())
+            })
+            .collect()
+    }
+
     /// Runs one read-only query. A SQL error says where in the statement it is.
     pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
         let options = SQLOptions::new()
