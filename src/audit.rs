@@ -130,16 +130,13 @@ pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -
         .filter(|t| only.is_none_or(|n| n == t.name))
         .collect();
     // 1. The checkpoints.
-    let mut before: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut sources = Vec::new();
     for t in &audited {
         for p in backend.state.partitions(&t.topic).await? {
-            let c = backend
-                .state
-                .checkpoint(&SourcePartition::new(&t.topic, p))
-                .await?;
-            before.insert((t.topic.clone(), p), c.next_offset);
+            sources.push(SourcePartition::new(&t.topic, p));
         }
     }
+    let before = next_offsets(backend, &sources).await?;
     // 2. The pending batches, those that cannot be read included.
     let (mut pending, mut unreadable) = (Vec::new(), Vec::new());
     let mut after = None;
@@ -201,14 +198,16 @@ pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -
             partitions.extend(found.keys().copied());
             partitions.sort_unstable();
             partitions.dedup();
+            // 4. The checkpoints again: what was found must be below them.
+            let again: Vec<SourcePartition> = partitions
+                .iter()
+                .map(|p| SourcePartition::new(&t.topic, *p))
+                .collect();
+            let now_at = next_offsets(backend, &again).await?;
             for p in partitions {
-                let next_offset = before.get(&(t.topic.clone(), p)).copied().unwrap_or(0);
-                // 4. The checkpoint again: what was found must be below it.
-                let now = backend
-                    .state
-                    .checkpoint(&SourcePartition::new(&t.topic, p))
-                    .await?
-                    .next_offset;
+                let key = (t.topic.clone(), p);
+                let next_offset = before.get(&key).copied().unwrap_or(0);
+                let now = now_at.get(&key).copied().unwrap_or(0);
                 let f = found.get(&p).cloned().unwrap_or_default();
                 let pend = pending_ranges.remove(&p).unwrap_or_default();
                 let missing = missing_ranges(&f.gaps, f.first, f.last, next_offset, &pend);
@@ -241,6 +240,21 @@ pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -
         })
     });
     Ok(out)
+}
+
+/// The checkpoints of `sources` (one batched read), by topic and partition.
+async fn next_offsets(
+    backend: &Backend,
+    sources: &[SourcePartition],
+) -> Result<BTreeMap<(String, i32), i64>> {
+    Ok(backend
+        .state
+        .checkpoints(sources)
+        .await?
+        .into_iter()
+        .zip(sources)
+        .map(|(c, s)| ((s.topic.clone(), s.partition), c.next_offset))
+        .collect())
 }
 
 /// What one partition's table and dead letters hold.

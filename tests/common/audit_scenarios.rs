@@ -108,20 +108,16 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         .await
         .expect("load")
         .expect("orders");
-    let schema = table.metadata().current_schema().clone();
-    let spec = table.metadata().default_partition_spec().clone();
-    let partition_type = spec.partition_type(&schema).expect("partition type");
     // The same rows under another name (Iceberg refuses the same path twice in one table).
-    let mut files = Vec::new();
+    let mut copies = Vec::new();
     for f in pending
         .iter()
         .flat_map(|b| b.files.iter())
         .filter(|f| f.table == "orders")
     {
         let json: serde_json::Value = serde_json::from_str(&f.data_file).expect("json");
-        let path = json["file-path"]
+        let path = json["file_path"]
             .as_str()
-            .or_else(|| json["file_path"].as_str())
             .expect("the data file's path")
             .to_string();
         let copy = path.replace(".parquet", "-copy.parquet");
@@ -131,16 +127,13 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
             .write(&copy, bytes)
             .await
             .expect("write");
-        files.push(
-            iceberg::spec::deserialize_data_file_from_json(
-                &f.data_file.replace(&path, &copy),
-                spec.spec_id(),
-                &partition_type,
-                &schema,
-            )
-            .expect("data file"),
-        );
+        copies.push((path, copy));
     }
+    let files = super::pending_data_files(&table, &pending, "orders", |json| {
+        copies
+            .iter()
+            .fold(json.to_string(), |j, (path, copy)| j.replace(path, copy))
+    });
     assert!(!files.is_empty());
     let tx = Transaction::new(&table);
     let tx = tx

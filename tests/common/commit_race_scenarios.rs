@@ -173,25 +173,7 @@ pub async fn an_append_under_a_commit_id_the_table_has_is_refused_at_the_swap(mu
         .await
         .expect("load")
         .expect("orders");
-    let schema = table.metadata().current_schema().clone();
-    let spec = table.metadata().default_partition_spec().clone();
-    let partition_type = spec.partition_type(&schema).expect("partition type");
-    let mut files = Vec::new();
-    for f in second
-        .iter()
-        .flat_map(|b| b.files.iter())
-        .filter(|f| f.table == "orders")
-    {
-        files.push(
-            iceberg::spec::deserialize_data_file_from_json(
-                &f.data_file,
-                spec.spec_id(),
-                &partition_type,
-                &schema,
-            )
-            .expect("data file"),
-        );
-    }
+    let files = super::pending_data_files(&table, &second, "orders", str::to_string);
     assert!(!files.is_empty());
     let tx = Transaction::new(&table);
     let tx = tx

@@ -56,6 +56,30 @@ fn change(op: &str, id: i64, email: Option<&str>, lsn: i64, schemas: bool) -> Ve
     event.to_string().into_bytes()
 }
 
+/// Lands a batch of changes holding one truncate and commits it: the keys the batch deletes,
+/// and the commit round of the customers table. The truncate is the batch's only dead letter,
+/// of kind `envelope`, saying why.
+async fn land_changes(
+    h: &Harness,
+    tables: &streamtable::tables::TableSet,
+    batch: &[SourceRecord],
+) -> (u64, streamtable::commit::UpsertStats) {
+    let summary = h.ingestor().handle(&event(batch)).await.expect("changes");
+    assert_eq!(summary.dead_lettered, 1, "the truncate: {summary:?}");
+    let dead = h.dead_letters().await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].kind, "envelope");
+    assert!(dead[0].message.contains("truncate"), "{}", dead[0].message);
+    let round = commit_pending(&h.backend, tables).await.expect("commit");
+    let stats = round
+        .tables
+        .iter()
+        .find(|t| t.table == "customers")
+        .and_then(|t| t.upsert.clone())
+        .expect("upsert round");
+    (summary.key_deletes, stats)
+}
+
 pub async fn debezium_changes_read_back_as_the_current_rows(h: &mut Harness) {
     h.spec = PipelineSpec::parse(
         DEBEZIUM,
@@ -114,20 +138,8 @@ pub async fn debezium_changes_read_back_as_the_current_rows(h: &mut Harness) {
         rec(Some(change("u", 5, Some("e2@x"), 24, true)), 5, true),
         rec(Some(change("c", 6, Some("f@x"), 25, false)), 6, false),
     ];
-    let summary = h.ingestor().handle(&event(&second)).await.expect("changes");
-    assert_eq!(summary.key_deletes, 3, "two deletes and a tombstone");
-    assert_eq!(summary.dead_lettered, 1, "the truncate");
-    let dead = h.dead_letters().await;
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].kind, "envelope");
-    assert!(dead[0].message.contains("truncate"), "{}", dead[0].message);
-    let round = commit_pending(&h.backend, &tables).await.expect("commit");
-    let stats = round
-        .tables
-        .iter()
-        .find(|t| t.table == "customers")
-        .and_then(|t| t.upsert.clone())
-        .expect("upsert round");
+    let (key_deletes, stats) = land_changes(h, &tables, &second).await;
+    assert_eq!(key_deletes, 3, "two deletes and a tombstone");
     assert_eq!(stats.keys_deleted, 2);
     assert_eq!(stats.keys, 4);
     assert_eq!(
@@ -354,20 +366,8 @@ pub async fn debezium_avro_changes_read_back_as_the_current_rows(h: &mut Harness
         (Some(changes[4].clone()), k[4].clone()),
         (Some(changes[5].clone()), k[5].clone()),
     ]);
-    let summary = h.ingestor().handle(&event(&second)).await.expect("changes");
-    assert_eq!(summary.dead_lettered, 1, "the truncate: {summary:?}");
-    assert_eq!(summary.key_deletes, 4, "two deletes and two tombstones");
-    let dead = h.dead_letters().await;
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].kind, "envelope");
-    assert!(dead[0].message.contains("truncate"), "{}", dead[0].message);
-    let round = commit_pending(&h.backend, &tables).await.expect("commit");
-    let stats = round
-        .tables
-        .iter()
-        .find(|t| t.table == "customers")
-        .and_then(|t| t.upsert.clone())
-        .expect("upsert round");
+    let (key_deletes, stats) = land_changes(h, &tables, &second).await;
+    assert_eq!(key_deletes, 4, "two deletes and two tombstones");
     assert_eq!(stats.keys_deleted, 3, "keys 1, 3 and 4");
     assert_eq!(stats.keys, 3);
     let rows = super::query_rows(

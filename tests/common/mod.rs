@@ -490,6 +490,33 @@ pub fn records(
         .collect()
 }
 
+/// The pending files of `table_name` in `batches` as data files of `table` (their recorded JSON
+/// passed through `edit` first), as a hand-made commit adds them.
+pub fn pending_data_files(
+    table: &iceberg::table::Table,
+    batches: &[streamtable::checkpoint::PendingBatch],
+    table_name: &str,
+    edit: impl Fn(&str) -> String,
+) -> Vec<iceberg::spec::DataFile> {
+    let schema = table.metadata().current_schema().clone();
+    let spec = table.metadata().default_partition_spec().clone();
+    let partition_type = spec.partition_type(&schema).expect("partition type");
+    batches
+        .iter()
+        .flat_map(|b| b.files.iter())
+        .filter(|f| f.table == table_name)
+        .map(|f| {
+            iceberg::spec::deserialize_data_file_from_json(
+                &edit(&f.data_file),
+                spec.spec_id(),
+                &partition_type,
+                &schema,
+            )
+            .expect("data file")
+        })
+        .collect()
+}
+
 /// An ESM event carrying `records`.
 pub fn event(records: &[SourceRecord]) -> EsmEvent {
     serde_json::from_str(&esm_event(records)).expect("generated event parses")

@@ -314,21 +314,8 @@ fn parse_upsert(
     at: &impl Fn(Range<usize>, String) -> Error,
 ) -> Result<Option<super::Upsert>> {
     let name = d.name.get_ref();
-    let upsert = match &d.mode {
-        None => false,
-        Some(m) => match m.get_ref().as_str() {
-            "append" => false,
-            "upsert" => true,
-            other => {
-                return Err(at(
-                    m.span(),
-                    format!(
-                        "derived table {name:?}: unknown mode {other:?}; use \"append\" (the default: every row is kept) or \"upsert\" (the current row per primary_key)"
-                    ),
-                ));
-            }
-        },
-    };
+    let what = format!("derived table {name:?}");
+    let upsert = super::load::parse_mode(d.mode.as_ref(), &what, at)?;
     if upsert
         && stateful
         && let Some(m) = &d.mode
@@ -336,33 +323,17 @@ fn parse_upsert(
         return Err(at(
             m.span(),
             format!(
-                "derived table {name:?}: mode = \"upsert\" applies to a derived table whose rows are each one record's (SELECT … FROM a topic's table [JOIN a reference table] [WHERE …]), not to a window or an interval join"
+                "{what}: mode = \"upsert\" applies to a derived table whose rows are each one record's (SELECT … FROM a topic's table [JOIN a reference table] [WHERE …]), not to a window or an interval join"
             ),
         ));
     }
-    let key = match (&d.primary_key, upsert) {
-        (None, false) => return Ok(None),
-        (Some(k), false) => {
-            return Err(at(
-                k.span(),
-                format!(
-                    "derived table {name:?}: primary_key applies to mode = \"upsert\" (the current row per key); add it or remove primary_key"
-                ),
-            ));
-        }
-        (None, true) => {
-            let span = d.mode.as_ref().map(|m| m.span()).unwrap_or(d.name.span());
-            return Err(at(
-                span,
-                format!(
-                    "derived table {name:?}: mode = \"upsert\" needs primary_key = [\"<column>\", ...], columns of its SELECT that name a row"
-                ),
-            ));
-        }
-        (Some(k), true) => k,
+    let mode_span = d.mode.as_ref().map_or(d.name.span(), |m| m.span());
+    let Some(key) = super::load::upsert_key(d.primary_key.as_ref(), upsert, mode_span, &what, at)?
+    else {
+        return Ok(None);
     };
     super::load::check_primary_key(key.get_ref(), columns, false)
-        .map_err(|m| at(key.span(), format!("derived table {name:?}: {m}")))?;
+        .map_err(|m| at(key.span(), format!("{what}: {m}")))?;
     Ok(Some(super::Upsert {
         key: key.get_ref().clone(),
         envelope: None,

@@ -399,21 +399,8 @@ fn parse_upsert(
     columns: &[ColumnSpec],
     at: &dyn Fn(std::ops::Range<usize>, String) -> Error,
 ) -> Result<Option<super::Upsert>> {
-    let upsert = match &t.mode {
-        None => false,
-        Some(m) => match m.get_ref().as_str() {
-            "append" => false,
-            "upsert" => true,
-            other => {
-                return Err(at(
-                    m.span(),
-                    format!(
-                        "table {name:?}: unknown mode {other:?}; use \"append\" (the default: every record is a row) or \"upsert\" (the current row per primary_key)"
-                    ),
-                ));
-            }
-        },
-    };
+    let what = format!("table {name:?}");
+    let upsert = parse_mode(t.mode.as_ref(), &what, at)?;
     let envelope = match &t.envelope {
         None => None,
         Some(e) if e.get_ref() == "debezium" => {
@@ -453,26 +440,15 @@ fn parse_upsert(
             ));
         }
     };
-    let key = match (&t.primary_key, upsert) {
-        (None, false) => return Ok(None),
-        (Some(k), false) => {
-            return Err(at(
-                k.span(),
-                format!(
-                    "table {name:?}: primary_key applies to mode = \"upsert\" (the current row per key); add it or remove primary_key"
-                ),
-            ));
-        }
-        (None, true) => {
-            let span = t.mode.as_ref().map(|m| m.span()).unwrap_or(t.name.span());
-            return Err(at(
-                span,
-                format!(
-                    "table {name:?}: mode = \"upsert\" needs primary_key = [\"<column>\", ...], the columns that name a row"
-                ),
-            ));
-        }
-        (Some(k), true) => k,
+    let Some(key) = upsert_key(
+        t.primary_key.as_ref(),
+        upsert,
+        t.mode.as_ref().map_or(t.name.span(), |m| m.span()),
+        &what,
+        at,
+    )?
+    else {
+        return Ok(None);
     };
     let fail = |m: String| Err(at(key.span(), format!("table {name:?}: {m}")));
     if !t.land {
@@ -492,6 +468,52 @@ fn parse_upsert(
         key: names.clone(),
         envelope,
     }))
+}
+
+/// Whether `mode` (of the table `what` names, e.g. `table "orders"`) asks for an upsert table:
+/// `"append"` (the default) or `"upsert"`.
+pub(super) fn parse_mode(
+    mode: Option<&Spanned<String>>,
+    what: &str,
+    at: &dyn Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<bool> {
+    match mode.map(|m| (m.get_ref().as_str(), m.span())) {
+        None | Some(("append", _)) => Ok(false),
+        Some(("upsert", _)) => Ok(true),
+        Some((other, span)) => Err(at(
+            span,
+            format!(
+                "{what}: unknown mode {other:?}; use \"append\" (the default: every row is kept) or \"upsert\" (the current row per primary_key)"
+            ),
+        )),
+    }
+}
+
+/// The `primary_key` of an upsert table (`None` for an append table), refusing one without
+/// the other; `mode_span` is where a missing key is pointed at.
+pub(super) fn upsert_key<'a>(
+    primary_key: Option<&'a Spanned<Vec<String>>>,
+    upsert: bool,
+    mode_span: std::ops::Range<usize>,
+    what: &str,
+    at: &dyn Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<Option<&'a Spanned<Vec<String>>>> {
+    match (primary_key, upsert) {
+        (None, false) => Ok(None),
+        (Some(k), false) => Err(at(
+            k.span(),
+            format!(
+                "{what}: primary_key applies to mode = \"upsert\" (the current row per key); add it or remove primary_key"
+            ),
+        )),
+        (None, true) => Err(at(
+            mode_span,
+            format!(
+                "{what}: mode = \"upsert\" needs primary_key = [\"<column>\", ...], the columns that name a row"
+            ),
+        )),
+        (Some(k), true) => Ok(Some(k)),
+    }
 }
 
 /// Checks a Debezium table's column paths: `$.__op` and `$.__ts_ms` are the envelope's own
