@@ -10,12 +10,14 @@
 //! - [`args`]: what a run is asked (the mapping's settings as flags) and what it reports;
 //! - [`handler`]: what an invocation calls, and a batch invoked until it lands (retried whole);
 //! - [`invoke`]: `--invoke URL`, the events POSTed to a Lambda runtime emulator;
-//! - [`produce`]: records into a topic.
+//! - [`produce`]: records into a topic;
+//! - [`log`]: a topic's own log, which `streamtable audit --bootstrap-servers` compares.
 
 pub mod args;
 pub mod batch;
 pub mod handler;
 pub mod invoke;
+pub mod log;
 pub mod produce;
 pub mod progress;
 pub mod source;

@@ -18,13 +18,42 @@ pub struct AuditArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also compare each topic-partition with its own log on this Kafka cluster
+    /// (`host:port[,host:port…]`): every committed record below the checkpoint must be in the
+    /// table or dead_letters. Reads each partition's log up to its checkpoint.
+    #[arg(long, value_name = "BROKERS")]
+    pub bootstrap_servers: Option<String>,
+    /// A librdkafka property for --bootstrap-servers, `name=value` (repeatable), e.g.
+    /// `-X security.protocol=sasl_ssl`.
+    #[arg(short = 'X', long = "kafka-option", value_name = "NAME=VALUE")]
+    pub kafka_options: Vec<String>,
 }
 
 /// Runs the audit and prints it; an error when an offset is missing or found twice.
 pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
     let backend = Backend::connect(&config.backend).await?;
     let spec = config.load_pipeline_resolved(&backend).await?;
-    let audit = crate::audit::audit(&backend, &spec, args.table.as_deref()).await?;
+    let log = match &args.bootstrap_servers {
+        Some(servers) => {
+            let mut connection = crate::broker::Connection::plaintext(servers);
+            connection.options = args.kafka_options.clone();
+            Some(crate::broker::log::KafkaLog::new(connection)?)
+        }
+        None if !args.kafka_options.is_empty() => {
+            return Err(Error::Config(
+                "audit: -X sets a Kafka property for --bootstrap-servers, which is not given"
+                    .into(),
+            ));
+        }
+        None => None,
+    };
+    let audit = crate::audit::audit_with_log(
+        &backend,
+        &spec,
+        args.table.as_deref(),
+        log.as_ref().map(|l| l as &dyn crate::audit::TopicLog),
+    )
+    .await?;
     if args.json {
         println!(
             "{}",
@@ -36,16 +65,39 @@ pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
     if audit.ok() {
         return Ok(());
     }
-    let (missing, twice): (i64, i64) = audit
+    let (missing, twice, not_landed): (i64, i64, i64) = audit
         .tables
         .iter()
         .flat_map(|t| &t.partitions)
-        .fold((0, 0), |(m, d), p| {
-            (m + p.missing_offsets, d + p.duplicated_offsets)
+        .fold((0, 0, 0), |(m, d, n), p| {
+            (
+                m + p.missing_offsets,
+                d + p.duplicated_offsets,
+                n + p.log.as_ref().map_or(0, |l| l.not_landed_offsets),
+            )
         });
     Err(Error::Audit(format!(
-        "{missing} offset(s) missing, {twice} found more than once (see above)"
+        "{missing} offset(s) missing, {twice} found more than once, {not_landed} record(s) of the log in neither table (see above)"
     )))
+}
+
+/// `a..=b` ranges, comma-separated, the first few.
+fn ranges(list: &[[i64; 2]]) -> String {
+    let mut out: Vec<String> = list
+        .iter()
+        .take(10)
+        .map(|[a, b]| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}..={b}")
+            }
+        })
+        .collect();
+    if list.len() > 10 {
+        out.push(format!("… ({} ranges)", list.len()));
+    }
+    out.join(", ")
 }
 
 /// The audit as text for humans.
@@ -80,10 +132,67 @@ pub fn render(audit: &Audit) -> String {
                 p.duplicated_offsets
             );
             for [a, b] in &p.missing {
+                let older = p.ledger_from.is_none_or(|from| *b < from);
                 let _ = writeln!(
                     out,
-                    "    missing: offsets {a}..={b} (in neither {} nor dead_letters; a range Kafka itself skips — transaction markers, a compacted topic — also shows here)",
-                    t.table
+                    "    missing: offsets {a}..={b} (in neither {} nor dead_letters{})",
+                    t.table,
+                    if older {
+                        "; older than the ledger of delivered offsets, so a range Kafka itself skips — transaction markers, a compacted topic — also shows here"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            for m in &p.short {
+                let _ = writeln!(
+                    out,
+                    "    missing: {} of the {} records delivered in offsets {}..={} (a range with Kafka's gaps inside; {} found); the offsets found nowhere there: {}",
+                    m.delivered - m.found,
+                    m.delivered,
+                    m.first,
+                    m.last,
+                    m.found,
+                    ranges(&m.holes)
+                );
+            }
+            for m in &p.surplus {
+                let _ = writeln!(
+                    out,
+                    "    more than delivered: {} offsets found in {}..={}, where {} records were delivered (rows whose Kafka columns are wrong, or a damaged ledger)",
+                    m.found, m.first, m.last, m.delivered
+                );
+            }
+            if let Some(l) = &p.log {
+                if l.not_landed_offsets > 0 {
+                    let _ = writeln!(
+                        out,
+                        "    not landed: {} record(s) of the topic's log in neither {} nor dead_letters: {}",
+                        l.not_landed_offsets,
+                        t.table,
+                        ranges(&l.not_landed)
+                    );
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "    the log (from offset {}): each of its {} committed record(s) below the checkpoint landed",
+                        l.log_from, l.records
+                    );
+                }
+                if l.before_first > 0 {
+                    let _ = writeln!(
+                        out,
+                        "    the log holds {} record(s) below offset {}, where the check starts (the pipeline started after them, or lost them before its first landing)",
+                        l.before_first, p.verified_from
+                    );
+                }
+            }
+            if p.not_delivered_offsets > 0 {
+                let _ = writeln!(
+                    out,
+                    "    never delivered (not counted as missing): {} offset(s): {} — gaps of the topic's log (transaction markers, aborted or compacted records), or records the event source skipped; --bootstrap-servers checks them against the log",
+                    p.not_delivered_offsets,
+                    ranges(&p.not_delivered)
                 );
             }
             if let Some([a, b]) = p.beyond_checkpoint {
@@ -113,13 +222,13 @@ pub fn render(audit: &Audit) -> String {
     }
     let _ = writeln!(
         out,
-        "(each partition is checked from its lowest offset found: a loss below it is not seen)"
+        "(each partition is checked from its lowest offset found or delivered: a loss below it is not seen)"
     );
     let _ = writeln!(
         out,
         "{}",
         if audit.ok() {
-            "audit: every offset below each checkpoint, but the pending batches', is in its table or dead_letters exactly once"
+            "audit: every offset delivered below each checkpoint, but the pending batches', is in its table or dead_letters exactly once"
         } else {
             "audit: FAILED"
         }

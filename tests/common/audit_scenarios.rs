@@ -1,13 +1,17 @@
-//! `streamtable audit` (`src/audit.rs`): it passes on what the pipeline landed (re-deliveries,
-//! bad records and pending batches included) and names each seeded fault — an offset range the
-//! event source skipped, a pending batch lost before its commit, a data file committed twice —
-//! by its partition and offsets.
+//! `streamtable audit` (`src/audit`): it passes on what the pipeline landed (re-deliveries, bad
+//! records, pending batches, and the gaps Kafka leaves — a transaction's marker inside a batch,
+//! offsets the event source skipped between two — which the ledger of delivered offsets
+//! tells apart) and names each seeded fault — a pending batch lost before its commit, an
+//! offset range the checkpoint skipped without landing it, a row deleted from a data file, a
+//! data file committed twice — by its partition and offsets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use streamtable::audit::{Audit, audit};
+use streamtable::checkpoint::{PendingBatch, SourceAdvance, SourcePartition};
 use streamtable::commit::commit_pending;
 use streamtable::spec::PipelineSpec;
 use streamtable::store::CommitIntent;
@@ -60,7 +64,11 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
     first.extend(records("orders", 1, 0..10));
     ingest(first.clone()).await;
     ingest(first).await;
-    commit_pending(&h.backend, &tables).await.expect("commit");
+    let first_batches = h.backend.state.pending().await.expect("pending");
+    let round = commit_pending(&h.backend, &tables).await.expect("commit");
+    // Each round checks its own files against what its batches were delivered.
+    assert!(round.audit.ok(), "{:?}", round.audit);
+    assert_eq!((round.audit.rounds, round.audit.delivered), (1, 30));
     ingest(records("orders", 0, 20..30)).await;
     let honest = run(h).await;
     assert!(honest.ok(), "{}", streamtable::cli::audit::render(&honest));
@@ -72,14 +80,30 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         "the pending batch is not expected yet"
     );
     assert_eq!(p0.next_offset, 30);
+    assert_eq!((p0.delivered, p0.ledger_from), (Some(20), Some(0)));
 
-    // An offset range the event source skipped: partition 1 jumps from 10 to 15.
-    ingest(records("orders", 1, 15..20)).await;
-    commit_pending(&h.backend, &tables).await.expect("commit");
+    // Kafka's gaps: partition 1 delivers 10..=19 but 15 (a transaction's marker), then from
+    // 25 (20..=24 never delivered: aborted records, or skipped by the event source).
+    let mut gappy = records("orders", 1, 10..20);
+    gappy.retain(|r| r.offset != 15);
+    ingest(gappy).await;
+    ingest(records("orders", 1, 25..30)).await;
+    let round = commit_pending(&h.backend, &tables).await.expect("commit");
+    assert!(round.audit.ok(), "{:?}", round.audit);
+    assert_eq!(
+        round.audit.delivered,
+        10 + 9 + 5,
+        "p0 20..=29, p1 10..=19 but 15, 25..=29"
+    );
     let a = run(h).await;
-    assert!(!a.ok());
-    assert_eq!(faults(&a, 1), (vec![[10, 14]], vec![]));
-    assert_eq!(faults(&a, 0), (vec![], vec![]), "partition 0 is whole");
+    assert!(a.ok(), "{}", streamtable::cli::audit::render(&a));
+    let p1 = &a.tables[0].partitions[1];
+    assert_eq!(p1.not_delivered, [[15, 15], [20, 24]]);
+    assert_eq!((p1.not_delivered_offsets, p1.delivered), (6, Some(24)));
+    assert!(
+        streamtable::cli::audit::render(&a)
+            .contains("never delivered (not counted as missing): 6 offset(s): 15, 20..=24")
+    );
 
     // A pending batch lost: its record removed without its files being committed.
     ingest(records("orders", 0, 30..40)).await;
@@ -97,8 +121,51 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         .expect("finish");
     assert_eq!(faults(&run(h).await, 0), (vec![[30, 39]], vec![]));
 
+    // An offset range skipped: the checkpoint of partition 1 moved from 30 to 40 by a batch
+    // that landed nothing, then records from 40 on.
+    let p1 = SourcePartition::new("orders", 1);
+    let at = h.backend.state.checkpoint(&p1).await.expect("checkpoint");
+    assert_eq!(at.next_offset, 30);
+    let skip = PendingBatch {
+        source: p1.clone(),
+        first_offset: 30,
+        last_offset: 39,
+        more: Vec::new(),
+        created_at_ms: 2,
+        files: Vec::new(),
+        files_location: None,
+        delivery: Default::default(),
+    };
+    let advance = SourceAdvance {
+        source: p1.clone(),
+        from: at,
+        to_next_offset: 40,
+        state: None,
+    };
+    h.backend
+        .state
+        .advance(&[advance], &skip)
+        .await
+        .expect("advance");
+    ingest(records("orders", 1, 40..45)).await;
+    let round = commit_pending(&h.backend, &tables).await.expect("commit");
+    // The round's own check sees it too (and raises the alarm's metric).
+    assert_eq!((round.audit.missing, round.audit.duplicated), (10, 0));
+    assert!(
+        round.audit.findings[0]
+            .contains("orders-1: 10 of the 15 records delivered in offsets 30..=44"),
+        "{:?}",
+        round.audit
+    );
+    assert_eq!(faults(&run(h).await, 1), (vec![[30, 39]], vec![]));
+
+    // A row deleted from a data file: the first batch's file rewritten without partition 0's
+    // offset 7, as a faulty rewrite would.
+    delete_row(h, &first_batches, 0, 7).await;
+    assert_eq!(faults(&run(h).await, 0), (vec![[7, 7], [30, 39]], vec![]));
+
     // A data file committed twice: partition 1's next batch appended again by hand.
-    ingest(records("orders", 1, 20..25)).await;
+    ingest(records("orders", 1, 45..50)).await;
     let pending = h.backend.state.pending().await.expect("pending");
     commit_pending(&h.backend, &tables).await.expect("commit");
     let (table, _) = h
@@ -146,7 +213,7 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
     let a = run(h).await;
     assert_eq!(
         faults(&a, 1),
-        (vec![[10, 14]], vec![20, 21, 22, 23, 24]),
+        (vec![[30, 39]], vec![45, 46, 47, 48, 49]),
         "{}",
         streamtable::cli::audit::render(&a)
     );
@@ -154,9 +221,10 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
     assert_eq!((dup.in_table, dup.in_dead_letters), (2, 0));
     let text = streamtable::cli::audit::render(&a);
     for says in [
-        "missing: offsets 10..=14",
+        "missing: offsets 7..=7",
         "missing: offsets 30..=39",
-        "found twice: offset 20 (2 row(s) in orders",
+        "found twice: offset 45 (2 row(s) in orders",
+        "never delivered (not counted as missing): 6 offset(s)",
         "audit: FAILED",
     ] {
         assert!(text.contains(says), "{says}:\n{text}");
@@ -167,4 +235,92 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         .expect_err("unknown table")
         .to_string();
     assert!(e.contains("audit one of: orders"), "{e}");
+}
+
+/// Rewrites the `orders` data file of `batches` without the row of partition `p`, offset
+/// `offset`, and replaces it in the table (as a faulty compaction would).
+async fn delete_row(h: &Harness, batches: &[PendingBatch], p: i32, offset: i64) {
+    use arrow_array::{Array, Int32Array, Int64Array};
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let tables = h.tables();
+    let ident = tables.ident("orders");
+    let (table, _) = h
+        .backend
+        .catalog
+        .load(&ident)
+        .await
+        .expect("load")
+        .expect("orders");
+    let pending = batches
+        .iter()
+        .flat_map(|b| b.files.iter())
+        .find(|f| f.table == "orders")
+        .expect("an orders file");
+    let json: serde_json::Value = serde_json::from_str(&pending.data_file).expect("json");
+    let path = json["file_path"].as_str().expect("path").to_string();
+    let bytes = h.backend.warehouse.read(&path).await.expect("read");
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .expect("parquet")
+        .build()
+        .expect("reader");
+    let mut kept = Vec::new();
+    let mut schema = None;
+    for batch in reader {
+        let batch = batch.expect("batch");
+        schema.get_or_insert_with(|| batch.schema());
+        let col = |name: &str| batch.column_by_name(name).expect(name).clone();
+        let parts = col("kafka_partition");
+        let offsets = col("kafka_offset");
+        let parts = parts.as_any().downcast_ref::<Int32Array>().expect("int");
+        let offsets = offsets.as_any().downcast_ref::<Int64Array>().expect("long");
+        let keep: arrow_array::BooleanArray = (0..batch.num_rows())
+            .map(|i| Some(!(parts.value(i) == p && offsets.value(i) == offset)))
+            .collect();
+        kept.push(datafusion::arrow::compute::filter_record_batch(&batch, &keep).expect("filter"));
+    }
+    let schema = schema.expect("rows");
+    let rows: usize = kept.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows as u64 + 1, pending.rows, "one row dropped");
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, Arc::clone(&schema), None).expect("writer");
+    for b in &kept {
+        w.write(b).expect("write");
+    }
+    w.close().expect("close");
+    let rewritten = path.replace(".parquet", "-rewritten.parquet");
+    let size = buf.len();
+    h.backend
+        .warehouse
+        .write(&rewritten, buf.into())
+        .await
+        .expect("write");
+    let one: Vec<PendingBatch> = batches.to_vec();
+    let added: Vec<_> = super::pending_data_files(&table, &one, "orders", |j| {
+        let mut v: serde_json::Value = serde_json::from_str(j).expect("json");
+        if v["file_path"].as_str() == Some(path.as_str()) {
+            v["file_path"] = rewritten.clone().into();
+            v["file_size_in_bytes"] = size.into();
+            v["record_count"] = rows.into();
+        }
+        v.to_string()
+    })
+    .into_iter()
+    .filter(|f| f.file_path() == rewritten)
+    .collect();
+    assert_eq!(added.len(), 1);
+    let outcome = streamtable::table::replace::commit_replace(
+        &h.backend.catalog,
+        &ident,
+        &HashSet::from([path]),
+        &added,
+        &HashMap::new(),
+    )
+    .await
+    .expect("replace");
+    assert!(matches!(
+        outcome,
+        streamtable::table::replace::ReplaceOutcome::Committed(_)
+    ));
 }

@@ -21,6 +21,7 @@ async fn forge_batch(h: &Harness, topic: &str, partition: i32, files: Vec<Pendin
         created_at_ms: 1,
         files,
         files_location: None,
+        delivery: Default::default(),
     };
     let advance = SourceAdvance {
         source,

@@ -71,6 +71,7 @@ async fn land_changes(
     assert_eq!(dead[0].kind, "envelope");
     assert!(dead[0].message.contains("truncate"), "{}", dead[0].message);
     let round = commit_pending(&h.backend, tables).await.expect("commit");
+    assert!(round.audit.ok(), "the round's audit: {:?}", round.audit);
     let stats = round
         .tables
         .iter()

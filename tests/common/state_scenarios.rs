@@ -77,6 +77,7 @@ async fn install_state(h: &Harness, source: &SourcePartition, body: Vec<u8>) {
         created_at_ms: stored.updated_at_ms,
         files: Vec::new(),
         files_location: None,
+        delivery: Default::default(),
     };
     assert!(matches!(
         h.backend

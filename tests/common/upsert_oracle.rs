@@ -271,7 +271,7 @@ pub async fn run(mut h: Harness, steps: Vec<Step>) {
                     }
                     Err(e) => panic!("commit: {e}"),
                 };
-                let _ = done;
+                assert!(done.audit.ok(), "the round's audit: {:?}", done.audit);
                 committed_once = true;
                 let want = expected(&accepted(&h).await);
                 assert_eq!(table_rows(&h).await, want, "after a commit");

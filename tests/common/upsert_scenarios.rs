@@ -167,6 +167,9 @@ pub async fn upserts_read_back_as_the_last_record_per_key(h: &mut Harness) {
         }
         previous = Some(batch);
         let report = commit_pending(&h.backend, &tables).await.expect("commit");
+        // The round's own audit counts rows and tombstones (key deletes) alike.
+        assert!(report.audit.ok(), "round {round}: {:?}", report.audit);
+        assert!(report.audit.delivered > 0, "round {round}");
         let upsert = report
             .tables
             .iter()

@@ -343,6 +343,7 @@ async fn state_bucket_writes_lose_every_race_they_should() {
             created_at_ms: 1,
             files: Vec::new(),
             files_location: None,
+            delivery: Default::default(),
         };
         let a = SourceAdvance {
             source,

@@ -40,6 +40,7 @@ columns = [
     let mut offsets = vec![0i64; 4];
     let started = Instant::now();
     let mut sent = 0;
+    let mut rounds = streamtable::commit::audit::RoundAudit::default();
     while sent < records {
         let count = 10_000.min(records - sent);
         let batch = streamtable::cli::synthetic_records(
@@ -54,10 +55,23 @@ columns = [
         ingestor.handle(&kafka_event(&batch)).await?;
         sent += count;
         if sent % 200_000 == 0 || sent == records {
-            streamtable::commit::commit_pending(&backend, &tables).await?;
+            let report = streamtable::commit::commit_pending(&backend, &tables).await?;
+            rounds.add(report.audit);
         }
     }
     compact_all(&backend, &tables, &CompactOptions::default()).await?;
+    if !rounds.ok() || rounds.delivered != records {
+        return Err(Error::Internal(format!(
+            "the commit rounds' audits failed on an honest run: {rounds:?}"
+        )));
+    }
+    println!(
+        "commit rounds' own audits: {} rounds, {} records, {:.0} ms ({:.2} s per million records)",
+        rounds.rounds,
+        rounds.delivered,
+        rounds.duration_ms,
+        rounds.duration_ms / 1e3 / (records as f64 / 1e6)
+    );
     println!(
         "landed {records} records in {:.1} s (4 partitions, compacted)",
         started.elapsed().as_secs_f64()

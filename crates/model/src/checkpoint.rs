@@ -138,6 +138,10 @@ pub struct PendingBatch {
     /// (a DynamoDB item holds at most 400 KB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_location: Option<String>,
+    /// How many records each range took, where fewer than its offsets (the ledger's input,
+    /// see [`crate::ledger`]).
+    #[serde(default, skip_serializing_if = "crate::ledger::Delivery::is_whole")]
+    pub delivery: crate::ledger::Delivery,
 }
 
 impl PendingBatch {

@@ -25,6 +25,7 @@ pub mod error;
 pub mod esm;
 pub mod generate;
 pub mod kafka;
+pub mod ledger;
 pub mod partition;
 pub mod schema;
 pub mod spec;

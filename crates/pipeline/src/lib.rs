@@ -34,7 +34,8 @@
 #![warn(missing_docs)]
 
 pub use streamtable_model::{
-    Error, Result, checkpoint, clock, decode, error, esm, generate, kafka, partition, schema, spec,
+    Error, Result, checkpoint, clock, decode, error, esm, generate, kafka, ledger, partition,
+    schema, spec,
 };
 pub use streamtable_process as process;
 

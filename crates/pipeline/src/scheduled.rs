@@ -45,7 +45,8 @@ impl ScheduledOptions {
     /// `STREAMTABLE_COMPACT_MIN_FILES`, `STREAMTABLE_COMPACT_TIER_RATIO` (size tiers, see
     /// [`crate::compact::CompactOptions::tier_ratio`]), `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
     /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS` (at least 1),
-    /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`.
+    /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`, `STREAMTABLE_AUDIT_ROUNDS`
+    /// (`off`: no audit of each commit round).
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
@@ -72,6 +73,17 @@ impl ScheduledOptions {
         }
         if let Some(n) = num("STREAMTABLE_JOIN_MAX_KEPT_ROWS", 1)? {
             o.commit.join_max_kept_rows = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = var("STREAMTABLE_AUDIT_ROUNDS") {
+            o.commit.audit_rounds = match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "true" | "1" => true,
+                "off" | "false" | "0" => false,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "STREAMTABLE_AUDIT_ROUNDS={v:?} is not \"on\" (the default: each commit round's files are read back and checked against what its batches were delivered) or \"off\""
+                    )));
+                }
+            };
         }
         if let Some(n) = num("STREAMTABLE_COMPACT_MIN_FILES", 2)? {
             o.compaction.min_input_files = n as usize;
@@ -183,6 +195,29 @@ impl ScheduledReport {
                     }
                 )),
                 None => {}
+            }
+        }
+        let audit = &self.commit.audit;
+        if audit.rounds > 0 {
+            if audit.ok() {
+                out.push(format!(
+                    "  audit: the {} round(s) landed each of their {} delivered records exactly once",
+                    audit.rounds, audit.delivered
+                ));
+            } else {
+                out.push(format!(
+                    "  AUDIT FAILED: of {} delivered records, {} missing, {} more than once, {} not delivered by the rounds' batches (`streamtable audit` names the offsets)",
+                    audit.delivered, audit.missing, audit.duplicated, audit.unexpected
+                ));
+            }
+            if audit.unreadable > 0 {
+                out.push(format!(
+                    "  audit: {} file(s) could not be read back, their rows not checked",
+                    audit.unreadable
+                ));
+            }
+            for f in &audit.findings {
+                out.push(format!("    {f}"));
             }
         }
         let backlog = &self.commit.backlog;

@@ -159,6 +159,7 @@ mod tests {
             created_at_ms: at,
             files: Vec::new(),
             files_location: None,
+            delivery: Default::default(),
         }
     }
 

@@ -40,6 +40,8 @@ pub struct TableSet {
     /// The reference tables by name: created (empty) when missing, never written, compacted
     /// or expired by the pipeline (analysts maintain them).
     pub references: BTreeMap<String, TableDef>,
+    /// The topics with a table of their own (`land`), and that table.
+    pub topic_tables: BTreeMap<String, String>,
     /// The interval joins the commit stage runs, by the table they land.
     pub joins: Vec<(String, crate::spec::IntervalJoin)>,
     /// The spec, when some topic's partitions keep window state: the scheduled stage closes
@@ -91,6 +93,12 @@ impl TableSet {
             namespace: namespace.to_string(),
             tables,
             references,
+            topic_tables: spec
+                .tables
+                .iter()
+                .filter(|t| t.land)
+                .map(|t| (t.topic.clone(), t.name.clone()))
+                .collect(),
             joins: spec
                 .derived
                 .iter()

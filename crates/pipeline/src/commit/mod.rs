@@ -9,6 +9,9 @@
 //!    `{intent}/{table}` in its summary, that table is done; otherwise `fast_append` the files in
 //!    one snapshot whose summary carries the commit id and the highest committed offset per
 //!    topic-partition (`streamtable.offset.{topic}-{partition}`).
+//!    The summary also records the round's ledger of delivered offsets
+//!    (`streamtable.delivered.{topic}-{partition}`, see [`crate::ledger`]), which
+//!    `streamtable audit` reads.
 //! 3. Remove the batches and the intent.
 //!
 //! A crash between any two steps is finished by the next run without losing or repeating a
@@ -18,6 +21,7 @@
 //! scheduled stage always reaches compaction and maintenance; what is left is reported as the
 //! backlog.
 
+pub mod audit;
 mod carried;
 #[cfg(feature = "sql")]
 pub mod join;
@@ -36,6 +40,7 @@ use serde::Serialize;
 use crate::backend::Backend;
 use crate::checkpoint::{PendingBatch, PendingFile};
 use crate::error::{Error, Result};
+use crate::ledger::{self, DELIVERED_PROPERTY_PREFIX, REPLAYED_PROPERTY_PREFIX};
 use crate::store::CommitIntent;
 #[cfg(feature = "sql")]
 use crate::table::JOIN_STATE_PROPERTY;
@@ -61,6 +66,9 @@ pub struct CommitOptions {
     /// Most rows an interval join keeps per side between rounds; past it the oldest are
     /// forgotten (counted: `JoinRowsEvicted`).
     pub join_max_kept_rows: usize,
+    /// Whether each round's files are read back and checked against what its batches were
+    /// delivered ([`audit`]).
+    pub audit_rounds: bool,
 }
 
 impl Default for CommitOptions {
@@ -71,6 +79,7 @@ impl Default for CommitOptions {
             max_intent_bytes: 300 * 1024,
             min_interval: trigger::DEFAULT_INTERVAL,
             join_max_kept_rows: DEFAULT_JOIN_MAX_KEPT_ROWS,
+            audit_rounds: true,
         }
     }
 }
@@ -174,6 +183,8 @@ pub struct CommitReport {
     /// Another committer took the lease over between rounds (this one had stalled past its
     /// end): the rounds stopped.
     pub lease_lost: bool,
+    /// What the audits of the rounds found ([`audit`]).
+    pub audit: audit::RoundAudit,
     /// Time the step took.
     pub duration_ms: f64,
 }
@@ -297,7 +308,20 @@ pub(crate) async fn commit_rounds(
             }
         };
         tracing::info!(intent = %intent.id, batches = intent.batches.len(), resumed, "committing");
-        let round = commit_intent(backend, tables, &mut selector, &intent).await?;
+        let (round, audited) = commit_intent(
+            backend,
+            tables,
+            &mut selector,
+            &intent,
+            options.audit_rounds,
+        )
+        .await?;
+        if !audited.ok() {
+            tracing::error!(intent = %intent.id, missing = audited.missing, duplicated = audited.duplicated,
+                unexpected = audited.unexpected, findings = ?audited.findings,
+                "the round's files do not hold what its batches were delivered exactly once; `streamtable audit` names the offsets");
+        }
+        report.audit.add(audited);
         backend.state.finish_commit(&intent).await?;
         landings::record_committed(backend, &landed).await;
         report.rounds += 1;
@@ -325,7 +349,8 @@ async fn commit_intent(
     tables: &TableSet,
     selector: &mut Selector<'_>,
     intent: &CommitIntent,
-) -> Result<Vec<TableCommitReport>> {
+    audit_round: bool,
+) -> Result<(Vec<TableCommitReport>, audit::RoundAudit)> {
     let page = backend.state.batches(&intent.batches).await?;
     if let Some((key, why)) = page.unreadable.first() {
         return Err(Error::State {
@@ -371,6 +396,15 @@ async fn commit_intent(
             entry.key_deletes.extend(files.key_deletes);
         }
     }
+    // The round's ledger, the same in every snapshot that records a topic-partition of it.
+    let delivered = round_ledger(&page.batches);
+    for files in by_table.values_mut() {
+        for source in files.offsets.keys() {
+            for (key, value) in delivered.get(source).into_iter().flatten() {
+                files.properties.insert(key.clone(), value.clone());
+            }
+        }
+    }
     let mut out = Vec::new();
     for (table, files) in &by_table {
         let id = format!("{}/{table}", intent.id);
@@ -379,7 +413,43 @@ async fn commit_intent(
     }
     #[cfg(feature = "sql")]
     out.extend(commit_joins(backend, tables, selector, intent, &by_table).await?);
-    Ok(out)
+    let audited = if audit_round {
+        audit::audit_round(tables, selector, &page.batches, &by_table).await
+    } else {
+        audit::RoundAudit::default()
+    };
+    Ok((out, audited))
+}
+
+/// The summary properties of the ledger of delivered offsets ([`crate::ledger`]) of a round's
+/// batches, by topic-partition (`topic-partition`): its delivered ranges, and the ranges
+/// replays landed. Idle partitions' flushes deliver nothing.
+pub fn round_ledger(batches: &[PendingBatch]) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut ranges: BTreeMap<(String, bool), Vec<ledger::Delivered>> = BTreeMap::new();
+    for b in batches {
+        for r in b.ranges().filter(|r| r.first_offset >= 0) {
+            ranges
+                .entry((r.source.to_string(), b.delivery.replayed))
+                .or_default()
+                .push(b.delivery.entry(&r));
+        }
+    }
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for ((source, replayed), rs) in ranges {
+        let entries = ledger::round_entries(rs);
+        if entries.is_empty() {
+            continue;
+        }
+        let prefix = if replayed {
+            REPLAYED_PROPERTY_PREFIX
+        } else {
+            DELIVERED_PROPERTY_PREFIX
+        };
+        out.entry(source.clone())
+            .or_default()
+            .push((format!("{prefix}{source}"), ledger::encode(&entries)));
+    }
+    out
 }
 
 /// Runs and commits each interval join whose sides the intent lands rows of (see [`join`]):

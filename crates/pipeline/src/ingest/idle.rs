@@ -157,6 +157,7 @@ impl Ingestor {
                     created_at_ms: now,
                     files: pending,
                     files_location: None,
+                    delivery: Default::default(),
                 };
                 let mut one = std::collections::HashMap::from([(source.clone(), state)]);
                 let mut new = self

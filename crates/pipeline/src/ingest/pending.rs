@@ -8,6 +8,7 @@ use bytes::Bytes;
 use super::{Ingestor, Planned};
 use crate::checkpoint::{CarriedRows, KeyDeleteFile, PendingBatch, PendingFile};
 use crate::error::{Error, Result};
+use crate::ledger::Delivery;
 use crate::spec::DEAD_LETTER_TABLE;
 use crate::table::encode::EncodedFile;
 
@@ -118,6 +119,15 @@ impl Ingestor {
             created_at_ms: self.clock.now_ms(),
             files: pending,
             files_location: None,
+            delivery: Delivery::of(planned.iter().map(|p| {
+                // A partition's first batch claims nothing below its first record.
+                let from = if p.checkpoint.version == 0 {
+                    p.first_offset()
+                } else {
+                    p.checkpoint.next_offset
+                };
+                (p.range(), from, p.records.len() as u64)
+            })),
         };
         let json = serde_json::to_vec(&batch.files)
             .map_err(|e| Error::Internal(format!("pending files: {e}")))?;

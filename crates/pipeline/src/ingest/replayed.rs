@@ -35,9 +35,11 @@ impl Ingestor {
         let (mut files, counts) = self.encode_group(&planned, &mut states).await?;
         files.extend(self.close_all(&planned, &mut states).await?);
         self.write_files(&files, &Default::default()).await?;
-        let batch = self
+        let mut batch = self
             .pending_batch(&planned, &files, &Default::default())
             .await?;
+        // Not a delivery of the event source: no entry of the ledger.
+        batch.delivery.replayed = true;
         if !self.state.add_pending(&batch, lock, holder).await? {
             return Ok(None);
         }

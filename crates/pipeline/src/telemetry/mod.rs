@@ -307,6 +307,33 @@ pub fn scheduled_metrics(
             ("RowsCommitted", report.commit.rows() as f64, "Count"),
             ("CommitLatencyMs", report.commit.duration_ms, "Milliseconds"),
             (
+                "AuditedRecords",
+                report.commit.audit.delivered as f64,
+                "Count",
+            ),
+            (
+                "AuditMismatches",
+                (report.commit.audit.missing
+                    + report.commit.audit.duplicated
+                    + report.commit.audit.unexpected) as f64,
+                "Count",
+            ),
+            (
+                "AuditMissingRecords",
+                report.commit.audit.missing as f64,
+                "Count",
+            ),
+            (
+                "AuditDuplicatedRecords",
+                report.commit.audit.duplicated as f64,
+                "Count",
+            ),
+            (
+                "AuditUnreadableFiles",
+                report.commit.audit.unreadable as f64,
+                "Count",
+            ),
+            (
                 "PartitionsCompacted",
                 report.compaction.len() as f64,
                 "Count",

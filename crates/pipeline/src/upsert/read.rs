@@ -261,7 +261,7 @@ fn normalise(a: &ArrayRef) -> std::result::Result<ArrayRef, String> {
 
 /// The file's top-level columns with the given field ids, in batches; per batch, where each id
 /// is among the batch's columns (`None`: the file predates the column).
-async fn read_columns(
+pub(crate) async fn read_columns(
     table: &Table,
     path: &str,
     size: u64,

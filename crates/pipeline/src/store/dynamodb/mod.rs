@@ -40,6 +40,7 @@ use crate::checkpoint::{
     StoredState, decode_ranges, encode_ranges,
 };
 use crate::error::{Error, Result};
+use crate::ledger::Delivery;
 use crate::store::{CheckpointStore, CommitIntent};
 
 mod body;
@@ -181,6 +182,10 @@ impl DynamoStateStore {
         if let Some(location) = &batch.files_location {
             put = put.item("files_location", s(location));
         }
+        // An attribute of its own: a release that does not know the ledger ignores it.
+        if let Some(delivered) = batch.delivery.encode() {
+            put = put.item("delivered", s(delivered));
+        }
         let (mode, bodies) = self.layout().await?;
         if mode == checkpoints::Mode::Buckets {
             let body = if bodies >= BODY_LAYOUT {
@@ -224,6 +229,12 @@ impl DynamoStateStore {
         };
         let files_location = get_s(item, "files_location").map(str::to_string);
         let last_offset = get_n(item, "last_offset").unwrap_or(key.first_offset);
+        // The counts only feed the audit: unreadable ones must not hold the batch's rows back.
+        let delivery = Delivery::decode(get_s(item, "delivered")).unwrap_or_else(|why| {
+            tracing::warn!(source = %key.source, first_offset = key.first_offset, %why,
+                "pending batch's delivered counts unreadable; taken as whole");
+            Delivery::default()
+        });
         let decoded = match item.get("body").map(AttributeValue::as_b) {
             Some(Ok(b)) => body::decode(b.as_ref()),
             Some(Err(_)) => Err("pending item body is not binary".to_string()),
@@ -246,6 +257,7 @@ impl DynamoStateStore {
                 created_at_ms: key.created_at_ms,
                 files,
                 files_location,
+                delivery,
             }),
             Err(why) => page
                 .unreadable

@@ -17,6 +17,7 @@ use crate::checkpoint::{
     StoredState, decode_ranges, encode_ranges,
 };
 use crate::error::{Error, Result};
+use crate::ledger::Delivery;
 use crate::store::{CheckpointStore, StateStore};
 
 const SCHEMA: &str = "
@@ -38,6 +39,7 @@ CREATE TABLE IF NOT EXISTS pending (
     files_location TEXT,
     sort_key      TEXT,
     more          TEXT,
+    delivered     TEXT,
     PRIMARY KEY (topic, partition, first_offset)
 );
 CREATE TABLE IF NOT EXISTS partition_state (
@@ -148,6 +150,14 @@ fn upgrade_schema(conn: &Connection) -> rusqlite::Result<()> {
     if !has_more {
         conn.execute_batch("ALTER TABLE pending ADD COLUMN more TEXT")?;
     }
+    let has_delivered: bool = conn.query_row(
+        "SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'delivered'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_delivered {
+        conn.execute_batch("ALTER TABLE pending ADD COLUMN delivered TEXT")?;
+    }
     conn.execute_batch(
         "UPDATE pending SET sort_key = printf('%015d#%s#%010d#%020d', max(created_at_ms, 0), topic, partition, first_offset)
            WHERE sort_key IS NULL;
@@ -173,13 +183,27 @@ fn read_page(
                 r.get::<_, String>(5)?,
                 r.get::<_, Option<String>>(6)?,
                 r.get::<_, Option<String>>(7)?,
+                r.get::<_, Option<String>>(8)?,
             ))
         })
         .map_err(err)?;
     let mut page = PendingPage::default();
     for row in rows {
-        let (source, first_offset, last_offset, created_at_ms, files, files_location, more) =
-            row.map_err(err)?;
+        let (
+            source,
+            first_offset,
+            last_offset,
+            created_at_ms,
+            files,
+            files_location,
+            more,
+            delivered,
+        ) = row.map_err(err)?;
+        // The counts only feed the audit: unreadable ones must not hold the batch's rows back.
+        let delivery = Delivery::decode(delivered.as_deref()).unwrap_or_else(|why| {
+            tracing::warn!(%source, first_offset, %why, "pending batch's delivered counts unreadable; taken as whole");
+            Delivery::default()
+        });
         let more = match more.as_deref().map(decode_ranges).transpose() {
             Ok(m) => m.unwrap_or_default(),
             Err(why) => {
@@ -202,6 +226,7 @@ fn read_page(
                 created_at_ms,
                 files,
                 files_location,
+                delivery,
             }),
             Err(e) => {
                 let key = BatchKey {
@@ -297,6 +322,7 @@ impl CheckpointStore for SqliteStateStore {
         let files = serde_json::to_string(&batch.files)
             .map_err(|e| Error::Internal(format!("serialize pending files: {e}")))?;
         let more = (!batch.more.is_empty()).then(|| encode_ranges(&batch.more));
+        let delivered = batch.delivery.encode();
         self.with_conn(move |conn, path| {
             let err = |op| move |e| db_error(op, path, e);
             let tx = conn
@@ -353,10 +379,10 @@ impl CheckpointStore for SqliteStateStore {
                 .map_err(err("write checkpoint"))?;
             }
             tx.execute(
-                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key, more)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key, more, delivered)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![batch.source.topic, batch.source.partition, batch.first_offset, batch.last_offset,
-                    batch.created_at_ms, files, batch.files_location, batch.key().sort_key(), more],
+                    batch.created_at_ms, files, batch.files_location, batch.key().sort_key(), more, delivered],
             )
             .map_err(err("record pending files"))?;
             tx.commit().map_err(err("commit"))?;
@@ -371,7 +397,7 @@ impl CheckpointStore for SqliteStateStore {
         self.with_conn(move |conn, path| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location, more
+                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location, more, delivered
                      FROM pending WHERE sort_key > ?1 ORDER BY sort_key LIMIT ?2",
                 )
                 .map_err(|e| db_error("read pending", path, e))?;
@@ -396,7 +422,7 @@ impl CheckpointStore for SqliteStateStore {
         self.with_conn(move |conn, path| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location, more
+                    "SELECT topic, partition, first_offset, last_offset, created_at_ms, files, files_location, more, delivered
                      FROM pending WHERE topic = ?1 AND partition = ?2 AND first_offset = ?3",
                 )
                 .map_err(|e| db_error("read pending", path, e))?;
@@ -433,10 +459,10 @@ impl CheckpointStore for SqliteStateStore {
                 return Ok(false);
             }
             tx.execute(
-                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO pending (topic, partition, first_offset, last_offset, created_at_ms, files, files_location, sort_key, delivered)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![batch.source.topic, batch.source.partition, batch.first_offset, batch.last_offset,
-                    batch.created_at_ms, files, batch.files_location, batch.key().sort_key()],
+                    batch.created_at_ms, files, batch.files_location, batch.key().sort_key(), batch.delivery.encode()],
             )
             .map_err(err("record pending files"))?;
             tx.commit().map_err(err("commit"))?;

@@ -9,9 +9,14 @@
 //! is reported, and the audit fails. Dead letters that a derived table rejected (kinds
 //! `transform`, `late`, `future`: the topic's own table has the record) are not counted.
 //!
-//! Offsets Kafka itself skips (transaction markers, aborted records, compacted topics) look
-//! missing: the audit says so for the ranges it reports. An upsert table is not audited (it
-//! deletes the rows its keys' later records replace).
+//! The ledger of delivered offsets ([`crate::ledger`]), which every commit records in its
+//! snapshots' summaries, tells an offset Kafka itself skips (a transaction's marker, aborted
+//! records, a compacted topic) from a lost one ([`expect`]): offsets never delivered are
+//! listed, not failed. Below the ledger's first range (history older than it, or snapshots
+//! expired) every offset is expected. An upsert table is not audited here (it deletes the rows
+//! its keys' later records replace); the commit stage checks each of its rounds.
+
+pub mod expect;
 
 use std::collections::BTreeMap;
 
@@ -23,8 +28,11 @@ use serde::Serialize;
 use crate::backend::Backend;
 use crate::checkpoint::SourcePartition;
 use crate::error::{Error, Result};
+use crate::ledger::{DELIVERED_PROPERTY_PREFIX, Ledger, REPLAYED_PROPERTY_PREFIX};
 use crate::query::{QueryEngine, TimeTravel};
 use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec};
+pub use expect::Miscount;
+use expect::Shape;
 
 /// Most duplicated offsets and missing ranges listed per table (the counts are always whole).
 pub const MAX_LISTED: usize = 1000;
@@ -61,10 +69,26 @@ pub struct PartitionAudit {
     pub dead_letters: i64,
     /// Offset ranges (inclusive) of batches not committed yet: not expected yet.
     pub pending: Vec<[i64; 2]>,
-    /// Offset ranges (inclusive) expected and found nowhere.
+    /// Offsets delivered, by the ledger (`None`: the partition has no ledger yet).
+    pub delivered: Option<u64>,
+    /// Where the ledger starts: below it every offset is expected.
+    pub ledger_from: Option<i64>,
+    /// Offset ranges (inclusive) delivered (or older than the ledger) and found nowhere.
     pub missing: Vec<[i64; 2]>,
-    /// How many offsets are missing in all.
+    /// How many offsets are missing in all (in `missing`, and what `short` ranges lack).
     pub missing_offsets: i64,
+    /// Ranges delivered with Kafka's gaps inside that hold fewer offsets than were delivered.
+    pub short: Vec<Miscount>,
+    /// Ranges delivered with Kafka's gaps inside that hold more offsets than were delivered.
+    pub surplus: Vec<Miscount>,
+    /// Offset ranges (inclusive) the event source never delivered: gaps of the topic's log, or
+    /// records it skipped (see `--bootstrap-servers`).
+    pub not_delivered: Vec<[i64; 2]>,
+    /// How many offsets were not delivered in all.
+    pub not_delivered_offsets: i64,
+    /// The comparison with the topic-partition's log (`--bootstrap-servers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogCheck>,
     /// Offsets found more than once (the first [`MAX_LISTED`]).
     pub duplicates: Vec<Duplicate>,
     /// How many offsets are found more than once in all.
@@ -115,6 +139,58 @@ impl Audit {
 /// checkpoints read); after the tables, the checkpoints again (an offset found at or above its
 /// partition's checkpoint then is one the checkpoint went back on).
 pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -> Result<Audit> {
+    audit_with_log(backend, spec, only, None).await
+}
+
+/// What a topic-partition's log holds (read by `--bootstrap-servers`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogRead {
+    /// The log's first offset (its low watermark).
+    pub low: i64,
+    /// The offsets of its committed records read, in order (aborted records and transaction
+    /// markers are not records).
+    pub offsets: Vec<i64>,
+}
+
+/// A topic's log, read for the audit.
+pub trait TopicLog: Send + Sync {
+    /// The committed records of `topic`-`partition` from `from` (or the log's start, if later)
+    /// up to `to` (exclusive).
+    fn read<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: i32,
+        from: i64,
+        to: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<LogRead>> + Send + 'a>>;
+}
+
+/// The audit's comparison with a topic-partition's own log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogCheck {
+    /// The log's first offset.
+    pub log_from: i64,
+    /// Committed records of the log below the checkpoint (and not pending).
+    pub records: u64,
+    /// Offset ranges whose records are in the log but in neither table: lost (delivered or
+    /// not), the first [`MAX_LISTED`].
+    pub not_landed: Vec<[i64; 2]>,
+    /// Records not landed, in all.
+    pub not_landed_offsets: i64,
+    /// Records in the log below the first offset the pipeline took (it started after them,
+    /// or they were lost before it): not failed, reported.
+    pub before_first: u64,
+}
+
+/// [`audit`], comparing each topic-partition with its own log when `log` is given: every
+/// committed record of the log below the checkpoint (but pending batches') must be in the
+/// topic's table or in `dead_letters`.
+pub async fn audit_with_log(
+    backend: &Backend,
+    spec: &PipelineSpec,
+    only: Option<&str>,
+    log: Option<&dyn TopicLog>,
+) -> Result<Audit> {
     if let Some(name) = only
         && !spec.tables.iter().any(|t| t.name == name)
     {
@@ -189,6 +265,7 @@ pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -
             }
             let has_table = listed.iter().any(|n| n == &t.name);
             let has_dead = listed.iter().any(|n| n == DEAD_LETTER_TABLE);
+            let mut ledgers = ledgers(backend, &t.topic, &[&t.name, DEAD_LETTER_TABLE]).await?;
             let found = landed(&engine, &t.name, &t.topic, has_table, has_dead).await?;
             let mut partitions: Vec<i32> = before
                 .keys()
@@ -210,22 +287,48 @@ pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -
                 let now = now_at.get(&key).copied().unwrap_or(0);
                 let f = found.get(&p).cloned().unwrap_or_default();
                 let pend = pending_ranges.remove(&p).unwrap_or_default();
-                let missing = missing_ranges(&f.gaps, f.first, f.last, next_offset, &pend);
-                let beyond_checkpoint = f.last.filter(|last| *last >= now).map(|last| [now, last]);
+                let ledger = ledgers.remove(&p).unwrap_or_default();
+                let v = expect::judge(&f.shape, next_offset, &pend, &ledger);
+                let beyond_checkpoint = f
+                    .shape
+                    .last
+                    .filter(|last| *last >= now)
+                    .map(|last| [now, last]);
+                let lowest = [
+                    f.shape.first,
+                    ledger.start(),
+                    pend.iter().map(|r| r[0]).min(),
+                ];
+                let verified_from = lowest
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(0)
+                    .min(next_offset);
+                let log_check = match log {
+                    Some(log) if next_offset > 0 => {
+                        let read = log.read(&t.topic, p, 0, next_offset).await?;
+                        Some(expect::against_log(&v.holes, verified_from, &pend, &read))
+                    }
+                    _ => None,
+                };
                 audit.partitions.push(PartitionAudit {
                     partition: p,
-                    first_offset: f.first,
-                    verified_from: f
-                        .first
-                        .or_else(|| pend.iter().map(|r| r[0]).min())
-                        .unwrap_or(0)
-                        .min(next_offset),
+                    log: log_check,
+                    first_offset: f.shape.first,
+                    verified_from,
                     next_offset,
                     rows: f.rows,
                     dead_letters: f.dead_letters,
                     pending: pend,
-                    missing_offsets: missing.iter().map(|[a, b]| b - a + 1).sum(),
-                    missing: missing.into_iter().take(MAX_LISTED).collect(),
+                    delivered: (!ledger.is_empty()).then(|| ledger.delivered()),
+                    ledger_from: ledger.start(),
+                    missing_offsets: v.missing_offsets,
+                    missing: v.missing.into_iter().take(MAX_LISTED).collect(),
+                    short: v.short.into_iter().take(MAX_LISTED).collect(),
+                    surplus: v.surplus.into_iter().take(MAX_LISTED).collect(),
+                    not_delivered_offsets: v.not_delivered_offsets,
+                    not_delivered: v.not_delivered.into_iter().take(MAX_LISTED).collect(),
                     duplicated_offsets: f.duplicated_offsets,
                     duplicates: f.duplicates,
                     beyond_checkpoint,
@@ -236,7 +339,11 @@ pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -
     }
     out.ok = out.tables.iter().all(|t| {
         t.partitions.iter().all(|p| {
-            p.missing_offsets == 0 && p.duplicated_offsets == 0 && p.beyond_checkpoint.is_none()
+            p.missing_offsets == 0
+                && p.duplicated_offsets == 0
+                && p.beyond_checkpoint.is_none()
+                && p.surplus.is_empty()
+                && p.log.as_ref().is_none_or(|l| l.not_landed_offsets == 0)
         })
     });
     Ok(out)
@@ -257,15 +364,56 @@ async fn next_offsets(
         .collect())
 }
 
+/// The ledger of delivered offsets of `topic`'s partitions, from the summaries of every
+/// snapshot of `tables` (a round records its ranges in each snapshot that holds the topic's
+/// data, so every delivered range is in the topic's table or in `dead_letters`).
+async fn ledgers(backend: &Backend, topic: &str, tables: &[&str]) -> Result<BTreeMap<i32, Ledger>> {
+    let delivered = format!("{DELIVERED_PROPERTY_PREFIX}{topic}-");
+    let replayed = format!("{REPLAYED_PROPERTY_PREFIX}{topic}-");
+    type Entries = Vec<crate::ledger::Delivered>;
+    let mut out: BTreeMap<i32, (Entries, Entries)> = BTreeMap::new();
+    for name in tables {
+        let ident = iceberg::TableIdent::new(
+            iceberg::NamespaceIdent::new(backend.namespace.clone()),
+            name.to_string(),
+        );
+        let Some((table, _)) = backend.catalog.load(&ident).await? else {
+            continue;
+        };
+        for snapshot in table.metadata().snapshots() {
+            for (key, value) in &snapshot.summary().additional_properties {
+                let (p, is_replay) =
+                    match (key.strip_prefix(&delivered), key.strip_prefix(&replayed)) {
+                        (Some(p), _) => (p, false),
+                        (_, Some(p)) => (p, true),
+                        _ => continue,
+                    };
+                let Ok(p) = p.parse::<i32>() else {
+                    continue;
+                };
+                let entries = crate::ledger::decode(value).map_err(|why| {
+                    Error::Audit(format!(
+                        "table {name}, snapshot {}: {key}: {why}",
+                        snapshot.snapshot_id()
+                    ))
+                })?;
+                let (d, r) = out.entry(p).or_default();
+                if is_replay { r } else { d }.extend(entries);
+            }
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|(p, (d, r))| (p, Ledger::new(d).with_replayed(r)))
+        .collect())
+}
+
 /// What one partition's table and dead letters hold.
 #[derive(Debug, Clone, Default)]
 struct Found {
-    first: Option<i64>,
-    last: Option<i64>,
+    shape: Shape,
     rows: i64,
     dead_letters: i64,
-    /// Ranges (inclusive) between offsets found, with none found inside.
-    gaps: Vec<[i64; 2]>,
     duplicates: Vec<Duplicate>,
     duplicated_offsets: i64,
 }
@@ -309,13 +457,13 @@ async fn landed(
     for row in rows(&batches)? {
         let (p, o, t, d) = (row[0] as i32, row[1], row[2], row[3]);
         let f = out.entry(p).or_default();
-        if let Some(last) = f.last
+        if let Some(last) = f.shape.last
             && o > last + 1
         {
-            f.gaps.push([last + 1, o - 1]);
+            f.shape.gaps.push([last + 1, o - 1]);
         }
-        f.first.get_or_insert(o);
-        f.last = Some(o);
+        f.shape.first.get_or_insert(o);
+        f.shape.last = Some(o);
         f.rows += t;
         f.dead_letters += d;
         if t + d > 1 {
@@ -357,89 +505,4 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<i64>>> {
         }
     }
     Ok(out)
-}
-
-/// The offsets expected and not found, as inclusive ranges: the `gaps` between offsets found,
-/// and what lies between the last one found (`last`) and the checkpoint (`next_offset`), but
-/// for `pending` ranges (not committed yet). With nothing found, everything below the
-/// checkpoint not pending is missing (from offset 0, or from the first pending batch: below it
-/// nothing can be told).
-pub fn missing_ranges(
-    gaps: &[[i64; 2]],
-    first: Option<i64>,
-    last: Option<i64>,
-    next_offset: i64,
-    pending: &[[i64; 2]],
-) -> Vec<[i64; 2]> {
-    // Only below the checkpoint: a gap above it is of a batch not taken yet.
-    let mut expected: Vec<[i64; 2]> = gaps
-        .iter()
-        .filter(|g| g[0] < next_offset)
-        .map(|g| [g[0], g[1].min(next_offset - 1)])
-        .collect();
-    let tail_from = match (first, last) {
-        (Some(_), Some(l)) => l + 1,
-        _ => pending
-            .iter()
-            .map(|r| r[0])
-            .min()
-            .unwrap_or(0)
-            .min(next_offset),
-    };
-    if tail_from < next_offset {
-        expected.push([tail_from, next_offset - 1]);
-    }
-    let mut out = Vec::new();
-    for r in expected {
-        let mut pieces = vec![r];
-        for p in pending {
-            pieces = pieces
-                .into_iter()
-                .flat_map(|[a, b]| {
-                    let mut left = Vec::new();
-                    if a < p[0] {
-                        left.push([a, b.min(p[0] - 1)]);
-                    }
-                    if b > p[1] {
-                        left.push([a.max(p[1] + 1), b]);
-                    }
-                    left
-                })
-                .collect();
-        }
-        out.extend(pieces);
-    }
-    out.sort_unstable();
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::missing_ranges;
-
-    #[test]
-    fn missing_offsets_are_the_gaps_and_the_tail_but_what_is_pending() {
-        // 0..=9 found but 4..=5, checkpoint 15, batch 12..=14 pending: 10..=11 lost.
-        assert_eq!(
-            missing_ranges(&[[4, 5]], Some(0), Some(9), 15, &[[12, 14]]),
-            [[4, 5], [10, 11]]
-        );
-        // Everything accounted for.
-        assert!(missing_ranges(&[], Some(0), Some(9), 10, &[]).is_empty());
-        assert!(missing_ranges(&[], Some(0), Some(9), 20, &[[10, 19]]).is_empty());
-        // A pending batch in the middle of a gap splits it.
-        assert_eq!(
-            missing_ranges(&[[3, 10]], Some(0), Some(20), 21, &[[5, 6]]),
-            [[3, 4], [7, 10]]
-        );
-        // Gaps above the checkpoint are not expected yet.
-        assert_eq!(
-            missing_ranges(&[[3, 4], [8, 12]], Some(0), Some(20), 10, &[]),
-            [[3, 4], [8, 9]]
-        );
-        // Nothing found: below the checkpoint, all but the pending batches.
-        assert_eq!(missing_ranges(&[], None, None, 5, &[]), [[0, 4]]);
-        assert!(missing_ranges(&[], None, None, 5, &[[3, 4]]).is_empty());
-        assert!(missing_ranges(&[], None, None, 0, &[]).is_empty());
-    }
 }

@@ -1,0 +1,438 @@
+//! The ledger of delivered offsets: which offsets of a topic-partition the event source delivered
+//! in the batches a commit landed, so that an audit tells a gap Kafka itself leaves (a
+//! transaction's marker, aborted records, a compacted topic) from a record that was lost.
+//!
+//! Ingest knows, per batch and topic-partition, the checkpoint it started from, the last offset
+//! it took and how many records it took between them: the entry `from..=last` with its count.
+//! Entries of one partition follow each other without a gap; an entry holding fewer records
+//! than offsets is *sparse* (Kafka left gaps in it, or the event source skipped records). A
+//! pending batch keeps what is not whole ([`Delivery`]). The commit stage folds the round's
+//! entries ([`round_entries`]) and records them in the summary of every snapshot of the round
+//! that holds the topic's data, under [`DELIVERED_PROPERTY_PREFIX`]`{topic}-{partition}`
+//! ([`encode`]). So offsets no entry covers, above the first, belong to a batch whose entry
+//! never reached a snapshot: a batch lost before its commit.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{SourcePartition, SourceRange};
+
+/// Snapshot summary property of the round's delivered ranges of one topic-partition:
+/// `streamtable.delivered.{topic}-{partition}` = [`encode`]d entries.
+pub const DELIVERED_PROPERTY_PREFIX: &str = "streamtable.delivered.";
+
+/// Snapshot summary property of the ranges a replay landed in the round (records the event
+/// source skipped, landed later): `streamtable.replayed.{topic}-{partition}`.
+pub const REPLAYED_PROPERTY_PREFIX: &str = "streamtable.replayed.";
+
+/// The most entries one round records per topic-partition; past it the round's ranges are
+/// recorded as one entry (its count stays exact; the audit then names the gaps it holds as
+/// candidates rather than as lost offsets).
+pub const MAX_ROUND_ENTRIES: usize = 256;
+
+/// What a pending batch took in each of its ranges, where that differs from one record per
+/// offset of a range starting at the partition's checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Records a replay landed below the checkpoint (`streamtable replay`), which fill what
+    /// the event source skipped: recorded apart from its deliveries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// The ranges that are not whole: each with the checkpoint it started from (offsets
+    /// between it and the range's first were never delivered) and the records it took.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<RangeDelivery>,
+}
+
+/// One range of a batch that is not whole (see [`Delivery`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeDelivery {
+    /// The topic-partition.
+    pub source: SourcePartition,
+    /// The checkpoint the range started from (at most its first offset).
+    pub from: i64,
+    /// Records taken in `from..=last`.
+    pub count: u64,
+}
+
+impl Delivery {
+    /// Whether nothing needs storing: one record per offset of every range, each starting at
+    /// its checkpoint.
+    pub fn is_whole(&self) -> bool {
+        !self.replayed && self.ranges.is_empty()
+    }
+
+    /// The delivery of ranges `(range, checkpoint it started from, records taken)`.
+    pub fn of(ranges: impl IntoIterator<Item = (SourceRange, i64, u64)>) -> Delivery {
+        Delivery {
+            replayed: false,
+            ranges: ranges
+                .into_iter()
+                .map(|(r, from, count)| {
+                    let from = from.min(r.first_offset);
+                    (r, from, count)
+                })
+                .filter(|(r, from, n)| {
+                    *from != r.first_offset || span(r.first_offset, r.last_offset) != *n
+                })
+                .map(|(r, from, count)| RangeDelivery {
+                    source: r.source,
+                    from,
+                    count,
+                })
+                .collect(),
+        }
+    }
+
+    /// The ledger entry of range `r` of the batch.
+    pub fn entry(&self, r: &SourceRange) -> Delivered {
+        match self.ranges.iter().find(|d| d.source == r.source) {
+            Some(d) => Delivered {
+                first: d.from.min(r.first_offset),
+                last: r.last_offset,
+                count: d.count,
+            },
+            None => Delivered {
+                first: r.first_offset,
+                last: r.last_offset,
+                count: span(r.first_offset, r.last_offset),
+            },
+        }
+    }
+
+    /// The stored form: `None` when whole; else `[replayed;]{"topic":[[partition, from,
+    /// records], …]}`.
+    pub fn encode(&self) -> Option<String> {
+        if self.is_whole() {
+            return None;
+        }
+        let mut by_topic: std::collections::BTreeMap<&str, Vec<[i64; 3]>> = Default::default();
+        for d in &self.ranges {
+            by_topic.entry(&d.source.topic).or_default().push([
+                i64::from(d.source.partition),
+                d.from,
+                i64::try_from(d.count).unwrap_or(i64::MAX),
+            ]);
+        }
+        let json = serde_json::to_string(&by_topic).ok()?;
+        Some(if self.replayed {
+            format!("replayed;{json}")
+        } else {
+            json
+        })
+    }
+
+    /// Reads [`Delivery::encode`]'s form back (`None`: whole).
+    pub fn decode(text: Option<&str>) -> Result<Delivery, String> {
+        let Some(text) = text else {
+            return Ok(Delivery::default());
+        };
+        let (replayed, json) = match text.strip_prefix("replayed;") {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let by_topic: std::collections::BTreeMap<String, Vec<[i64; 3]>> =
+            serde_json::from_str(json).map_err(|e| format!("delivered counts: {e}"))?;
+        let mut ranges = Vec::new();
+        for (topic, list) in by_topic {
+            if list.len() > crate::checkpoint::MAX_RANGES {
+                return Err(format!(
+                    "delivered counts: {} for topic {topic}, more than a batch has",
+                    list.len()
+                ));
+            }
+            for [p, from, count] in list {
+                let partition = i32::try_from(p)
+                    .map_err(|_| format!("delivered counts: partition {p} of {topic}"))?;
+                let count = u64::try_from(count)
+                    .map_err(|_| format!("delivered counts: {count} records in {topic}-{p}"))?;
+                ranges.push(RangeDelivery {
+                    source: SourcePartition::new(topic.clone(), partition),
+                    from,
+                    count,
+                });
+            }
+        }
+        Ok(Delivery { replayed, ranges })
+    }
+}
+
+/// Offsets in `first..=last`.
+fn span(first: i64, last: i64) -> u64 {
+    u64::try_from(i128::from(last) - i128::from(first) + 1).unwrap_or(0)
+}
+
+/// One entry of the ledger: the event source delivered `count` records with offsets in
+/// `first..=last` (every offset of it when `count` is the range's length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Delivered {
+    /// Lowest offset.
+    pub first: i64,
+    /// Highest offset.
+    pub last: i64,
+    /// Records delivered in the range.
+    pub count: u64,
+}
+
+impl Delivered {
+    /// Offsets in the range.
+    pub fn span(&self) -> u64 {
+        span(self.first, self.last)
+    }
+
+    /// Whether every offset of the range was delivered.
+    pub fn whole(&self) -> bool {
+        self.count == self.span()
+    }
+}
+
+impl fmt::Display for Delivered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.whole() {
+            write!(f, "{}-{}", self.first, self.last)
+        } else {
+            write!(f, "{}-{}:{}", self.first, self.last, self.count)
+        }
+    }
+}
+
+/// One round's entries of one topic-partition from its batches' ranges: in order, whole
+/// neighbours (the second starting right after the first) joined. The same ranges give the same
+/// entries, whichever snapshot records them. More than [`MAX_ROUND_ENTRIES`] become one entry
+/// spanning them with their total count.
+pub fn round_entries(ranges: impl IntoIterator<Item = Delivered>) -> Vec<Delivered> {
+    let mut ranges: Vec<Delivered> = ranges
+        .into_iter()
+        .filter(|d| d.first >= 0 && d.last >= d.first && d.count <= d.span())
+        .collect();
+    ranges.sort_unstable();
+    ranges.dedup();
+    let mut out: Vec<Delivered> = Vec::with_capacity(ranges.len());
+    for d in ranges {
+        match out.last_mut() {
+            Some(prev)
+                if prev.whole() && d.whole() && prev.last.checked_add(1) == Some(d.first) =>
+            {
+                prev.last = d.last;
+                prev.count += d.count;
+            }
+            _ => out.push(d),
+        }
+    }
+    if out.len() > MAX_ROUND_ENTRIES {
+        let first = out[0].first;
+        let last = out.iter().map(|d| d.last).max().unwrap_or(first);
+        let count = out.iter().map(|d| d.count).sum();
+        out = vec![Delivered { first, last, count }];
+    }
+    out
+}
+
+/// The summary form of entries: `first-last` for a whole range, `first-last:count` for a
+/// sparse one, comma-separated.
+pub fn encode(entries: &[Delivered]) -> String {
+    entries
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads [`encode`]'s form back; an impossible entry is refused, naming it.
+pub fn decode(text: &str) -> Result<Vec<Delivered>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let bad = || format!("delivered range {part:?} is not first-last[:count]");
+        let (range, count) = match part.split_once(':') {
+            Some((r, c)) => (r, Some(c.parse::<u64>().map_err(|_| bad())?)),
+            None => (part, None),
+        };
+        let (a, b) = range.split_once('-').ok_or_else(bad)?;
+        let (first, last) = (
+            a.parse::<i64>().map_err(|_| bad())?,
+            b.parse::<i64>().map_err(|_| bad())?,
+        );
+        if first < 0 || last < first {
+            return Err(bad());
+        }
+        let whole = span(first, last);
+        let count = count.unwrap_or(whole);
+        if count > whole {
+            return Err(format!(
+                "delivered range {part:?} counts more records than it has offsets"
+            ));
+        }
+        out.push(Delivered { first, last, count });
+    }
+    Ok(out)
+}
+
+/// One topic-partition's ledger gathered from many snapshots: whole ranges as a set of offsets
+/// (the same range may be recorded by several snapshots of one round, joined differently),
+/// sparse entries each once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    whole: Vec<[i64; 2]>,
+    sparse: BTreeSet<Delivered>,
+    replayed: BTreeSet<Delivered>,
+}
+
+impl Ledger {
+    /// The ledger of entries gathered from any number of snapshots.
+    pub fn new(entries: impl IntoIterator<Item = Delivered>) -> Ledger {
+        let mut whole = Vec::new();
+        let mut sparse = BTreeSet::new();
+        for d in entries {
+            if d.whole() {
+                whole.push([d.first, d.last]);
+            } else {
+                sparse.insert(d);
+            }
+        }
+        whole.sort_unstable();
+        let mut joined: Vec<[i64; 2]> = Vec::with_capacity(whole.len());
+        for [a, b] in whole {
+            match joined.last_mut() {
+                Some(prev) if a <= prev[1].saturating_add(1) => prev[1] = prev[1].max(b),
+                _ => joined.push([a, b]),
+            }
+        }
+        Ledger {
+            whole: joined,
+            sparse,
+            replayed: BTreeSet::new(),
+        }
+    }
+
+    /// The ledger with the ranges replays landed (see [`REPLAYED_PROPERTY_PREFIX`]).
+    pub fn with_replayed(mut self, replayed: impl IntoIterator<Item = Delivered>) -> Ledger {
+        self.replayed.extend(replayed);
+        self
+    }
+
+    /// Records replays landed in `first..=last`.
+    pub fn replayed_within(&self, first: i64, last: i64) -> u64 {
+        self.replayed
+            .iter()
+            .filter(|r| r.first >= first && r.last <= last)
+            .map(|r| r.count)
+            .sum()
+    }
+
+    /// Whether no entry was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.whole.is_empty() && self.sparse.is_empty()
+    }
+
+    /// The lowest offset recorded.
+    pub fn start(&self) -> Option<i64> {
+        let w = self.whole.first().map(|r| r[0]);
+        let s = self.sparse.first().map(|d| d.first);
+        match (w, s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whole ranges, joined, in order.
+    pub fn whole(&self) -> &[[i64; 2]] {
+        &self.whole
+    }
+
+    /// Sparse entries, in order.
+    pub fn sparse(&self) -> impl Iterator<Item = &Delivered> {
+        self.sparse.iter()
+    }
+
+    /// Offsets delivered in all.
+    pub fn delivered(&self) -> u64 {
+        self.whole.iter().map(|[a, b]| span(*a, *b)).sum::<u64>()
+            + self.sparse.iter().map(|d| d.count).sum::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(first: i64, last: i64, count: u64) -> Delivered {
+        Delivered { first, last, count }
+    }
+
+    #[test]
+    fn a_round_joins_whole_neighbours_and_keeps_sparse_ranges_apart() {
+        // Three whole batches in a row, a gap, a sparse batch, a whole one after it.
+        let e = round_entries([
+            d(0, 9, 10),
+            d(10, 19, 10),
+            d(20, 24, 5),
+            d(30, 39, 9),
+            d(40, 49, 10),
+        ]);
+        assert_eq!(e, [d(0, 24, 25), d(30, 39, 9), d(40, 49, 10)]);
+        assert_eq!(encode(&e), "0-24,30-39:9,40-49");
+        assert_eq!(decode(&encode(&e)), Ok(e));
+        // Order and repeats do not matter: the same ranges give the same entries.
+        assert_eq!(
+            round_entries([d(10, 19, 10), d(0, 9, 10), d(0, 9, 10)]),
+            [d(0, 19, 20)]
+        );
+    }
+
+    #[test]
+    fn too_many_entries_become_one_with_the_exact_count() {
+        let many: Vec<Delivered> = (0..1000).map(|i| d(i * 10, i * 10 + 8, 9)).collect();
+        let e = round_entries(many);
+        assert_eq!(e, [d(0, 9998, 9000)]);
+    }
+
+    #[test]
+    fn impossible_entries_are_refused_by_name() {
+        for bad in ["5", "9-3", "a-b", "0-9:11", "-1-3", "0-9:x"] {
+            let err = decode(bad).expect_err(bad);
+            assert!(err.contains(bad), "{err}");
+        }
+        assert_eq!(decode(""), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_ledger_unites_the_snapshots_of_a_round() {
+        let l = Ledger::new([
+            d(0, 24, 25),
+            d(30, 39, 9),
+            d(10, 19, 10),
+            d(30, 39, 9),
+            d(40, 49, 10),
+        ]);
+        assert_eq!(l.whole(), [[0, 24], [40, 49]]);
+        assert_eq!(l.sparse().copied().collect::<Vec<_>>(), [d(30, 39, 9)]);
+        assert_eq!((l.start(), l.delivered()), (Some(0), 44));
+    }
+
+    #[test]
+    fn a_batch_stores_only_what_is_not_whole() {
+        let r = |p: i32, a: i64, b: i64| SourceRange {
+            source: SourcePartition::new("orders", p),
+            first_offset: a,
+            last_offset: b,
+        };
+        assert!(Delivery::of([(r(0, 0, 9), 0, 10)]).is_whole());
+        // Partition 1 started at checkpoint 3 (3..=4 never delivered) and took 4 of 5..=9.
+        let d = Delivery::of([(r(0, 0, 9), 0, 10), (r(1, 5, 9), 3, 4)]);
+        assert_eq!(d.entry(&r(1, 5, 9)), self::d(3, 9, 4));
+        assert_eq!(d.entry(&r(0, 0, 9)), self::d(0, 9, 10));
+        let text = d.encode().expect("stored");
+        assert_eq!(text, r#"{"orders":[[1,3,4]]}"#);
+        assert_eq!(Delivery::decode(Some(&text)), Ok(d.clone()));
+        assert_eq!(Delivery::decode(None), Ok(Delivery::default()));
+        let replayed = Delivery {
+            replayed: true,
+            ..d
+        };
+        assert_eq!(Delivery::decode(replayed.encode().as_deref()), Ok(replayed));
+        assert!(Delivery::decode(Some("{")).is_err());
+        assert!(Delivery::decode(Some(r#"{"t":[[1,2,-3]]}"#)).is_err());
+    }
+}

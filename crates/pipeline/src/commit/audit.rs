@@ -1,0 +1,394 @@
+//! The audit of one commit round: the round's own files hold, per topic-partition, every
+//! record its batches were delivered (their ledger entries, see [`crate::ledger`]) exactly
+//! once — in the topic's table (its rows, and for an upsert table its tombstones' key deletes)
+//! or in `dead_letters`. It reads only the Kafka columns of the files the round just committed,
+//! so its cost follows the round's rows, and it never fails the round: what it finds is
+//! reported (`streamtable scheduled`, the `Audit…` metrics and their alarm), and
+//! `streamtable audit` names the offsets.
+
+use std::collections::BTreeMap;
+
+use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray};
+use serde::Serialize;
+
+use super::select::{Selector, TableFiles};
+use crate::checkpoint::PendingBatch;
+use crate::error::{Error, Result};
+use crate::ledger::{self, Delivered};
+use crate::spec::DEAD_LETTER_TABLE;
+use crate::tables::TableSet;
+
+/// Dead-letter kinds a derived table gives a record the topic's own table kept.
+pub const DERIVED_KINDS: [&str; 3] = ["transform", "late", "future"];
+
+/// Most findings a report lists (the counts are always whole).
+const MAX_FINDINGS: usize = 20;
+
+/// What the audits of a run's rounds found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RoundAudit {
+    /// Rounds audited.
+    pub rounds: u64,
+    /// Records delivered in the rounds' batches, of topics with a table of their own.
+    pub delivered: u64,
+    /// Of those, records in none of the round's files.
+    pub missing: u64,
+    /// Offsets found more than once in the round's files (the copies past the first).
+    pub duplicated: u64,
+    /// Offsets in the round's files that none of its batches delivered, or more of them in a
+    /// range than it delivered.
+    pub unexpected: u64,
+    /// Files that could not be read (their rows are not checked).
+    pub unreadable: u64,
+    /// What was found, the first ones.
+    pub findings: Vec<String>,
+    /// Time the audits took.
+    pub duration_ms: f64,
+}
+
+impl RoundAudit {
+    /// Whether the rounds landed every delivered record exactly once.
+    pub fn ok(&self) -> bool {
+        self.missing == 0 && self.duplicated == 0 && self.unexpected == 0
+    }
+
+    /// Adds another run's (or round's) audit.
+    pub fn add(&mut self, other: RoundAudit) {
+        self.rounds += other.rounds;
+        self.delivered += other.delivered;
+        self.missing += other.missing;
+        self.duplicated += other.duplicated;
+        self.unexpected += other.unexpected;
+        self.unreadable += other.unreadable;
+        self.duration_ms += other.duration_ms;
+        for f in other.findings {
+            self.note(f);
+        }
+    }
+
+    fn note(&mut self, finding: String) {
+        if self.findings.len() < MAX_FINDINGS {
+            self.findings.push(finding);
+        }
+    }
+}
+
+/// Audits the round of `batches`, whose files by table are `by_table`.
+pub(super) async fn audit_round(
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    batches: &[PendingBatch],
+    by_table: &BTreeMap<String, TableFiles>,
+) -> RoundAudit {
+    let started = std::time::Instant::now();
+    let mut out = audit_files(tables, selector, batches, by_table).await;
+    out.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    out
+}
+
+async fn audit_files(
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    batches: &[PendingBatch],
+    by_table: &BTreeMap<String, TableFiles>,
+) -> RoundAudit {
+    let mut out = RoundAudit {
+        rounds: 1,
+        ..Default::default()
+    };
+    // The topics with a table of their own, and the round's entries of their partitions.
+    type Entries = Vec<Delivered>;
+    let mut delivered: BTreeMap<(String, i32), (Entries, Entries)> = BTreeMap::new();
+    for b in batches {
+        for r in b.ranges().filter(|r| r.first_offset >= 0) {
+            if tables.topic_tables.contains_key(&r.source.topic) {
+                let (d, replayed) = delivered
+                    .entry((r.source.topic.clone(), r.source.partition))
+                    .or_default();
+                if b.delivery.replayed { replayed } else { d }.push(b.delivery.entry(&r));
+            }
+        }
+    }
+    if delivered.is_empty() {
+        return out;
+    }
+    let mut found: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+    let topics: Vec<String> = {
+        let mut t: Vec<String> = delivered.keys().map(|(t, _)| t.clone()).collect();
+        t.dedup();
+        t
+    };
+    for topic in &topics {
+        let Some(name) = tables.topic_tables.get(topic) else {
+            continue;
+        };
+        let Some(files) = by_table.get(name) else {
+            continue;
+        };
+        if let Err(e) = read_table(selector, name, topic, files, &mut found, &mut out).await {
+            out.unreadable += 1;
+            out.note(format!("table {name}: {e}"));
+        }
+    }
+    if let Some(files) = by_table.get(DEAD_LETTER_TABLE)
+        && let Err(e) = read_dead_letters(selector, &topics, files, &mut found, &mut out).await
+    {
+        out.unreadable += 1;
+        out.note(format!("table {DEAD_LETTER_TABLE}: {e}"));
+    }
+    for ((topic, p), (entries, replayed)) in delivered {
+        let mut offsets = found.remove(&(topic.clone(), p)).unwrap_or_default();
+        offsets.sort_unstable();
+        let before = offsets.len();
+        offsets.dedup();
+        let twice = (before - offsets.len()) as u64;
+        if twice > 0 {
+            out.duplicated += twice;
+            out.note(format!(
+                "{topic}-{p}: {twice} offset(s) more than once in the round's files"
+            ));
+        }
+        let source = format!("{topic}-{p}");
+        let entries = with_replays(ledger::round_entries(entries), replayed);
+        check_partition(&source, &entries, &offsets, &mut out);
+    }
+    // Rows of partitions the round delivered nothing of.
+    for ((topic, p), offsets) in found {
+        out.unexpected += offsets.len() as u64;
+        out.note(format!(
+            "{topic}-{p}: {} row(s) in the round's files, yet none of its batches took from this partition",
+            offsets.len()
+        ));
+    }
+    out
+}
+
+/// The round's entries with what replays landed: a replay inside an entry (records the event
+/// source skipped there) adds to its count; one outside every entry is an entry of its own.
+fn with_replays(mut entries: Vec<Delivered>, replayed: Vec<Delivered>) -> Vec<Delivered> {
+    for r in replayed {
+        match entries
+            .iter_mut()
+            .find(|d| d.first <= r.first && r.last <= d.last)
+        {
+            Some(d) => d.count = (d.count + r.count).min(d.span()),
+            None => entries.push(r),
+        }
+    }
+    entries.sort_unstable();
+    entries
+}
+
+/// Checks one partition's distinct `offsets` (sorted) against its round `entries`.
+pub fn check_partition(source: &str, entries: &[Delivered], offsets: &[i64], out: &mut RoundAudit) {
+    let mut inside = 0u64;
+    for d in entries {
+        let lo = offsets.partition_point(|o| *o < d.first);
+        let hi = offsets.partition_point(|o| *o <= d.last);
+        let n = (hi - lo) as u64;
+        inside += n;
+        out.delivered += d.count;
+        if n < d.count {
+            out.missing += d.count - n;
+            out.note(format!(
+                "{source}: {} of the {} records delivered in offsets {}..={} are in none of the round's files",
+                d.count - n,
+                d.count,
+                d.first,
+                d.last
+            ));
+        } else if n > d.count {
+            out.unexpected += n - d.count;
+            out.note(format!(
+                "{source}: {n} offsets in {}..={} in the round's files, where {} records were delivered",
+                d.first, d.last, d.count
+            ));
+        }
+    }
+    let outside = offsets.len() as u64 - inside;
+    if outside > 0 {
+        out.unexpected += outside;
+        out.note(format!(
+            "{source}: {outside} offset(s) in the round's files outside the ranges its batches took"
+        ));
+    }
+}
+
+/// The Kafka positions of a topic table's round files (rows, key deletes, carried rows).
+async fn read_table(
+    selector: &mut Selector<'_>,
+    name: &str,
+    topic: &str,
+    files: &TableFiles,
+    found: &mut BTreeMap<(String, i32), Vec<i64>>,
+    out: &mut RoundAudit,
+) -> Result<()> {
+    let table = selector.table(name).await?;
+    let schema = table.metadata().current_schema().clone();
+    let id = |column: &str| {
+        schema
+            .field_by_name(column)
+            .map(|f| f.id)
+            .ok_or_else(|| Error::Internal(format!("table {name} has no column {column}")))
+    };
+    let ids = [id("kafka_partition")?, id("kafka_offset")?];
+    let paths = files
+        .data_files
+        .iter()
+        .map(|f| (f.file_path().to_string(), f.file_size_in_bytes()))
+        .chain(files.key_deletes.iter().cloned());
+    for (path, size) in paths {
+        let batches = match crate::upsert::read::read_columns(&table, &path, size, &ids).await {
+            Ok(b) => b,
+            Err(e) => {
+                out.unreadable += 1;
+                out.note(format!("{path}: {e}"));
+                continue;
+            }
+        };
+        for (b, at) in batches {
+            let (Some(p), Some(o)) = (at[0], at[1]) else {
+                out.unreadable += 1;
+                out.note(format!("{path}: no Kafka columns"));
+                break;
+            };
+            positions(topic, &b, p, o, None, found)?;
+        }
+    }
+    for b in &files.carried {
+        let schema = b.schema();
+        if let (Ok(p), Ok(o)) = (
+            schema.index_of("kafka_partition"),
+            schema.index_of("kafka_offset"),
+        ) {
+            positions(topic, b, p, o, None, found)?;
+        }
+    }
+    Ok(())
+}
+
+/// The Kafka positions of the round's dead letters of `topics`, but those a derived table
+/// gave (the topic's own table has the record).
+async fn read_dead_letters(
+    selector: &mut Selector<'_>,
+    topics: &[String],
+    files: &TableFiles,
+    found: &mut BTreeMap<(String, i32), Vec<i64>>,
+    out: &mut RoundAudit,
+) -> Result<()> {
+    let table = selector.table(DEAD_LETTER_TABLE).await?;
+    let schema = table.metadata().current_schema().clone();
+    let id = |column: &str| {
+        schema.field_by_name(column).map(|f| f.id).ok_or_else(|| {
+            Error::Internal(format!("table {DEAD_LETTER_TABLE} has no column {column}"))
+        })
+    };
+    let ids = [
+        id("kafka_partition")?,
+        id("kafka_offset")?,
+        id("topic")?,
+        id("error_kind")?,
+    ];
+    for f in &files.data_files {
+        let path = f.file_path();
+        let batches =
+            match crate::upsert::read::read_columns(&table, path, f.file_size_in_bytes(), &ids)
+                .await
+            {
+                Ok(b) => b,
+                Err(e) => {
+                    out.unreadable += 1;
+                    out.note(format!("{path}: {e}"));
+                    continue;
+                }
+            };
+        for (b, at) in batches {
+            let (Some(p), Some(o), Some(t), Some(k)) = (at[0], at[1], at[2], at[3]) else {
+                out.unreadable += 1;
+                out.note(format!("{path}: no Kafka columns"));
+                break;
+            };
+            let topic_of = strings(&b, t)?;
+            let kind_of = strings(&b, k)?;
+            for topic in topics {
+                let keep: Vec<bool> = (0..b.num_rows())
+                    .map(|i| {
+                        topic_of.is_valid(i)
+                            && topic_of.value(i) == topic
+                            && !(kind_of.is_valid(i) && DERIVED_KINDS.contains(&kind_of.value(i)))
+                    })
+                    .collect();
+                positions(topic, &b, p, o, Some(&keep), found)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn strings(b: &RecordBatch, at: usize) -> Result<StringArray> {
+    let c = arrow_cast::cast(b.column(at), &arrow_schema::DataType::Utf8)
+        .map_err(|e| Error::Internal(format!("dead letters: {e}")))?;
+    c.as_any()
+        .downcast_ref::<StringArray>()
+        .cloned()
+        .ok_or_else(|| Error::Internal("dead letters: a text column is not text".into()))
+}
+
+/// Adds the rows' (partition, offset) of `b` (those `keep` selects) to `found`.
+fn positions(
+    topic: &str,
+    b: &RecordBatch,
+    p: usize,
+    o: usize,
+    keep: Option<&[bool]>,
+    found: &mut BTreeMap<(String, i32), Vec<i64>>,
+) -> Result<()> {
+    let p = arrow_cast::cast(b.column(p), &arrow_schema::DataType::Int32)
+        .map_err(|e| Error::Internal(format!("kafka_partition: {e}")))?;
+    let o = arrow_cast::cast(b.column(o), &arrow_schema::DataType::Int64)
+        .map_err(|e| Error::Internal(format!("kafka_offset: {e}")))?;
+    let (Some(p), Some(o)) = (
+        p.as_any().downcast_ref::<Int32Array>(),
+        o.as_any().downcast_ref::<Int64Array>(),
+    ) else {
+        return Err(Error::Internal("the Kafka columns are not integers".into()));
+    };
+    for i in 0..b.num_rows() {
+        if keep.is_some_and(|k| !k[i]) || p.is_null(i) || o.is_null(i) {
+            continue;
+        }
+        found
+            .entry((topic.to_string(), p.value(i)))
+            .or_default()
+            .push(o.value(i));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(first: i64, last: i64, count: u64) -> Delivered {
+        Delivered { first, last, count }
+    }
+
+    #[test]
+    fn a_round_holds_what_it_delivered_or_says_what_not() {
+        let mut out = RoundAudit::default();
+        let all: Vec<i64> = (0..10).chain(12..15).collect();
+        check_partition("t-0", &[d(0, 9, 10), d(10, 14, 3)], &all, &mut out);
+        assert!(out.ok(), "{out:?}");
+        assert_eq!(out.delivered, 13);
+        // Offsets 3 and 4 lost; offset 20 from nowhere.
+        let mut out = RoundAudit::default();
+        let some: Vec<i64> = [0, 1, 2, 5, 6, 7, 8, 9, 12, 13, 14, 20].to_vec();
+        check_partition("t-0", &[d(0, 9, 10), d(10, 14, 3)], &some, &mut out);
+        assert_eq!((out.missing, out.unexpected), (2, 1));
+        assert!(out.findings[0].contains("2 of the 10 records delivered in offsets 0..=9"));
+        // More offsets in a sparse range than it delivered.
+        let mut out = RoundAudit::default();
+        check_partition("t-0", &[d(10, 14, 3)], &[10, 11, 12, 13], &mut out);
+        assert_eq!(out.unexpected, 1);
+    }
+}

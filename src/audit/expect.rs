@@ -1,0 +1,417 @@
+//! What an audit concludes for one topic-partition from the offsets found, its checkpoint, its
+//! pending batches and its ledger of delivered offsets ([`crate::ledger`]): pure.
+//!
+//! An offset expected and found nowhere (a *hole*) is
+//! - **missing** where the ledger says it was delivered (a whole entry), where no entry covers
+//!   it above the ledger's first (a batch whose entry never reached a snapshot: lost before its
+//!   commit), or below the ledger's first entry (history older than the ledger: every offset
+//!   is expected there);
+//! - inside a *sparse* entry (a batch that took fewer records than its offsets from its
+//!   checkpoint on), counted: the entry holds its delivered count (plus what replays landed
+//!   in it) or is short by the difference. The holes of an entry that is not short were
+//!   **never delivered**: gaps of the topic's log (a transaction's marker, aborted records, a
+//!   compacted topic) or records the event source skipped — the audit checks those against the
+//!   log when it can reach the broker.
+
+use serde::Serialize;
+
+use crate::ledger::{Delivered, Ledger};
+
+/// Most ranges listed per sparse range that is short.
+const MAX_LISTED_GAPS: usize = 100;
+
+/// The offsets found in one partition's table and dead letters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// The lowest offset found.
+    pub first: Option<i64>,
+    /// The highest offset found.
+    pub last: Option<i64>,
+    /// Ranges (inclusive) between offsets found, with none found inside, in order.
+    pub gaps: Vec<[i64; 2]>,
+}
+
+/// A range the event source delivered with gaps, whose offsets found differ from its count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Miscount {
+    /// Its lowest offset.
+    pub first: i64,
+    /// Its highest offset.
+    pub last: i64,
+    /// Records delivered in it.
+    pub delivered: u64,
+    /// Offsets found in it.
+    pub found: u64,
+    /// Its offsets found nowhere (lost ones among Kafka's gaps), the first ones.
+    pub holes: Vec<[i64; 2]>,
+}
+
+/// What one partition's audit concludes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Offset ranges (inclusive) delivered and found nowhere.
+    pub missing: Vec<[i64; 2]>,
+    /// Offsets lost in all (in `missing`, and what `short` ranges lack).
+    pub missing_offsets: i64,
+    /// Sparse ranges holding fewer offsets than were delivered in them.
+    pub short: Vec<Miscount>,
+    /// Sparse ranges holding more offsets than were delivered in them (a damaged ledger, or
+    /// rows whose Kafka columns are wrong).
+    pub surplus: Vec<Miscount>,
+    /// Offset ranges (inclusive) the event source never delivered, between ledger ranges.
+    pub not_delivered: Vec<[i64; 2]>,
+    /// Offsets not delivered in all.
+    pub not_delivered_offsets: i64,
+    /// Every offset range expected and found nowhere, whatever the ledger says of it.
+    pub holes: Vec<[i64; 2]>,
+}
+
+/// Offsets in `a..=b`.
+fn len([a, b]: [i64; 2]) -> i64 {
+    b - a + 1
+}
+
+/// The audit of one partition: `found` against the checkpoint (`next_offset`), the `pending`
+/// ranges (not expected yet) and the `ledger`.
+pub fn judge(found: &Shape, next_offset: i64, pending: &[[i64; 2]], ledger: &Ledger) -> Verdict {
+    // Expected from the ledger's first range even if nothing was found that low.
+    let mut shape = found.clone();
+    if let Some(start) = ledger.start() {
+        match shape.first {
+            Some(first) if start < first => {
+                shape.gaps.insert(0, [start, first - 1]);
+                shape.first = Some(start);
+            }
+            None if start < next_offset => {
+                shape.first = Some(start);
+                shape.last = Some(start - 1);
+            }
+            _ => {}
+        }
+    }
+    let holes = missing_ranges(&shape.gaps, shape.first, shape.last, next_offset, pending);
+    let mut v = classify(&holes, ledger);
+    v.holes = holes;
+    v
+}
+
+/// The comparison with the log: its records (`read`) in the `holes` (expected, found nowhere)
+/// are lost; those below `verified_from` (where the check starts) or in `pending` ranges are
+/// not expected (counted, or skipped).
+pub fn against_log(
+    holes: &[[i64; 2]],
+    verified_from: i64,
+    pending: &[[i64; 2]],
+    read: &crate::audit::LogRead,
+) -> crate::audit::LogCheck {
+    let mut check = crate::audit::LogCheck {
+        log_from: read.low,
+        records: 0,
+        not_landed: Vec::new(),
+        not_landed_offsets: 0,
+        before_first: 0,
+    };
+    let mut h = 0;
+    for &o in &read.offsets {
+        if pending.iter().any(|[a, b]| *a <= o && o <= *b) {
+            continue;
+        }
+        check.records += 1;
+        if o < verified_from {
+            check.before_first += 1;
+            continue;
+        }
+        while h < holes.len() && holes[h][1] < o {
+            h += 1;
+        }
+        if h < holes.len() && holes[h][0] <= o {
+            check.not_landed_offsets += 1;
+            let full = check.not_landed.len() >= crate::audit::MAX_LISTED;
+            match check.not_landed.last_mut() {
+                Some(last) if last[1] + 1 == o => last[1] = o,
+                _ if full => {}
+                _ => check.not_landed.push([o, o]),
+            }
+        }
+    }
+    check
+}
+
+/// Sorts `holes` (sorted, disjoint) by what the ledger says of them.
+fn classify(holes: &[[i64; 2]], ledger: &Ledger) -> Verdict {
+    // The ledger's entries in order: whole ranges, and sparse entries by index.
+    let sparse: Vec<Delivered> = ledger.sparse().copied().collect();
+    let mut segments: Vec<([i64; 2], Option<usize>)> = ledger
+        .whole()
+        .iter()
+        .map(|r| (*r, None))
+        .chain(
+            sparse
+                .iter()
+                .enumerate()
+                .map(|(i, d)| ([d.first, d.last], Some(i))),
+        )
+        .collect();
+    segments.sort_unstable();
+    let start = ledger.start();
+    let mut v = Verdict::default();
+    let mut sparse_holes: Vec<Vec<[i64; 2]>> = vec![Vec::new(); sparse.len()];
+    for &[a, b] in holes {
+        let mut x = a;
+        while x <= b {
+            // The piece x..=end and, if it lies in a sparse entry, which.
+            let (end, in_sparse) = match start {
+                Some(s) if x >= s => {
+                    let at = segments.partition_point(|(r, _)| r[1] < x);
+                    match segments.get(at) {
+                        Some(([s0, e0], kind)) if *s0 <= x => (b.min(*e0), *kind),
+                        // Covered by no entry: a batch that never reached a snapshot.
+                        next => (next.map_or(b, |([s0, _], _)| b.min(s0 - 1)), None),
+                    }
+                }
+                Some(s) => (b.min(s - 1), None),
+                None => (b, None),
+            };
+            match in_sparse {
+                Some(i) => sparse_holes[i].push([x, end]),
+                None => match v.missing.last_mut() {
+                    Some(last) if last[1] + 1 == x => last[1] = end,
+                    _ => v.missing.push([x, end]),
+                },
+            }
+            x = end + 1;
+        }
+    }
+    v.missing_offsets = v.missing.iter().copied().map(len).sum();
+    for (d, holes) in sparse.iter().zip(sparse_holes) {
+        let empty: i64 = holes.iter().copied().map(len).sum();
+        let found = u64::try_from(len([d.first, d.last]) - empty).unwrap_or(0);
+        let expected = d.count + ledger.replayed_within(d.first, d.last);
+        if found == expected {
+            v.not_delivered_offsets += empty;
+            v.not_delivered.extend(holes);
+            continue;
+        }
+        let m = Miscount {
+            first: d.first,
+            last: d.last,
+            delivered: expected,
+            found,
+            holes: holes.into_iter().take(MAX_LISTED_GAPS).collect(),
+        };
+        if found < expected {
+            v.missing_offsets += i64::try_from(expected - found).unwrap_or(i64::MAX);
+            v.short.push(m);
+        } else {
+            v.surplus.push(m);
+        }
+    }
+    v
+}
+
+/// The offsets expected and not found, as inclusive ranges: the `gaps` between offsets found,
+/// and what lies between the last one found (`last`) and the checkpoint (`next_offset`), but
+/// for `pending` ranges (not committed yet). With nothing found, everything below the
+/// checkpoint not pending is missing (from offset 0, or from the first pending batch: below it
+/// nothing can be told).
+pub fn missing_ranges(
+    gaps: &[[i64; 2]],
+    first: Option<i64>,
+    last: Option<i64>,
+    next_offset: i64,
+    pending: &[[i64; 2]],
+) -> Vec<[i64; 2]> {
+    // Only below the checkpoint: a gap above it is of a batch not taken yet.
+    let mut expected: Vec<[i64; 2]> = gaps
+        .iter()
+        .filter(|g| g[0] < next_offset)
+        .map(|g| [g[0], g[1].min(next_offset - 1)])
+        .collect();
+    let tail_from = match (first, last) {
+        (Some(_), Some(l)) => l + 1,
+        _ => pending
+            .iter()
+            .map(|r| r[0])
+            .min()
+            .unwrap_or(0)
+            .min(next_offset),
+    };
+    if tail_from < next_offset {
+        expected.push([tail_from, next_offset - 1]);
+    }
+    let mut out = Vec::new();
+    for r in expected {
+        let mut pieces = vec![r];
+        for p in pending {
+            pieces = pieces
+                .into_iter()
+                .flat_map(|[a, b]| {
+                    let mut left = Vec::new();
+                    if a < p[0] {
+                        left.push([a, b.min(p[0] - 1)]);
+                    }
+                    if b > p[1] {
+                        left.push([a.max(p[1] + 1), b]);
+                    }
+                    left
+                })
+                .collect();
+        }
+        out.extend(pieces);
+    }
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_offsets_are_the_gaps_and_the_tail_but_what_is_pending() {
+        // 0..=9 found but 4..=5, checkpoint 15, batch 12..=14 pending: 10..=11 lost.
+        assert_eq!(
+            missing_ranges(&[[4, 5]], Some(0), Some(9), 15, &[[12, 14]]),
+            [[4, 5], [10, 11]]
+        );
+        // Everything accounted for.
+        assert!(missing_ranges(&[], Some(0), Some(9), 10, &[]).is_empty());
+        assert!(missing_ranges(&[], Some(0), Some(9), 20, &[[10, 19]]).is_empty());
+        // A pending batch in the middle of a gap splits it.
+        assert_eq!(
+            missing_ranges(&[[3, 10]], Some(0), Some(20), 21, &[[5, 6]]),
+            [[3, 4], [7, 10]]
+        );
+        // Gaps above the checkpoint are not expected yet.
+        assert_eq!(
+            missing_ranges(&[[3, 4], [8, 12]], Some(0), Some(20), 10, &[]),
+            [[3, 4], [8, 9]]
+        );
+        // Nothing found: below the checkpoint, all but the pending batches.
+        assert_eq!(missing_ranges(&[], None, None, 5, &[]), [[0, 4]]);
+        assert!(missing_ranges(&[], None, None, 5, &[[3, 4]]).is_empty());
+        assert!(missing_ranges(&[], None, None, 0, &[]).is_empty());
+    }
+
+    fn ledger(entries: &[(i64, i64, u64)]) -> Ledger {
+        Ledger::new(
+            entries
+                .iter()
+                .map(|&(first, last, count)| Delivered { first, last, count }),
+        )
+    }
+
+    fn found(first: i64, last: i64, gaps: &[[i64; 2]]) -> Shape {
+        Shape {
+            first: Some(first),
+            last: Some(last),
+            gaps: gaps.to_vec(),
+        }
+    }
+
+    #[test]
+    fn kafka_gaps_are_told_from_losses_by_the_ledger() {
+        // Delivered: 0..=9 whole; from checkpoint 10, 7 records up to 19 (10..=11 skipped by
+        // the event source, a transaction marker at 15); from 20, 5 records up to 29.
+        let l = ledger(&[(0, 9, 10), (10, 19, 7), (20, 29, 5)]);
+        let v = judge(&found(0, 29, &[[10, 11], [15, 15], [20, 24]]), 30, &[], &l);
+        assert_eq!(v.missing_offsets, 0, "{v:?}");
+        assert_eq!(v.not_delivered, [[10, 11], [15, 15], [20, 24]]);
+        assert_eq!(v.not_delivered_offsets, 8);
+        assert!(v.short.is_empty() && v.surplus.is_empty());
+        // 3 lost in the whole entry, one in the sparse one: named and counted.
+        let v = judge(
+            &found(0, 29, &[[3, 5], [10, 11], [14, 15], [20, 24]]),
+            30,
+            &[],
+            &l,
+        );
+        assert_eq!(v.missing, [[3, 5]]);
+        assert_eq!(v.missing_offsets, 4);
+        assert_eq!(v.short.len(), 1);
+        assert_eq!(
+            (
+                v.short[0].delivered,
+                v.short[0].found,
+                v.short[0].holes.clone()
+            ),
+            (7, 6, vec![[10, 11], [14, 15]])
+        );
+        // Rows at offsets the sparse entry says were not delivered: a surplus.
+        let v = judge(&found(0, 29, &[[20, 24]]), 30, &[], &l);
+        assert_eq!(v.surplus.len(), 1, "{v:?}");
+        assert_eq!(v.missing_offsets, 0);
+    }
+
+    #[test]
+    fn a_batch_lost_before_its_commit_is_covered_by_no_entry() {
+        let l = ledger(&[(0, 9, 10), (20, 29, 10)]);
+        let v = judge(&found(0, 29, &[[10, 19]]), 30, &[], &l);
+        assert_eq!((v.missing, v.missing_offsets), (vec![[10, 19]], 10));
+        // The same at the tail, below the checkpoint, but not a pending batch.
+        let v = judge(&found(0, 29, &[[10, 19]]), 40, &[[35, 39]], &l);
+        assert_eq!(v.missing, [[10, 19], [30, 34]]);
+    }
+
+    #[test]
+    fn records_a_replay_landed_fill_what_the_event_source_skipped() {
+        // The event source gave up on 10..=19 and went on from 20; a replay landed them.
+        let l = ledger(&[(0, 9, 10), (10, 29, 10)]).with_replayed([Delivered {
+            first: 10,
+            last: 19,
+            count: 10,
+        }]);
+        let v = judge(&found(0, 29, &[]), 30, &[], &l);
+        assert_eq!(
+            v,
+            Verdict {
+                holes: vec![],
+                ..Verdict::default()
+            }
+        );
+        // Before the replay: 10 never delivered.
+        let l = ledger(&[(0, 9, 10), (10, 29, 10)]);
+        let v = judge(&found(0, 29, &[[10, 19]]), 30, &[], &l);
+        assert_eq!((v.missing_offsets, v.not_delivered_offsets), (0, 10));
+    }
+
+    #[test]
+    fn history_older_than_the_ledger_expects_every_offset() {
+        // The ledger starts at 20 (an upgrade); below it every offset is expected.
+        let l = ledger(&[(20, 29, 10)]);
+        let v = judge(&found(0, 29, &[[5, 6]]), 30, &[], &l);
+        assert_eq!(v.missing, [[5, 6]]);
+        // No ledger at all: as before.
+        let v = judge(&found(0, 29, &[[5, 6]]), 35, &[], &Ledger::default());
+        assert_eq!(v.missing, [[5, 6], [30, 34]]);
+    }
+
+    #[test]
+    fn a_delivered_range_lost_whole_is_missing_even_below_what_was_found() {
+        // Nothing of 0..=9 landed; found from 10.
+        let l = ledger(&[(0, 9, 10), (10, 19, 10)]);
+        let v = judge(&found(10, 19, &[]), 20, &[], &l);
+        assert_eq!(v.missing, [[0, 9]]);
+        // Nothing found at all.
+        let v = judge(&Shape::default(), 20, &[], &l);
+        assert_eq!(v.missing, [[0, 19]]);
+        // A pending batch is not expected yet.
+        let v = judge(&Shape::default(), 30, &[[20, 29]], &l);
+        assert_eq!(v.missing, [[0, 19]]);
+    }
+
+    #[test]
+    fn the_log_tells_lost_records_from_kafka_gaps() {
+        // Expected and found nowhere: 10..=14 (not delivered, says the ledger) and 20..=21.
+        let holes = [[10, 14], [20, 21]];
+        // The log has 12 and 13 (the event source skipped them), not 10, 11, 14 (aborted, a
+        // marker), and 20 (pending: skipped); 3 lies below where the check starts.
+        let read = crate::audit::LogRead {
+            low: 0,
+            offsets: vec![3, 5, 6, 7, 8, 9, 12, 13, 15, 20],
+        };
+        let c = against_log(&holes, 5, &[[20, 21]], &read);
+        assert_eq!(c.not_landed, [[12, 13]]);
+        assert_eq!((c.not_landed_offsets, c.before_first, c.records), (2, 1, 9));
+    }
+}
