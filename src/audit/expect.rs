@@ -62,13 +62,18 @@ pub struct Verdict {
     pub not_delivered: Vec<[i64; 2]>,
     /// Offsets not delivered in all.
     pub not_delivered_offsets: i64,
+    /// Offset ranges (inclusive) no batch took, on a partition whose batches never saw a gap
+    /// between their own records: counted as missing (only the log can tell them apart).
+    pub skipped: Vec<[i64; 2]>,
+    /// Offsets skipped in all (part of `missing_offsets`).
+    pub skipped_offsets: i64,
     /// Every offset range expected and found nowhere, whatever the ledger says of it.
     pub holes: Vec<[i64; 2]>,
 }
 
-/// Offsets in `a..=b`.
+/// Offsets in `a..=b` (saturating: a damaged ledger may name any range).
 fn len([a, b]: [i64; 2]) -> i64 {
-    b - a + 1
+    i64::try_from(i128::from(b) - i128::from(a) + 1).unwrap_or(i64::MAX)
 }
 
 /// The audit of one partition: `found` against the checkpoint (`next_offset`), the `pending`
@@ -185,11 +190,18 @@ fn classify(holes: &[[i64; 2]], ledger: &Ledger) -> Verdict {
     v.missing_offsets = v.missing.iter().copied().map(len).sum();
     for (d, holes) in sparse.iter().zip(sparse_holes) {
         let empty: i64 = holes.iter().copied().map(len).sum();
-        let found = u64::try_from(len([d.first, d.last]) - empty).unwrap_or(0);
-        let expected = d.count + ledger.replayed_within(d.first, d.last);
+        let found = u64::try_from(len([d.first, d.last]).saturating_sub(empty)).unwrap_or(0);
+        let expected = d.count;
         if found == expected {
-            v.not_delivered_offsets += empty;
-            v.not_delivered.extend(holes);
+            if ledger.gaps_inside() {
+                v.not_delivered_offsets += empty;
+                v.not_delivered.extend(holes);
+            } else {
+                // A topic without gaps of its own: what no batch took was skipped.
+                v.skipped_offsets += empty;
+                v.missing_offsets = v.missing_offsets.saturating_add(empty);
+                v.skipped.extend(holes);
+            }
             continue;
         }
         let m = Miscount {
@@ -293,12 +305,23 @@ mod tests {
         assert!(missing_ranges(&[], None, None, 0, &[]).is_empty());
     }
 
-    fn ledger(entries: &[(i64, i64, u64)]) -> Ledger {
-        Ledger::new(
-            entries
-                .iter()
-                .map(|&(first, last, count)| Delivered { first, last, count }),
-        )
+    fn entries(list: &[(i64, i64, u64)]) -> Vec<Delivered> {
+        list.iter()
+            .map(|&(first, last, count)| Delivered { first, last, count })
+            .collect()
+    }
+
+    /// A partition whose batches never saw a gap inside.
+    fn ledger(list: &[(i64, i64, u64)]) -> Ledger {
+        Ledger::new(entries(list))
+    }
+
+    /// A partition whose batches saw gaps inside (transactions, compaction).
+    fn gappy(list: &[(i64, i64, u64)]) -> Ledger {
+        Ledger::from_fold(&crate::ledger::Fold {
+            gaps_inside: true,
+            entries: entries(list),
+        })
     }
 
     fn found(first: i64, last: i64, gaps: &[[i64; 2]]) -> Shape {
@@ -311,9 +334,9 @@ mod tests {
 
     #[test]
     fn kafka_gaps_are_told_from_losses_by_the_ledger() {
-        // Delivered: 0..=9 whole; from checkpoint 10, 7 records up to 19 (10..=11 skipped by
-        // the event source, a transaction marker at 15); from 20, 5 records up to 29.
-        let l = ledger(&[(0, 9, 10), (10, 19, 7), (20, 29, 5)]);
+        // Delivered: 0..=9 whole; from checkpoint 10, 7 records up to 19 (10..=11 not
+        // delivered, a transaction marker at 15); from 20, 5 records up to 29.
+        let l = gappy(&[(0, 9, 10), (10, 19, 7), (20, 29, 5)]);
         let v = judge(&found(0, 29, &[[10, 11], [15, 15], [20, 24]]), 30, &[], &l);
         assert_eq!(v.missing_offsets, 0, "{v:?}");
         assert_eq!(v.not_delivered, [[10, 11], [15, 15], [20, 24]]);
@@ -354,25 +377,30 @@ mod tests {
     }
 
     #[test]
-    fn records_a_replay_landed_fill_what_the_event_source_skipped() {
-        // The event source gave up on 10..=19 and went on from 20; a replay landed them.
-        let l = ledger(&[(0, 9, 10), (10, 29, 10)]).with_replayed([Delivered {
-            first: 10,
-            last: 19,
-            count: 10,
-        }]);
-        let v = judge(&found(0, 29, &[]), 30, &[], &l);
-        assert_eq!(
-            v,
-            Verdict {
-                holes: vec![],
-                ..Verdict::default()
-            }
+    fn without_gaps_of_its_own_a_partition_missing_offsets_between_batches_lost_them() {
+        // The event source gave up on 10..=19 and went on from 20 (from checkpoint 10).
+        let v = judge(
+            &found(0, 29, &[[10, 19]]),
+            30,
+            &[],
+            &ledger(&[(0, 9, 10), (10, 29, 10)]),
         );
-        // Before the replay: 10 never delivered.
-        let l = ledger(&[(0, 9, 10), (10, 29, 10)]);
-        let v = judge(&found(0, 29, &[[10, 19]]), 30, &[], &l);
+        assert_eq!((v.skipped, v.missing_offsets), (vec![[10, 19]], 10));
+        // On a topic with gaps of its own, they may be Kafka's: listed, not failed.
+        let v = judge(
+            &found(0, 29, &[[10, 19]]),
+            30,
+            &[],
+            &gappy(&[(0, 9, 10), (10, 29, 10)]),
+        );
         assert_eq!((v.missing_offsets, v.not_delivered_offsets), (0, 10));
+        // A replay landed them: folded into the ledger, all accounted for.
+        let mut fold = crate::ledger::Fold::default();
+        fold.add(&entries(&[(0, 9, 10), (10, 29, 10)]), &[], false);
+        fold.add(&[], &entries(&[(10, 19, 10)]), false);
+        let v = judge(&found(0, 29, &[]), 30, &[], &Ledger::from_fold(&fold));
+        assert_eq!(v.missing_offsets, 0, "{v:?}");
+        assert_eq!(v.not_delivered_offsets, 0);
     }
 
     #[test]

@@ -9,12 +9,15 @@
 //! is reported, and the audit fails. Dead letters that a derived table rejected (kinds
 //! `transform`, `late`, `future`: the topic's own table has the record) are not counted.
 //!
-//! The ledger of delivered offsets ([`crate::ledger`]), which every commit records in its
-//! snapshots' summaries, tells an offset Kafka itself skips (a transaction's marker, aborted
-//! records, a compacted topic) from a lost one ([`expect`]): offsets never delivered are
-//! listed, not failed. Below the ledger's first range (history older than it, or snapshots
-//! expired) every offset is expected. An upsert table is not audited here (it deletes the rows
-//! its keys' later records replace); the commit stage checks each of its rounds.
+//! The ledger of delivered offsets ([`crate::ledger`]), which every commit folds into the
+//! topic's table's properties, tells an offset Kafka itself skips (a transaction's marker,
+//! aborted records, a compacted topic) from a lost one ([`expect`]): offsets never delivered
+//! are listed, not failed, on a partition whose batches saw such gaps; on one whose batches
+//! never did, offsets no batch took were skipped by the event source, and fail. Below the
+//! ledger's first range (history older than it) every offset is expected. With the topic's
+//! log (`--bootstrap-servers`), every committed record below the checkpoint must have landed.
+//! An upsert table is not audited here (it deletes the rows its keys' later records replace);
+//! the commit stage checks each of its rounds.
 
 pub mod expect;
 
@@ -28,7 +31,7 @@ use serde::Serialize;
 use crate::backend::Backend;
 use crate::checkpoint::SourcePartition;
 use crate::error::{Error, Result};
-use crate::ledger::{DELIVERED_PROPERTY_PREFIX, Ledger, REPLAYED_PROPERTY_PREFIX};
+use crate::ledger::{Fold, LEDGER_PROPERTY_PREFIX, Ledger};
 use crate::query::{QueryEngine, TimeTravel};
 use crate::spec::{DEAD_LETTER_TABLE, PipelineSpec};
 pub use expect::Miscount;
@@ -69,6 +72,15 @@ pub struct PartitionAudit {
     pub dead_letters: i64,
     /// Offset ranges (inclusive) of batches not committed yet: not expected yet.
     pub pending: Vec<[i64; 2]>,
+    /// Why the partition's ledger could not be read, if so (checked as if it had none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_error: Option<String>,
+    /// Offset ranges (inclusive) between two batches that no batch took, on a partition whose
+    /// batches never saw a gap between their own records (so none is Kafka's): counted as
+    /// missing, unless the log (`--bootstrap-servers`) was read, which tells.
+    pub skipped: Vec<[i64; 2]>,
+    /// Offsets skipped in all.
+    pub skipped_offsets: i64,
     /// Offsets delivered, by the ledger (`None`: the partition has no ledger yet).
     pub delivered: Option<u64>,
     /// Where the ledger starts: below it every offset is expected.
@@ -260,12 +272,14 @@ pub async fn audit_with_log(
                     pending_ranges
                         .entry(r.source.partition)
                         .or_default()
-                        .push([r.first_offset, r.last_offset]);
+                        // From the checkpoint it started at: what lies before its first
+                        // record is its business too.
+                        .push([b.delivery.entry(&r).first, r.last_offset]);
                 }
             }
             let has_table = listed.iter().any(|n| n == &t.name);
             let has_dead = listed.iter().any(|n| n == DEAD_LETTER_TABLE);
-            let mut ledgers = ledgers(backend, &t.topic, &[&t.name, DEAD_LETTER_TABLE]).await?;
+            let mut ledgers = ledgers(backend, &t.topic, &t.name).await?;
             let found = landed(&engine, &t.name, &t.topic, has_table, has_dead).await?;
             let mut partitions: Vec<i32> = before
                 .keys()
@@ -287,7 +301,11 @@ pub async fn audit_with_log(
                 let now = now_at.get(&key).copied().unwrap_or(0);
                 let f = found.get(&p).cloned().unwrap_or_default();
                 let pend = pending_ranges.remove(&p).unwrap_or_default();
-                let ledger = ledgers.remove(&p).unwrap_or_default();
+                let (ledger, ledger_error) = match ledgers.remove(&p) {
+                    Some(Ok(l)) => (l, None),
+                    Some(Err(why)) => (Ledger::default(), Some(why)),
+                    None => (Ledger::default(), None),
+                };
                 let v = expect::judge(&f.shape, next_offset, &pend, &ledger);
                 let beyond_checkpoint = f
                     .shape
@@ -305,6 +323,7 @@ pub async fn audit_with_log(
                     .min()
                     .unwrap_or(0)
                     .min(next_offset);
+                let mut v = v;
                 let log_check = match log {
                     Some(log) if next_offset > 0 => {
                         let read = log.read(&t.topic, p, 0, next_offset).await?;
@@ -312,7 +331,14 @@ pub async fn audit_with_log(
                     }
                     _ => None,
                 };
+                if log_check.is_some() {
+                    // The log says which of the offsets skipped between batches were records.
+                    v.missing_offsets -= v.skipped_offsets;
+                }
                 audit.partitions.push(PartitionAudit {
+                    ledger_error,
+                    skipped_offsets: v.skipped_offsets,
+                    skipped: v.skipped.iter().copied().take(MAX_LISTED).collect(),
                     partition: p,
                     log: log_check,
                     first_offset: f.shape.first,
@@ -364,48 +390,36 @@ async fn next_offsets(
         .collect())
 }
 
-/// The ledger of delivered offsets of `topic`'s partitions, from the summaries of every
-/// snapshot of `tables` (a round records its ranges in each snapshot that holds the topic's
-/// data, so every delivered range is in the topic's table or in `dead_letters`).
-async fn ledgers(backend: &Backend, topic: &str, tables: &[&str]) -> Result<BTreeMap<i32, Ledger>> {
-    let delivered = format!("{DELIVERED_PROPERTY_PREFIX}{topic}-");
-    let replayed = format!("{REPLAYED_PROPERTY_PREFIX}{topic}-");
-    type Entries = Vec<crate::ledger::Delivered>;
-    let mut out: BTreeMap<i32, (Entries, Entries)> = BTreeMap::new();
-    for name in tables {
-        let ident = iceberg::TableIdent::new(
-            iceberg::NamespaceIdent::new(backend.namespace.clone()),
-            name.to_string(),
-        );
-        let Some((table, _)) = backend.catalog.load(&ident).await? else {
+/// The ledger of delivered offsets of `topic`'s partitions, from its own table's properties
+/// (`streamtable.ledger.{topic}-{partition}`, folded by every commit); one that cannot be read
+/// is reported for its partition alone.
+async fn ledgers(
+    backend: &Backend,
+    topic: &str,
+    table: &str,
+) -> Result<BTreeMap<i32, std::result::Result<Ledger, String>>> {
+    let prefix = format!("{LEDGER_PROPERTY_PREFIX}{topic}-");
+    let ident = iceberg::TableIdent::new(
+        iceberg::NamespaceIdent::new(backend.namespace.clone()),
+        table.to_string(),
+    );
+    let mut out = BTreeMap::new();
+    let Some((t, _)) = backend.catalog.load(&ident).await? else {
+        return Ok(out);
+    };
+    for (key, value) in t.metadata().properties() {
+        let Some(p) = key
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
             continue;
         };
-        for snapshot in table.metadata().snapshots() {
-            for (key, value) in &snapshot.summary().additional_properties {
-                let (p, is_replay) =
-                    match (key.strip_prefix(&delivered), key.strip_prefix(&replayed)) {
-                        (Some(p), _) => (p, false),
-                        (_, Some(p)) => (p, true),
-                        _ => continue,
-                    };
-                let Ok(p) = p.parse::<i32>() else {
-                    continue;
-                };
-                let entries = crate::ledger::decode(value).map_err(|why| {
-                    Error::Audit(format!(
-                        "table {name}, snapshot {}: {key}: {why}",
-                        snapshot.snapshot_id()
-                    ))
-                })?;
-                let (d, r) = out.entry(p).or_default();
-                if is_replay { r } else { d }.extend(entries);
-            }
-        }
+        let ledger = Fold::decode(value)
+            .map(|f| Ledger::from_fold(&f))
+            .map_err(|why| format!("table {table}'s property {key} cannot be read ({why}); offsets are checked as if it had no ledger"));
+        out.insert(p, ledger);
     }
-    Ok(out
-        .into_iter()
-        .map(|(p, (d, r))| (p, Ledger::new(d).with_replayed(r)))
-        .collect())
+    Ok(out)
 }
 
 /// What one partition's table and dead letters hold.

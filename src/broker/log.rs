@@ -43,6 +43,9 @@ impl KafkaLog {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
+            // Retention deleting the start of the log mid-read must fail the read, not jump to
+            // its end (and pass on what was not read).
+            .set("auto.offset.reset", "error")
             .set("enable.partition.eof", "true");
         let consumer: BaseConsumer = config
             .create()

@@ -144,6 +144,23 @@ pub fn render(audit: &Audit) -> String {
                     }
                 );
             }
+            if p.skipped_offsets > 0 {
+                let _ = writeln!(
+                    out,
+                    "    {}skipped between batches: {} offset(s) no batch took: {} — this partition's batches never saw a gap between their own records, so these are records the event source skipped (a batch it gave up on: `streamtable replay` lands it){}",
+                    if p.log.is_some() { "" } else { "missing: " },
+                    p.skipped_offsets,
+                    ranges(&p.skipped),
+                    if p.log.is_some() {
+                        "; the log's verdict below"
+                    } else {
+                        "; --bootstrap-servers checks them against the log"
+                    }
+                );
+            }
+            if let Some(why) = &p.ledger_error {
+                let _ = writeln!(out, "    ledger: {why}");
+            }
             for m in &p.short {
                 let _ = writeln!(
                     out,

@@ -6,11 +6,12 @@
 //! it took and how many records it took between them: the entry `from..=last` with its count.
 //! Entries of one partition follow each other without a gap; an entry holding fewer records
 //! than offsets is *sparse* (Kafka left gaps in it, or the event source skipped records). A
-//! pending batch keeps what is not whole ([`Delivery`]). The commit stage folds the round's
-//! entries ([`round_entries`]) and records them in the summary of every snapshot of the round
-//! that holds the topic's data, under [`DELIVERED_PROPERTY_PREFIX`]`{topic}-{partition}`
-//! ([`encode`]). So offsets no entry covers, above the first, belong to a batch whose entry
-//! never reached a snapshot: a batch lost before its commit.
+//! pending batch keeps what is not whole ([`Delivery`]). The commit stage folds each round's
+//! entries ([`round_entries`]) into the ledger so far ([`Fold`]) and records it in the summary
+//! of the round's snapshot of the topic's table, under
+//! [`LEDGER_PROPERTY_PREFIX`]`{topic}-{partition}` (a round with no rows for the table still
+//! makes one). So offsets no entry covers, above the first, belong to a batch whose entry never
+//! reached a snapshot: a batch lost before its commit.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -19,18 +20,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{SourcePartition, SourceRange};
 
-/// Snapshot summary property of the round's delivered ranges of one topic-partition:
-/// `streamtable.delivered.{topic}-{partition}` = [`encode`]d entries.
-pub const DELIVERED_PROPERTY_PREFIX: &str = "streamtable.delivered.";
+/// Snapshot summary property of a topic-partition's folded ledger ([`Fold`]), carried by every
+/// snapshot the commit stage makes on the topic's table (a compaction's too):
+/// `streamtable.ledger.{topic}-{partition}`.
+pub const LEDGER_PROPERTY_PREFIX: &str = "streamtable.ledger.";
 
-/// Snapshot summary property of the ranges a replay landed in the round (records the event
-/// source skipped, landed later): `streamtable.replayed.{topic}-{partition}`.
-pub const REPLAYED_PROPERTY_PREFIX: &str = "streamtable.replayed.";
-
-/// The most entries one round records per topic-partition; past it the round's ranges are
-/// recorded as one entry (its count stays exact; the audit then names the gaps it holds as
-/// candidates rather than as lost offsets).
-pub const MAX_ROUND_ENTRIES: usize = 256;
+/// The most entries one round records per topic-partition before neighbouring sparse entries
+/// are joined too (their counts add up exactly; the audit then names the gaps of the joined
+/// entry as candidates rather than as lost offsets).
+pub const MAX_ROUND_ENTRIES: usize = 32;
 
 /// What a pending batch took in each of its ranges, where that differs from one record per
 /// offset of a range starting at the partition's checkpoint.
@@ -200,8 +198,10 @@ impl fmt::Display for Delivered {
 
 /// One round's entries of one topic-partition from its batches' ranges: in order, whole
 /// neighbours (the second starting right after the first) joined. The same ranges give the same
-/// entries, whichever snapshot records them. More than [`MAX_ROUND_ENTRIES`] become one entry
-/// spanning them with their total count.
+/// entries, whichever snapshot records them. Past [`MAX_ROUND_ENTRIES`], every neighbour is
+/// joined (a partition's batches follow each other, so its round becomes one entry); ranges
+/// apart stay apart, so that offsets between them — a batch lost before its commit — stay
+/// covered by no entry.
 pub fn round_entries(ranges: impl IntoIterator<Item = Delivered>) -> Vec<Delivered> {
     let mut ranges: Vec<Delivered> = ranges
         .into_iter()
@@ -209,23 +209,26 @@ pub fn round_entries(ranges: impl IntoIterator<Item = Delivered>) -> Vec<Deliver
         .collect();
     ranges.sort_unstable();
     ranges.dedup();
+    let out = join(ranges, |a, b| a.whole() && b.whole());
+    if out.len() > MAX_ROUND_ENTRIES {
+        join(out, |_, _| true)
+    } else {
+        out
+    }
+}
+
+/// `ranges` (sorted) with each neighbour that starts right after the previous one joined,
+/// where `may` allows.
+fn join(ranges: Vec<Delivered>, may: impl Fn(&Delivered, &Delivered) -> bool) -> Vec<Delivered> {
     let mut out: Vec<Delivered> = Vec::with_capacity(ranges.len());
     for d in ranges {
         match out.last_mut() {
-            Some(prev)
-                if prev.whole() && d.whole() && prev.last.checked_add(1) == Some(d.first) =>
-            {
+            Some(prev) if prev.last.checked_add(1) == Some(d.first) && may(prev, &d) => {
                 prev.last = d.last;
                 prev.count += d.count;
             }
             _ => out.push(d),
         }
-    }
-    if out.len() > MAX_ROUND_ENTRIES {
-        let first = out[0].first;
-        let last = out.iter().map(|d| d.last).max().unwrap_or(first);
-        let count = out.iter().map(|d| d.count).sum();
-        out = vec![Delivered { first, last, count }];
     }
     out
 }
@@ -269,22 +272,129 @@ pub fn decode(text: &str) -> Result<Vec<Delivered>, String> {
     Ok(out)
 }
 
-/// One topic-partition's ledger gathered from many snapshots: whole ranges as a set of offsets
-/// (the same range may be recorded by several snapshots of one round, joined differently),
-/// sparse entries each once.
+/// The most entries a folded ledger keeps per topic-partition (a new entry starts only where
+/// offsets went uncovered: a batch lost before its commit, a checkpoint moved by hand); past
+/// it, every entry is joined into one (its count stays exact).
+pub const MAX_FOLD_ENTRIES: usize = 1024;
+
+/// A topic-partition's ledger as its table keeps it: every committed round's entries folded
+/// into the entries before them (neighbours joined, their counts added), and whether some batch
+/// ever saw a gap between its own records (a transaction's marker, aborted or compacted
+/// records). Each round's snapshot of the topic's table carries the fold so far
+/// ([`LEDGER_PROPERTY_PREFIX`]), so expiring old snapshots loses nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fold {
+    /// Some batch saw a gap between its own records.
+    pub gaps_inside: bool,
+    /// The entries, in order, apart.
+    pub entries: Vec<Delivered>,
+}
+
+impl Fold {
+    /// Folds a round in: its `delivered` entries, the ranges replays landed (records the
+    /// event source skipped, landed later: added to the entry they fall in), and whether one
+    /// of its batches saw a gap between its own records.
+    pub fn add(&mut self, delivered: &[Delivered], replayed: &[Delivered], gaps_inside: bool) {
+        self.gaps_inside |= gaps_inside;
+        let mut entries: Vec<Delivered> = self
+            .entries
+            .drain(..)
+            .chain(delivered.iter().copied())
+            .filter(valid)
+            .collect();
+        entries.sort_unstable();
+        entries.dedup();
+        // Without gaps of its own, a partition's sparse entries are batches the event source
+        // gave up on: kept apart from the whole ones, so that a loss in either is named.
+        let gaps = self.gaps_inside;
+        let same = move |a: &Delivered, b: &Delivered| gaps || a.whole() == b.whole();
+        let mut entries = join(entries, same);
+        for r in replayed.iter().filter(|r| valid(r)) {
+            let (over, mut rest): (Vec<Delivered>, Vec<Delivered>) = entries
+                .into_iter()
+                .partition(|e| e.first <= r.last && r.first <= e.last);
+            let first = over.iter().map(|e| e.first).chain([r.first]).min();
+            let last = over.iter().map(|e| e.last).chain([r.last]).max();
+            if let (Some(first), Some(last)) = (first, last) {
+                let count: u64 = over.iter().map(|e| e.count).sum::<u64>() + r.count;
+                let span = span(first, last);
+                rest.push(Delivered {
+                    first,
+                    last,
+                    count: count.min(span),
+                });
+            }
+            rest.sort_unstable();
+            entries = join(rest, same);
+        }
+        if entries.len() > MAX_FOLD_ENTRIES {
+            // The older half joined into one (its count stays exact).
+            let recent = entries.split_off(entries.len() / 2);
+            let first = entries[0].first;
+            let last = entries.iter().map(|d| d.last).max().unwrap_or(first);
+            let count = entries.iter().map(|d| d.count).sum::<u64>();
+            entries = std::iter::once(Delivered {
+                first,
+                last,
+                count: count.min(span(first, last)),
+            })
+            .chain(recent)
+            .collect();
+        }
+        self.entries = entries;
+    }
+
+    /// The summary form: [`encode`]d entries, after `~` when some batch saw a gap inside.
+    pub fn encode(&self) -> String {
+        let entries = encode(&self.entries);
+        if self.gaps_inside {
+            format!("~{entries}")
+        } else {
+            entries
+        }
+    }
+
+    /// Reads [`Fold::encode`]'s form back; an impossible entry is refused, naming it.
+    pub fn decode(text: &str) -> Result<Fold, String> {
+        let (gaps_inside, rest) = match text.strip_prefix('~') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let mut entries = decode(rest)?;
+        if entries.len() > MAX_FOLD_ENTRIES {
+            return Err(format!(
+                "{} entries, more than a ledger keeps ({MAX_FOLD_ENTRIES})",
+                entries.len()
+            ));
+        }
+        entries.sort_unstable();
+        Ok(Fold {
+            gaps_inside,
+            entries,
+        })
+    }
+}
+
+/// Whether an entry is possible.
+fn valid(d: &Delivered) -> bool {
+    d.first >= 0 && d.last >= d.first && d.count <= d.span()
+}
+
+/// One topic-partition's ledger as the audit reads it: whole ranges, sparse entries, and
+/// whether some batch saw a gap between its own records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ledger {
     whole: Vec<[i64; 2]>,
     sparse: BTreeSet<Delivered>,
-    replayed: BTreeSet<Delivered>,
+    gaps_inside: bool,
 }
 
 impl Ledger {
-    /// The ledger of entries gathered from any number of snapshots.
+    /// The ledger of `entries` (overlapping whole ranges are joined).
     pub fn new(entries: impl IntoIterator<Item = Delivered>) -> Ledger {
         let mut whole = Vec::new();
         let mut sparse = BTreeSet::new();
-        for d in entries {
+        for d in entries.into_iter().filter(valid) {
             if d.whole() {
                 whole.push([d.first, d.last]);
             } else {
@@ -302,23 +412,22 @@ impl Ledger {
         Ledger {
             whole: joined,
             sparse,
-            replayed: BTreeSet::new(),
+            gaps_inside: false,
         }
     }
 
-    /// The ledger with the ranges replays landed (see [`REPLAYED_PROPERTY_PREFIX`]).
-    pub fn with_replayed(mut self, replayed: impl IntoIterator<Item = Delivered>) -> Ledger {
-        self.replayed.extend(replayed);
-        self
+    /// The ledger a table's fold records.
+    pub fn from_fold(fold: &Fold) -> Ledger {
+        Ledger {
+            gaps_inside: fold.gaps_inside,
+            ..Ledger::new(fold.entries.iter().copied())
+        }
     }
 
-    /// Records replays landed in `first..=last`.
-    pub fn replayed_within(&self, first: i64, last: i64) -> u64 {
-        self.replayed
-            .iter()
-            .filter(|r| r.first >= first && r.last <= last)
-            .map(|r| r.count)
-            .sum()
+    /// Whether some batch saw a gap between its own records: the topic-partition has gaps of
+    /// its own (transactions, compaction), so gaps between batches may be Kafka's too.
+    pub fn gaps_inside(&self) -> bool {
+        self.gaps_inside
     }
 
     /// Whether no entry was recorded.
@@ -382,10 +491,13 @@ mod tests {
     }
 
     #[test]
-    fn too_many_entries_become_one_with_the_exact_count() {
-        let many: Vec<Delivered> = (0..1000).map(|i| d(i * 10, i * 10 + 8, 9)).collect();
-        let e = round_entries(many);
-        assert_eq!(e, [d(0, 9998, 9000)]);
+    fn too_many_entries_are_joined_with_their_exact_count_but_not_across_a_loss() {
+        // 1,000 batches of 10 offsets with a transaction's marker each.
+        let many: Vec<Delivered> = (0..1000).map(|i| d(i * 10, i * 10 + 9, 9)).collect();
+        assert_eq!(round_entries(many.clone()), [d(0, 9999, 9000)]);
+        // Batch 500 lost before its commit: its offsets stay covered by no entry.
+        let lost: Vec<Delivered> = many.into_iter().filter(|e| e.first != 5000).collect();
+        assert_eq!(round_entries(lost), [d(0, 4999, 4500), d(5010, 9999, 4491)]);
     }
 
     #[test]
@@ -434,5 +546,32 @@ mod tests {
         assert_eq!(Delivery::decode(replayed.encode().as_deref()), Ok(replayed));
         assert!(Delivery::decode(Some("{")).is_err());
         assert!(Delivery::decode(Some(r#"{"t":[[1,2,-3]]}"#)).is_err());
+    }
+
+    #[test]
+    fn a_fold_joins_rounds_and_keeps_a_loss_apart() {
+        let mut f = Fold::default();
+        f.add(&[d(0, 9, 10)], &[], false);
+        f.add(&[d(10, 19, 10)], &[], false);
+        assert_eq!(f.entries, [d(0, 19, 20)]);
+        assert_eq!(f.encode(), "0-19");
+        // Without gaps of its own, a skipping batch (40..=49 from checkpoint 40, 5 records)
+        // stays apart from the whole ones.
+        f.add(&[d(20, 39, 20), d(40, 49, 5), d(50, 59, 10)], &[], false);
+        assert_eq!(f.entries, [d(0, 39, 40), d(40, 49, 5), d(50, 59, 10)]);
+        // A batch lost before its commit (60..=69): the next round starts apart.
+        f.add(&[d(70, 79, 9)], &[], true);
+        assert!(f.gaps_inside);
+        assert_eq!(f.entries, [d(0, 59, 55), d(70, 79, 9)]);
+        assert_eq!(f.encode(), "~0-59:55,70-79:9");
+        assert_eq!(Fold::decode(&f.encode()), Ok(f.clone()));
+        // A replay spanning two entries joins them, its records added.
+        f.add(&[], &[d(55, 74, 10)], false);
+        assert_eq!(f.entries, [d(0, 79, 74)]);
+        // Impossible entries are dropped; a damaged fold is refused by name.
+        f.add(&[d(90, 80, 1), d(100, 101, 5)], &[], false);
+        assert_eq!(f.entries, [d(0, 79, 74)]);
+        assert!(Fold::decode("~0-5:9").is_err());
+        assert!(Fold::decode("0-9223372036854775807:1").is_ok());
     }
 }

@@ -199,6 +199,11 @@ pub mod scheduled {
                     .report
                     .as_ref()
                     .map_or((0, 0.0), |r| (r.files(), r.duration_ms));
+                let audit = t
+                    .report
+                    .as_ref()
+                    .map(|r| r.audit.clone())
+                    .unwrap_or_default();
                 let joins: Vec<&crate::commit::JoinStats> = t
                     .report
                     .iter()
@@ -233,6 +238,11 @@ pub mod scheduled {
                                 joins.iter().map(|j| j.backlog_files_lost).sum::<u64>() as f64,
                                 "Count"
                             ),
+                            ("AuditedRecords", audit.delivered as f64, "Count"),
+                            ("AuditMismatches", audit.mismatches() as f64, "Count"),
+                            ("AuditMissingRecords", audit.missing as f64, "Count"),
+                            ("AuditDuplicatedRecords", audit.duplicated as f64, "Count"),
+                            ("AuditUnreadableFiles", audit.unreadable as f64, "Count"),
                         ],
                     )
                 );

@@ -9,9 +9,10 @@
 //!    `{intent}/{table}` in its summary, that table is done; otherwise `fast_append` the files in
 //!    one snapshot whose summary carries the commit id and the highest committed offset per
 //!    topic-partition (`streamtable.offset.{topic}-{partition}`).
-//!    The summary also records the round's ledger of delivered offsets
-//!    (`streamtable.delivered.{topic}-{partition}`, see [`crate::ledger`]), which
-//!    `streamtable audit` reads.
+//!    A topic's own table also gets, in the same metadata commit, its partitions' ledgers of
+//!    delivered offsets with the round folded in (table properties
+//!    `streamtable.ledger.{topic}-{partition}`, see [`crate::ledger`]), which `streamtable audit`
+//!    reads: a snapshot with no files when the round landed none of its rows.
 //! 3. Remove the batches and the intent.
 //!
 //! A crash between any two steps is finished by the next run without losing or repeating a
@@ -38,9 +39,10 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
 
 use crate::backend::Backend;
+use crate::checkpoint::SourcePartition;
 use crate::checkpoint::{PendingBatch, PendingFile};
 use crate::error::{Error, Result};
-use crate::ledger::{self, DELIVERED_PROPERTY_PREFIX, REPLAYED_PROPERTY_PREFIX};
+use crate::ledger::{self, Delivered, Fold, LEDGER_PROPERTY_PREFIX};
 use crate::store::CommitIntent;
 #[cfg(feature = "sql")]
 use crate::table::JOIN_STATE_PROPERTY;
@@ -308,21 +310,19 @@ pub(crate) async fn commit_rounds(
             }
         };
         tracing::info!(intent = %intent.id, batches = intent.batches.len(), resumed, "committing");
-        let (round, audited) = commit_intent(
-            backend,
-            tables,
-            &mut selector,
-            &intent,
-            options.audit_rounds,
-        )
-        .await?;
-        if !audited.ok() {
-            tracing::error!(intent = %intent.id, missing = audited.missing, duplicated = audited.duplicated,
-                unexpected = audited.unexpected, findings = ?audited.findings,
-                "the round's files do not hold what its batches were delivered exactly once; `streamtable audit` names the offsets");
-        }
-        report.audit.add(audited);
+        let (round, batches, by_table) =
+            commit_intent(backend, tables, &mut selector, &intent).await?;
         backend.state.finish_commit(&intent).await?;
+        // After the round is done, so that a run cut short while reading never holds it up.
+        if options.audit_rounds {
+            let audited = audit::audit_round(tables, &mut selector, &batches, &by_table).await;
+            if !audited.ok() {
+                tracing::error!(intent = %intent.id, missing = audited.missing, duplicated = audited.duplicated,
+                    unexpected = audited.unexpected, findings = ?audited.findings,
+                    "the round's files do not hold what its batches were delivered exactly once; `streamtable audit` names the offsets");
+            }
+            report.audit.add(audited);
+        }
         landings::record_committed(backend, &landed).await;
         report.rounds += 1;
         report.batches += intent.batches.len() as u64;
@@ -349,8 +349,11 @@ async fn commit_intent(
     tables: &TableSet,
     selector: &mut Selector<'_>,
     intent: &CommitIntent,
-    audit_round: bool,
-) -> Result<(Vec<TableCommitReport>, audit::RoundAudit)> {
+) -> Result<(
+    Vec<TableCommitReport>,
+    Vec<PendingBatch>,
+    BTreeMap<String, TableFiles>,
+)> {
     let page = backend.state.batches(&intent.batches).await?;
     if let Some((key, why)) = page.unreadable.first() {
         return Err(Error::State {
@@ -396,13 +399,23 @@ async fn commit_intent(
             entry.key_deletes.extend(files.key_deletes);
         }
     }
-    // The round's ledger, the same in every snapshot that records a topic-partition of it.
-    let delivered = round_ledger(&page.batches);
-    for files in by_table.values_mut() {
-        for source in files.offsets.keys() {
-            for (key, value) in delivered.get(source).into_iter().flatten() {
-                files.properties.insert(key.clone(), value.clone());
-            }
+    // The round's part of each topic-partition's ledger, for the topic's own table (a round
+    // that landed none of its rows there still commits the ledger).
+    for (source, part) in round_ledger(&page.batches) {
+        let Some(name) = tables.topic_tables.get(&source.topic) else {
+            continue;
+        };
+        let upsert = tables
+            .tables
+            .get(name)
+            .and_then(|d| d.spec.as_ref())
+            .is_some_and(|s| s.upsert.is_some());
+        if !upsert {
+            by_table
+                .entry(name.clone())
+                .or_default()
+                .ledger
+                .push((source.to_string(), part));
         }
     }
     let mut out = Vec::new();
@@ -413,43 +426,66 @@ async fn commit_intent(
     }
     #[cfg(feature = "sql")]
     out.extend(commit_joins(backend, tables, selector, intent, &by_table).await?);
-    let audited = if audit_round {
-        audit::audit_round(tables, selector, &page.batches, &by_table).await
-    } else {
-        audit::RoundAudit::default()
-    };
-    Ok((out, audited))
+    Ok((out, page.batches, by_table))
 }
 
-/// The summary properties of the ledger of delivered offsets ([`crate::ledger`]) of a round's
-/// batches, by topic-partition (`topic-partition`): its delivered ranges, and the ranges
-/// replays landed. Idle partitions' flushes deliver nothing.
-pub fn round_ledger(batches: &[PendingBatch]) -> BTreeMap<String, Vec<(String, String)>> {
-    let mut ranges: BTreeMap<(String, bool), Vec<ledger::Delivered>> = BTreeMap::new();
+/// One round's part of a topic-partition's ledger of delivered offsets ([`crate::ledger`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundLedger {
+    /// The round's entries ([`ledger::round_entries`]).
+    pub delivered: Vec<Delivered>,
+    /// What replays landed in the round.
+    pub replayed: Vec<Delivered>,
+    /// Some batch of the round saw a gap between its own records.
+    pub gaps_inside: bool,
+}
+
+/// The round's part of the ledger of each topic-partition its batches took from. Idle
+/// partitions' flushes deliver nothing.
+pub fn round_ledger(batches: &[PendingBatch]) -> BTreeMap<SourcePartition, RoundLedger> {
+    let mut out: BTreeMap<SourcePartition, RoundLedger> = BTreeMap::new();
     for b in batches {
         for r in b.ranges().filter(|r| r.first_offset >= 0) {
-            ranges
-                .entry((r.source.to_string(), b.delivery.replayed))
-                .or_default()
-                .push(b.delivery.entry(&r));
+            let e = b.delivery.entry(&r);
+            let part = out.entry(r.source.clone()).or_default();
+            if b.delivery.replayed {
+                part.replayed.push(e);
+            } else {
+                let records = i128::from(r.last_offset) - i128::from(r.first_offset) + 1;
+                part.gaps_inside |= i128::from(e.count) < records;
+                part.delivered.push(e);
+            }
         }
     }
-    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    for ((source, replayed), rs) in ranges {
-        let entries = ledger::round_entries(rs);
-        if entries.is_empty() {
-            continue;
-        }
-        let prefix = if replayed {
-            REPLAYED_PROPERTY_PREFIX
-        } else {
-            DELIVERED_PROPERTY_PREFIX
-        };
-        out.entry(source.clone())
-            .or_default()
-            .push((format!("{prefix}{source}"), ledger::encode(&entries)));
+    for part in out.values_mut() {
+        part.delivered = ledger::round_entries(std::mem::take(&mut part.delivered));
+        part.replayed.sort_unstable();
     }
     out
+}
+
+/// The table properties of `table`'s ledgers with `parts` folded in.
+fn folded_ledgers(
+    table: &Table,
+    name: &str,
+    parts: &[(String, RoundLedger)],
+) -> Vec<(String, String)> {
+    parts
+        .iter()
+        .map(|(source, part)| {
+            let key = format!("{LEDGER_PROPERTY_PREFIX}{source}");
+            let mut fold = match table.metadata().properties().get(&key) {
+                Some(v) => Fold::decode(v).unwrap_or_else(|why| {
+                    tracing::error!(table = name, property = %key, %why,
+                        "the ledger of delivered offsets cannot be read; it starts again from this round");
+                    Fold::default()
+                }),
+                None => Fold::default(),
+            };
+            fold.add(&part.delivered, &part.replayed, part.gaps_inside);
+            (key, fold.encode())
+        })
+        .collect()
 }
 
 /// Runs and commits each interval join whose sides the intent lands rows of (see [`join`]):
@@ -769,14 +805,24 @@ async fn commit_table(
         });
         return Ok(report);
     }
+    let ledgers = folded_ledgers(&table, name, &files.ledger);
     let tx = Transaction::new(&table);
     let append = tx
         .fast_append()
         .add_data_files(data_files)
         .set_snapshot_properties(props);
-    let tx = append
+    let mut tx = append
         .apply(tx)
         .map_err(|e| Error::iceberg(format!("append to {name}"), e))?;
+    // In the same metadata commit: the ledger moves with the rows, or not at all.
+    if !ledgers.is_empty() {
+        let update = ledgers
+            .into_iter()
+            .fold(tx.update_table_properties(), |a, (k, v)| a.set(k, v));
+        tx = update
+            .apply(tx)
+            .map_err(|e| Error::iceberg(format!("record the ledger of {name}"), e))?;
+    }
     let committed = match tx.commit(&backend.catalog).await {
         Ok(t) => t,
         Err(e) => {

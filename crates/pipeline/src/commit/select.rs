@@ -62,6 +62,9 @@ pub(super) struct TableFiles {
     pub offsets: BTreeMap<String, i64>,
     /// More snapshot summary properties (a join's state).
     pub properties: BTreeMap<String, String>,
+    /// For a topic's own table: the round's part of its partitions' ledgers, by
+    /// `topic-partition`.
+    pub ledger: Vec<(String, super::RoundLedger)>,
 }
 
 /// The batches of one round.

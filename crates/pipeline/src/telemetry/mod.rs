@@ -313,9 +313,7 @@ pub fn scheduled_metrics(
             ),
             (
                 "AuditMismatches",
-                (report.commit.audit.missing
-                    + report.commit.audit.duplicated
-                    + report.commit.audit.unexpected) as f64,
+                report.commit.audit.mismatches() as f64,
                 "Count",
             ),
             (
