@@ -6,12 +6,15 @@
 //!   it above the ledger's first (a batch whose entry never reached a snapshot: lost before its
 //!   commit), or below the ledger's first entry (history older than the ledger: every offset
 //!   is expected there);
-//! - inside a *sparse* entry (a batch that took fewer records than its offsets from its
-//!   checkpoint on), counted: the entry holds its delivered count (plus what replays landed
-//!   in it) or is short by the difference. The holes of an entry that is not short were
-//!   **never delivered**: gaps of the topic's log (a transaction's marker, aborted records, a
-//!   compacted topic) or records the event source skipped — the audit checks those against the
-//!   log when it can reach the broker.
+//! - inside a *sparse* entry (batches that took fewer records than their offsets from their
+//!   checkpoints on), counted: the entry holds its delivered count (to which what replays
+//!   landed in it may add) or is short by the difference. The holes of an entry that is not
+//!   short were **never delivered**: on a partition whose batches saw gaps between their own
+//!   records, gaps of the topic's log (a transaction's marker, aborted records, a compacted
+//!   topic) or records the event source skipped; on one whose batches never did, single
+//!   offsets (a transaction's marker between two batches), while longer runs were **skipped**
+//!   by the event source (a batch it gave up on) and count as missing. The topic's log
+//!   (`--bootstrap-servers`) tells which of them were records.
 
 use serde::Serialize;
 
@@ -187,32 +190,51 @@ fn classify(holes: &[[i64; 2]], ledger: &Ledger) -> Verdict {
             x = end + 1;
         }
     }
-    v.missing_offsets = v.missing.iter().copied().map(len).sum();
+    v.missing_offsets = v
+        .missing
+        .iter()
+        .copied()
+        .fold(0i64, |n, h| n.saturating_add(len(h)));
     for (d, holes) in sparse.iter().zip(sparse_holes) {
-        let empty: i64 = holes.iter().copied().map(len).sum();
+        let empty: i64 = holes
+            .iter()
+            .copied()
+            .fold(0i64, |n, h| n.saturating_add(len(h)));
         let found = u64::try_from(len([d.first, d.last]).saturating_sub(empty)).unwrap_or(0);
-        let expected = d.count;
-        if found == expected {
-            if ledger.gaps_inside() {
-                v.not_delivered_offsets += empty;
-                v.not_delivered.extend(holes);
-            } else {
-                // A topic without gaps of its own: what no batch took was skipped.
-                v.skipped_offsets += empty;
-                v.missing_offsets = v.missing_offsets.saturating_add(empty);
-                v.skipped.extend(holes);
+        // What replays landed here were records the event source skipped (adding to what the
+        // entry holds) or delivered and lost (not adding): either is honest.
+        let (least, most) = (
+            d.count,
+            d.count
+                .saturating_add(ledger.replayed_within(d.first, d.last)),
+        );
+        if (least..=most).contains(&found) {
+            for h in holes {
+                // Without gaps of its own, a partition's offsets no batch took were skipped by
+                // the event source, but for single ones between two batches (where a
+                // transaction's commit marker sits when each batch is one transaction).
+                if ledger.gaps_inside() || len(h) == 1 {
+                    v.not_delivered_offsets = v.not_delivered_offsets.saturating_add(len(h));
+                    v.not_delivered.push(h);
+                } else {
+                    v.skipped_offsets = v.skipped_offsets.saturating_add(len(h));
+                    v.missing_offsets = v.missing_offsets.saturating_add(len(h));
+                    v.skipped.push(h);
+                }
             }
             continue;
         }
         let m = Miscount {
             first: d.first,
             last: d.last,
-            delivered: expected,
+            delivered: d.count,
             found,
             holes: holes.into_iter().take(MAX_LISTED_GAPS).collect(),
         };
-        if found < expected {
-            v.missing_offsets += i64::try_from(expected - found).unwrap_or(i64::MAX);
+        if found < least {
+            v.missing_offsets = v
+                .missing_offsets
+                .saturating_add(i64::try_from(least - found).unwrap_or(i64::MAX));
             v.short.push(m);
         } else {
             v.surplus.push(m);
@@ -321,6 +343,7 @@ mod tests {
         Ledger::from_fold(&crate::ledger::Fold {
             gaps_inside: true,
             entries: entries(list),
+            replayed: Vec::new(),
         })
     }
 
@@ -441,5 +464,29 @@ mod tests {
         let c = against_log(&holes, 5, &[[20, 21]], &read);
         assert_eq!(c.not_landed, [[12, 13]]);
         assert_eq!((c.not_landed_offsets, c.before_first, c.records), (2, 1, 9));
+    }
+
+    #[test]
+    fn single_offsets_between_batches_may_be_markers_and_replays_may_fill_losses() {
+        // One transaction per batch: a commit marker between batches (5, 10), no gap inside.
+        let l = ledger(&[(0, 4, 5), (5, 9, 4), (10, 13, 3)]);
+        let v = judge(&found(0, 13, &[[5, 5], [10, 10]]), 14, &[], &l);
+        assert_eq!(
+            (v.missing_offsets, v.not_delivered_offsets),
+            (0, 2),
+            "{v:?}"
+        );
+        // A row lost in a sparse entry, then landed again by a replay: not short.
+        let mut fold = crate::ledger::Fold::default();
+        fold.add(&entries(&[(0, 19, 18)]), &[], true);
+        fold.add(&[], &entries(&[(12, 12, 1)]), false);
+        let v = judge(
+            &found(0, 19, &[[5, 5], [15, 15]]),
+            20,
+            &[],
+            &Ledger::from_fold(&fold),
+        );
+        assert_eq!(v.missing_offsets, 0, "{v:?}");
+        assert!(v.short.is_empty() && v.surplus.is_empty());
     }
 }

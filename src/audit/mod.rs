@@ -52,6 +52,9 @@ pub struct Duplicate {
     pub in_table: i64,
     /// Its rows in `dead_letters`.
     pub in_dead_letters: i64,
+    /// The live data files whose Kafka column bounds hold it (`path (snapshot id)`): the copies
+    /// are in these.
+    pub files: Vec<String>,
 }
 
 /// The audit of one topic-partition.
@@ -356,7 +359,7 @@ pub async fn audit_with_log(
                     not_delivered_offsets: v.not_delivered_offsets,
                     not_delivered: v.not_delivered.into_iter().take(MAX_LISTED).collect(),
                     duplicated_offsets: f.duplicated_offsets,
-                    duplicates: f.duplicates,
+                    duplicates: holders(backend, &t.name, &t.topic, f.duplicates, p).await?,
                     beyond_checkpoint,
                 });
             }
@@ -420,6 +423,78 @@ async fn ledgers(
         out.insert(p, ledger);
     }
     Ok(out)
+}
+
+/// `dups` of partition `p` with the live data files of `table` and of `dead_letters` (of
+/// `topic`) whose column bounds hold each, and the snapshots that added them: read from the
+/// manifests only.
+async fn holders(
+    backend: &Backend,
+    table: &str,
+    topic: &str,
+    mut dups: Vec<Duplicate>,
+    p: i32,
+) -> Result<Vec<Duplicate>> {
+    use iceberg::spec::{Datum, PrimitiveLiteral};
+    if dups.is_empty() {
+        return Ok(dups);
+    }
+    let int = |d: Option<&Datum>| match d.map(Datum::literal) {
+        Some(PrimitiveLiteral::Int(v)) => Some(i64::from(*v)),
+        Some(PrimitiveLiteral::Long(v)) => Some(*v),
+        _ => None,
+    };
+    let text = |d: Option<&Datum>| match d.map(Datum::literal) {
+        Some(PrimitiveLiteral::String(v)) => Some(v.clone()),
+        _ => None,
+    };
+    for name in [table, DEAD_LETTER_TABLE] {
+        let ident = iceberg::TableIdent::new(
+            iceberg::NamespaceIdent::new(backend.namespace.clone()),
+            name.to_string(),
+        );
+        let Some((t, _)) = backend.catalog.load(&ident).await? else {
+            continue;
+        };
+        let schema = t.metadata().current_schema().clone();
+        let id = |c: &str| schema.field_by_name(c).map(|f| f.id);
+        let (Some(pid), Some(oid)) = (id("kafka_partition"), id("kafka_offset")) else {
+            continue;
+        };
+        let tid = (name == DEAD_LETTER_TABLE).then(|| id("topic")).flatten();
+        let files = crate::table::files::load_current(&t).await?;
+        for e in files.live() {
+            let f = e.entry.data_file();
+            let (lo, hi) = (f.lower_bounds(), f.upper_bounds());
+            let in_range = |id: i32, v: i64| {
+                int(lo.get(&id)).is_none_or(|l| l <= v) && int(hi.get(&id)).is_none_or(|h| v <= h)
+            };
+            if !in_range(pid, i64::from(p)) {
+                continue;
+            }
+            if let Some(tid) = tid {
+                let t = topic.to_string();
+                let below = text(lo.get(&tid)).is_some_and(|l| l > t);
+                let above = text(hi.get(&tid)).is_some_and(|h| h < t);
+                if below || above {
+                    continue;
+                }
+            }
+            let label = format!(
+                "{} (snapshot {})",
+                f.file_path(),
+                e.entry
+                    .snapshot_id()
+                    .map_or_else(|| "?".to_string(), |s| s.to_string())
+            );
+            for d in dups.iter_mut().filter(|d| in_range(oid, d.offset)) {
+                if d.files.len() < 10 {
+                    d.files.push(label.clone());
+                }
+            }
+        }
+    }
+    Ok(dups)
 }
 
 /// What one partition's table and dead letters hold.
@@ -487,6 +562,7 @@ async fn landed(
                     offset: o,
                     in_table: t,
                     in_dead_letters: d,
+                    files: Vec::new(),
                 });
             }
         }

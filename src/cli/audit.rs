@@ -221,8 +221,16 @@ pub fn render(audit: &Audit) -> String {
             for d in &p.duplicates {
                 let _ = writeln!(
                     out,
-                    "    found twice: offset {} ({} row(s) in {}, {} in dead_letters)",
-                    d.offset, d.in_table, t.table, d.in_dead_letters
+                    "    found twice: offset {} ({} row(s) in {}, {} in dead_letters){}",
+                    d.offset,
+                    d.in_table,
+                    t.table,
+                    d.in_dead_letters,
+                    if d.files.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; in {}", d.files.join(", "))
+                    }
                 );
             }
             if p.missing.len() >= MAX_LISTED || p.duplicates.len() >= MAX_LISTED {

@@ -7,11 +7,11 @@
 //! Entries of one partition follow each other without a gap; an entry holding fewer records
 //! than offsets is *sparse* (Kafka left gaps in it, or the event source skipped records). A
 //! pending batch keeps what is not whole ([`Delivery`]). The commit stage folds each round's
-//! entries ([`round_entries`]) into the ledger so far ([`Fold`]) and records it in the summary
-//! of the round's snapshot of the topic's table, under
-//! [`LEDGER_PROPERTY_PREFIX`]`{topic}-{partition}` (a round with no rows for the table still
-//! makes one). So offsets no entry covers, above the first, belong to a batch whose entry never
-//! reached a snapshot: a batch lost before its commit.
+//! entries ([`round_entries`]) into the ledger so far ([`Fold`]) and records it in the topic's
+//! table's properties, [`LEDGER_PROPERTY_PREFIX`]`{topic}-{partition}`, in the same metadata
+//! commit as the round (a round with no rows for the table still makes one). So offsets no
+//! entry covers, above the first, belong to a batch whose entry never reached the table: a
+//! batch lost before its commit.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{SourcePartition, SourceRange};
 
-/// Snapshot summary property of a topic-partition's folded ledger ([`Fold`]), carried by every
-/// snapshot the commit stage makes on the topic's table (a compaction's too):
+/// Table property of a topic-partition's folded ledger ([`Fold`]) on the topic's own table:
 /// `streamtable.ledger.{topic}-{partition}`.
 pub const LEDGER_PROPERTY_PREFIX: &str = "streamtable.ledger.";
 
@@ -278,101 +277,122 @@ pub fn decode(text: &str) -> Result<Vec<Delivered>, String> {
 pub const MAX_FOLD_ENTRIES: usize = 1024;
 
 /// A topic-partition's ledger as its table keeps it: every committed round's entries folded
-/// into the entries before them (neighbours joined, their counts added), and whether some batch
-/// ever saw a gap between its own records (a transaction's marker, aborted or compacted
-/// records). Each round's snapshot of the topic's table carries the fold so far
+/// into the entries before them (neighbours joined, their counts added), the ranges replays
+/// landed (apart: a replay lands records found nowhere, which the event source either skipped
+/// or delivered and lost, so they widen what an entry may hold rather than add to it), and
+/// whether some batch ever saw a gap between its own records (a transaction's marker, aborted
+/// or compacted records). The commit stage keeps it in the topic's table's properties
 /// ([`LEDGER_PROPERTY_PREFIX`]), so expiring old snapshots loses nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fold {
     /// Some batch saw a gap between its own records.
     pub gaps_inside: bool,
-    /// The entries, in order, apart.
+    /// The delivered entries, in order, apart.
     pub entries: Vec<Delivered>,
+    /// The ranges replays landed, in order, apart.
+    pub replayed: Vec<Delivered>,
 }
 
 impl Fold {
-    /// Folds a round in: its `delivered` entries, the ranges replays landed (records the
-    /// event source skipped, landed later: added to the entry they fall in), and whether one
+    /// Folds a round in: its `delivered` entries, the ranges replays landed, and whether one
     /// of its batches saw a gap between its own records.
     pub fn add(&mut self, delivered: &[Delivered], replayed: &[Delivered], gaps_inside: bool) {
         self.gaps_inside |= gaps_inside;
-        let mut entries: Vec<Delivered> = self
-            .entries
-            .drain(..)
-            .chain(delivered.iter().copied())
-            .filter(valid)
-            .collect();
-        entries.sort_unstable();
-        entries.dedup();
         // Without gaps of its own, a partition's sparse entries are batches the event source
         // gave up on: kept apart from the whole ones, so that a loss in either is named.
         let gaps = self.gaps_inside;
         let same = move |a: &Delivered, b: &Delivered| gaps || a.whole() == b.whole();
-        let mut entries = join(entries, same);
-        for r in replayed.iter().filter(|r| valid(r)) {
-            let (over, mut rest): (Vec<Delivered>, Vec<Delivered>) = entries
-                .into_iter()
-                .partition(|e| e.first <= r.last && r.first <= e.last);
-            let first = over.iter().map(|e| e.first).chain([r.first]).min();
-            let last = over.iter().map(|e| e.last).chain([r.last]).max();
-            if let (Some(first), Some(last)) = (first, last) {
-                let count: u64 = over.iter().map(|e| e.count).sum::<u64>() + r.count;
-                let span = span(first, last);
-                rest.push(Delivered {
-                    first,
-                    last,
-                    count: count.min(span),
-                });
-            }
-            rest.sort_unstable();
-            entries = join(rest, same);
-        }
-        if entries.len() > MAX_FOLD_ENTRIES {
-            // The older half joined into one (its count stays exact).
-            let recent = entries.split_off(entries.len() / 2);
-            let first = entries[0].first;
-            let last = entries.iter().map(|d| d.last).max().unwrap_or(first);
-            let count = entries.iter().map(|d| d.count).sum::<u64>();
-            entries = std::iter::once(Delivered {
-                first,
-                last,
-                count: count.min(span(first, last)),
-            })
-            .chain(recent)
-            .collect();
-        }
-        self.entries = entries;
+        self.entries = fold_in(std::mem::take(&mut self.entries), delivered, same);
+        self.replayed = fold_in(std::mem::take(&mut self.replayed), replayed, |_, _| true);
     }
 
-    /// The summary form: [`encode`]d entries, after `~` when some batch saw a gap inside.
+    /// The stored form: [`encode`]d entries (after `~` when some batch saw a gap inside),
+    /// then `|` and the replayed ranges, if any.
     pub fn encode(&self) -> String {
-        let entries = encode(&self.entries);
+        let mut out = encode(&self.entries);
         if self.gaps_inside {
-            format!("~{entries}")
-        } else {
-            entries
+            out.insert(0, '~');
         }
+        if !self.replayed.is_empty() {
+            out.push('|');
+            out.push_str(&encode(&self.replayed));
+        }
+        out
     }
 
-    /// Reads [`Fold::encode`]'s form back; an impossible entry is refused, naming it.
+    /// Reads [`Fold::encode`]'s form back; an impossible, overlapping or unordered entry, or
+    /// more than [`MAX_FOLD_ENTRIES`], is refused, naming it.
     pub fn decode(text: &str) -> Result<Fold, String> {
         let (gaps_inside, rest) = match text.strip_prefix('~') {
             Some(rest) => (true, rest),
             None => (false, text),
         };
-        let mut entries = decode(rest)?;
-        if entries.len() > MAX_FOLD_ENTRIES {
-            return Err(format!(
-                "{} entries, more than a ledger keeps ({MAX_FOLD_ENTRIES})",
-                entries.len()
-            ));
-        }
-        entries.sort_unstable();
+        let (entries, replayed) = rest.split_once('|').unwrap_or((rest, ""));
+        let read = |part: &str| -> Result<Vec<Delivered>, String> {
+            let entries = decode(part)?;
+            if entries.len() > MAX_FOLD_ENTRIES {
+                return Err(format!(
+                    "{} entries, more than a ledger keeps ({MAX_FOLD_ENTRIES})",
+                    entries.len()
+                ));
+            }
+            if let Some(w) = entries.windows(2).find(|w| w[1].first <= w[0].last) {
+                return Err(format!(
+                    "entries {} and {} overlap or are out of order",
+                    w[0], w[1]
+                ));
+            }
+            Ok(entries)
+        };
         Ok(Fold {
             gaps_inside,
-            entries,
+            entries: read(entries)?,
+            replayed: read(replayed)?,
         })
     }
+}
+
+/// `list` (sorted, apart) with `more` folded in: overlapping entries always joined (their
+/// counts added, at most their span), neighbours where `may` allows; past
+/// [`MAX_FOLD_ENTRIES`], the older half joined into one (its count stays exact).
+fn fold_in(
+    list: Vec<Delivered>,
+    more: &[Delivered],
+    may: impl Fn(&Delivered, &Delivered) -> bool,
+) -> Vec<Delivered> {
+    let mut all: Vec<Delivered> = list
+        .into_iter()
+        .chain(more.iter().copied())
+        .filter(valid)
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut out: Vec<Delivered> = Vec::with_capacity(all.len());
+    for d in all {
+        match out.last_mut() {
+            Some(prev)
+                if d.first <= prev.last
+                    || (prev.last.checked_add(1) == Some(d.first) && may(prev, &d)) =>
+            {
+                prev.last = prev.last.max(d.last);
+                prev.count = prev.count.saturating_add(d.count).min(prev.span());
+            }
+            _ => out.push(d),
+        }
+    }
+    if out.len() > MAX_FOLD_ENTRIES {
+        let recent = out.split_off(out.len() / 2);
+        let first = out[0].first;
+        let last = out.iter().map(|d| d.last).max().unwrap_or(first);
+        let count = out
+            .iter()
+            .fold(0u64, |n, d| n.saturating_add(d.count))
+            .min(span(first, last));
+        out = std::iter::once(Delivered { first, last, count })
+            .chain(recent)
+            .collect();
+    }
+    out
 }
 
 /// Whether an entry is possible.
@@ -387,6 +407,7 @@ pub struct Ledger {
     whole: Vec<[i64; 2]>,
     sparse: BTreeSet<Delivered>,
     gaps_inside: bool,
+    replayed: Vec<Delivered>,
 }
 
 impl Ledger {
@@ -413,6 +434,7 @@ impl Ledger {
             whole: joined,
             sparse,
             gaps_inside: false,
+            replayed: Vec::new(),
         }
     }
 
@@ -420,8 +442,18 @@ impl Ledger {
     pub fn from_fold(fold: &Fold) -> Ledger {
         Ledger {
             gaps_inside: fold.gaps_inside,
+            replayed: fold.replayed.clone(),
             ..Ledger::new(fold.entries.iter().copied())
         }
+    }
+
+    /// Records replays landed in ranges overlapping `first..=last` (at most its span).
+    pub fn replayed_within(&self, first: i64, last: i64) -> u64 {
+        self.replayed
+            .iter()
+            .filter(|r| r.first <= last && first <= r.last)
+            .fold(0u64, |n, r| n.saturating_add(r.count))
+            .min(span(first, last))
     }
 
     /// Whether some batch saw a gap between its own records: the topic-partition has gaps of
@@ -457,8 +489,11 @@ impl Ledger {
 
     /// Offsets delivered in all.
     pub fn delivered(&self) -> u64 {
-        self.whole.iter().map(|[a, b]| span(*a, *b)).sum::<u64>()
-            + self.sparse.iter().map(|d| d.count).sum::<u64>()
+        self.whole
+            .iter()
+            .map(|[a, b]| span(*a, *b))
+            .chain(self.sparse.iter().map(|d| d.count))
+            .fold(0u64, u64::saturating_add)
     }
 }
 
@@ -565,13 +600,24 @@ mod tests {
         assert_eq!(f.entries, [d(0, 59, 55), d(70, 79, 9)]);
         assert_eq!(f.encode(), "~0-59:55,70-79:9");
         assert_eq!(Fold::decode(&f.encode()), Ok(f.clone()));
-        // A replay spanning two entries joins them, its records added.
-        f.add(&[], &[d(55, 74, 10)], false);
-        assert_eq!(f.entries, [d(0, 79, 74)]);
+        // Replays are kept apart from the deliveries.
+        f.add(&[], &[d(40, 44, 5), d(45, 46, 2)], false);
+        assert_eq!(f.replayed, [d(40, 46, 7)]);
+        assert_eq!(f.encode(), "~0-59:55,70-79:9|40-46");
+        assert_eq!(Fold::decode(&f.encode()), Ok(f.clone()));
+        // An entry overlapping another (a replay's batch committed before the one that
+        // skipped past it) is joined, never kept overlapping.
+        f.add(&[d(75, 89, 10)], &[], false);
+        assert_eq!(f.entries, [d(0, 59, 55), d(70, 89, 19)]);
         // Impossible entries are dropped; a damaged fold is refused by name.
-        f.add(&[d(90, 80, 1), d(100, 101, 5)], &[], false);
-        assert_eq!(f.entries, [d(0, 79, 74)]);
+        f.add(&[d(95, 90, 1), d(100, 101, 5)], &[], false);
+        assert_eq!(f.entries, [d(0, 59, 55), d(70, 89, 19)]);
         assert!(Fold::decode("~0-5:9").is_err());
-        assert!(Fold::decode("0-9223372036854775807:1").is_ok());
+        assert!(Fold::decode("0-9,5-20").is_err(), "overlapping");
+        assert!(Fold::decode("10-19,0-9").is_err(), "out of order");
+        // Huge counts saturate rather than overflow.
+        let big = Fold::decode("0-9223372036854775806:9223372036854775806").expect("one entry");
+        let l = Ledger::from_fold(&big);
+        assert_eq!(l.delivered(), 9223372036854775806);
     }
 }

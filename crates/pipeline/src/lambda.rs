@@ -243,6 +243,7 @@ pub mod scheduled {
                             ("AuditMissingRecords", audit.missing as f64, "Count"),
                             ("AuditDuplicatedRecords", audit.duplicated as f64, "Count"),
                             ("AuditUnreadableFiles", audit.unreadable as f64, "Count"),
+                            ("AuditSkippedRounds", audit.skipped_rounds as f64, "Count"),
                         ],
                     )
                 );

@@ -59,11 +59,14 @@ impl RoundAudit {
         self.missing == 0 && self.duplicated == 0 && self.unexpected == 0
     }
 
-    /// Records missing, duplicated or unexpected (what the `AuditMismatches` metric counts).
+    /// Records missing, duplicated or unexpected, and files that could not be read back (one
+    /// deleted or damaged after its commit looks so): what the `AuditMismatches` metric, and
+    /// its alarm, count.
     pub fn mismatches(&self) -> u64 {
         self.missing
             .saturating_add(self.duplicated)
             .saturating_add(self.unexpected)
+            .saturating_add(self.unreadable)
     }
 
     /// Adds another run's (or round's) audit.

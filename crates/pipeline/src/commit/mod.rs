@@ -313,8 +313,12 @@ pub(crate) async fn commit_rounds(
         let (round, batches, by_table) =
             commit_intent(backend, tables, &mut selector, &intent).await?;
         backend.state.finish_commit(&intent).await?;
-        // After the round is done, so that a run cut short while reading never holds it up.
-        if options.audit_rounds {
+        // After the round is done, so that a run cut short while reading never holds it up;
+        // not past the deadline (counted as skipped).
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+        if options.audit_rounds && out_of_time {
+            report.audit.skipped_rounds += 1;
+        } else if options.audit_rounds {
             let audited = audit::audit_round(tables, &mut selector, &batches, &by_table).await;
             if !audited.ok() {
                 tracing::error!(intent = %intent.id, missing = audited.missing, duplicated = audited.duplicated,
@@ -410,13 +414,20 @@ async fn commit_intent(
             .get(name)
             .and_then(|d| d.spec.as_ref())
             .is_some_and(|s| s.upsert.is_some());
-        if !upsert {
-            by_table
-                .entry(name.clone())
-                .or_default()
-                .ledger
-                .push((source.to_string(), part));
+        if upsert {
+            continue;
         }
+        // A refused table keeps its own batches pending, and must not hold up this round.
+        if let Err(why) = selector.table_status(name).await? {
+            tracing::error!(table = %name, %source, reason = %why,
+                "the round's part of the ledger of delivered offsets is not recorded: the table is refused");
+            continue;
+        }
+        by_table
+            .entry(name.clone())
+            .or_default()
+            .ledger
+            .push((source.to_string(), part));
     }
     let mut out = Vec::new();
     for (table, files) in &by_table {
@@ -464,7 +475,8 @@ pub fn round_ledger(batches: &[PendingBatch]) -> BTreeMap<SourcePartition, Round
     out
 }
 
-/// The table properties of `table`'s ledgers with `parts` folded in.
+/// The table properties of `table`'s ledgers with `parts` folded in. A ledger that cannot be
+/// read is left as it is (and reported): `streamtable audit` names it until it is repaired.
 fn folded_ledgers(
     table: &Table,
     name: &str,
@@ -472,18 +484,21 @@ fn folded_ledgers(
 ) -> Vec<(String, String)> {
     parts
         .iter()
-        .map(|(source, part)| {
+        .filter_map(|(source, part)| -> Option<(String, String)> {
             let key = format!("{LEDGER_PROPERTY_PREFIX}{source}");
             let mut fold = match table.metadata().properties().get(&key) {
-                Some(v) => Fold::decode(v).unwrap_or_else(|why| {
-                    tracing::error!(table = name, property = %key, %why,
-                        "the ledger of delivered offsets cannot be read; it starts again from this round");
-                    Fold::default()
-                }),
+                Some(v) => match Fold::decode(v) {
+                    Ok(f) => f,
+                    Err(why) => {
+                        tracing::error!(table = name, property = %key, %why,
+                            "the ledger of delivered offsets cannot be read; left as it is (remove the property to start it again)");
+                        return None;
+                    }
+                },
                 None => Fold::default(),
             };
             fold.add(&part.delivered, &part.replayed, part.gaps_inside);
-            (key, fold.encode())
+            Some((key, fold.encode()))
         })
         .collect()
 }
@@ -501,7 +516,8 @@ async fn commit_joins(
 ) -> Result<Vec<TableCommitReport>> {
     let mut out = Vec::new();
     for (name, j) in &tables.joins {
-        let (left, right) = (by_table.get(&j.left.table), by_table.get(&j.right.table));
+        let lands = |t: &str| by_table.get(t).filter(|f| !f.lands_nothing());
+        let (left, right) = (lands(&j.left.table), lands(&j.right.table));
         if left.is_none() && right.is_none() {
             continue;
         }

@@ -67,6 +67,16 @@ pub(super) struct TableFiles {
     pub ledger: Vec<(String, super::RoundLedger)>,
 }
 
+impl TableFiles {
+    /// Whether the round lands nothing in the table (only its ledger, if anything).
+    pub fn lands_nothing(&self) -> bool {
+        self.files.is_empty()
+            && self.data_files.is_empty()
+            && self.carried.is_empty()
+            && self.key_deletes.is_empty()
+    }
+}
+
 /// The batches of one round.
 pub(super) struct Round {
     pub batches: Vec<PendingBatch>,
@@ -185,7 +195,10 @@ impl<'a> Selector<'a> {
 
     /// The table, created from the spec if absent, checked against it; refused tables are
     /// remembered for the run.
-    async fn table_status(&mut self, name: &str) -> Result<std::result::Result<Table, String>> {
+    pub(super) async fn table_status(
+        &mut self,
+        name: &str,
+    ) -> Result<std::result::Result<Table, String>> {
         if let Some(status) = self.table_status.get(name) {
             return Ok(status.clone());
         }

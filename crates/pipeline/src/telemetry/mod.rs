@@ -332,6 +332,11 @@ pub fn scheduled_metrics(
                 "Count",
             ),
             (
+                "AuditSkippedRounds",
+                report.commit.audit.skipped_rounds as f64,
+                "Count",
+            ),
+            (
                 "PartitionsCompacted",
                 report.compaction.len() as f64,
                 "Count",
