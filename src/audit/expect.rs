@@ -80,11 +80,18 @@ fn len([a, b]: [i64; 2]) -> i64 {
 }
 
 /// The audit of one partition: `found` against the checkpoint (`next_offset`), the `pending`
-/// ranges (not expected yet) and the `ledger`.
-pub fn judge(found: &Shape, next_offset: i64, pending: &[[i64; 2]], ledger: &Ledger) -> Verdict {
+/// ranges (not expected yet) and the `ledger`; from `from` on when given (`found` then holds
+/// nothing below it, and an entry that starts below it is not counted).
+pub fn judge(
+    found: &Shape,
+    next_offset: i64,
+    pending: &[[i64; 2]],
+    ledger: &Ledger,
+    from: Option<i64>,
+) -> Verdict {
     // Expected from the ledger's first range even if nothing was found that low.
     let mut shape = found.clone();
-    if let Some(start) = ledger.start() {
+    if let Some(start) = ledger.start().filter(|_| from.is_none()) {
         match shape.first {
             Some(first) if start < first => {
                 shape.gaps.insert(0, [start, first - 1]);
@@ -98,7 +105,7 @@ pub fn judge(found: &Shape, next_offset: i64, pending: &[[i64; 2]], ledger: &Led
         }
     }
     let holes = missing_ranges(&shape.gaps, shape.first, shape.last, next_offset, pending);
-    let mut v = classify(&holes, ledger);
+    let mut v = classify(&holes, ledger, from);
     v.holes = holes;
     v
 }
@@ -146,7 +153,7 @@ pub fn against_log(
 }
 
 /// Sorts `holes` (sorted, disjoint) by what the ledger says of them.
-fn classify(holes: &[[i64; 2]], ledger: &Ledger) -> Verdict {
+fn classify(holes: &[[i64; 2]], ledger: &Ledger, from: Option<i64>) -> Verdict {
     // The ledger's entries in order: whole ranges, and sparse entries by index.
     let sparse: Vec<Delivered> = ledger.sparse().copied().collect();
     let mut segments: Vec<([i64; 2], Option<usize>)> = ledger
@@ -200,6 +207,14 @@ fn classify(holes: &[[i64; 2]], ledger: &Ledger) -> Verdict {
             .iter()
             .copied()
             .fold(0i64, |n, h| n.saturating_add(len(h)));
+        if from.is_some_and(|f| d.first < f) {
+            // Partly before the audit's start: its offsets found there are not known.
+            for h in holes {
+                v.not_delivered_offsets = v.not_delivered_offsets.saturating_add(len(h));
+                v.not_delivered.push(h);
+            }
+            continue;
+        }
         let found = u64::try_from(len([d.first, d.last]).saturating_sub(empty)).unwrap_or(0);
         // What replays landed here were records the event source skipped (adding to what the
         // entry holds) or delivered and lost (not adding): either is honest.
@@ -360,7 +375,13 @@ mod tests {
         // Delivered: 0..=9 whole; from checkpoint 10, 7 records up to 19 (10..=11 not
         // delivered, a transaction marker at 15); from 20, 5 records up to 29.
         let l = gappy(&[(0, 9, 10), (10, 19, 7), (20, 29, 5)]);
-        let v = judge(&found(0, 29, &[[10, 11], [15, 15], [20, 24]]), 30, &[], &l);
+        let v = judge(
+            &found(0, 29, &[[10, 11], [15, 15], [20, 24]]),
+            30,
+            &[],
+            &l,
+            None,
+        );
         assert_eq!(v.missing_offsets, 0, "{v:?}");
         assert_eq!(v.not_delivered, [[10, 11], [15, 15], [20, 24]]);
         assert_eq!(v.not_delivered_offsets, 8);
@@ -371,6 +392,7 @@ mod tests {
             30,
             &[],
             &l,
+            None,
         );
         assert_eq!(v.missing, [[3, 5]]);
         assert_eq!(v.missing_offsets, 4);
@@ -384,7 +406,7 @@ mod tests {
             (7, 6, vec![[10, 11], [14, 15]])
         );
         // Rows at offsets the sparse entry says were not delivered: a surplus.
-        let v = judge(&found(0, 29, &[[20, 24]]), 30, &[], &l);
+        let v = judge(&found(0, 29, &[[20, 24]]), 30, &[], &l, None);
         assert_eq!(v.surplus.len(), 1, "{v:?}");
         assert_eq!(v.missing_offsets, 0);
     }
@@ -392,10 +414,10 @@ mod tests {
     #[test]
     fn a_batch_lost_before_its_commit_is_covered_by_no_entry() {
         let l = ledger(&[(0, 9, 10), (20, 29, 10)]);
-        let v = judge(&found(0, 29, &[[10, 19]]), 30, &[], &l);
+        let v = judge(&found(0, 29, &[[10, 19]]), 30, &[], &l, None);
         assert_eq!((v.missing, v.missing_offsets), (vec![[10, 19]], 10));
         // The same at the tail, below the checkpoint, but not a pending batch.
-        let v = judge(&found(0, 29, &[[10, 19]]), 40, &[[35, 39]], &l);
+        let v = judge(&found(0, 29, &[[10, 19]]), 40, &[[35, 39]], &l, None);
         assert_eq!(v.missing, [[10, 19], [30, 34]]);
     }
 
@@ -407,6 +429,7 @@ mod tests {
             30,
             &[],
             &ledger(&[(0, 9, 10), (10, 29, 10)]),
+            None,
         );
         assert_eq!((v.skipped, v.missing_offsets), (vec![[10, 19]], 10));
         // On a topic with gaps of its own, they may be Kafka's: listed, not failed.
@@ -415,13 +438,14 @@ mod tests {
             30,
             &[],
             &gappy(&[(0, 9, 10), (10, 29, 10)]),
+            None,
         );
         assert_eq!((v.missing_offsets, v.not_delivered_offsets), (0, 10));
         // A replay landed them: folded into the ledger, all accounted for.
         let mut fold = crate::ledger::Fold::default();
         fold.add(&entries(&[(0, 9, 10), (10, 29, 10)]), &[], false);
         fold.add(&[], &entries(&[(10, 19, 10)]), false);
-        let v = judge(&found(0, 29, &[]), 30, &[], &Ledger::from_fold(&fold));
+        let v = judge(&found(0, 29, &[]), 30, &[], &Ledger::from_fold(&fold), None);
         assert_eq!(v.missing_offsets, 0, "{v:?}");
         assert_eq!(v.not_delivered_offsets, 0);
     }
@@ -430,10 +454,10 @@ mod tests {
     fn history_older_than_the_ledger_expects_every_offset() {
         // The ledger starts at 20 (an upgrade); below it every offset is expected.
         let l = ledger(&[(20, 29, 10)]);
-        let v = judge(&found(0, 29, &[[5, 6]]), 30, &[], &l);
+        let v = judge(&found(0, 29, &[[5, 6]]), 30, &[], &l, None);
         assert_eq!(v.missing, [[5, 6]]);
         // No ledger at all: as before.
-        let v = judge(&found(0, 29, &[[5, 6]]), 35, &[], &Ledger::default());
+        let v = judge(&found(0, 29, &[[5, 6]]), 35, &[], &Ledger::default(), None);
         assert_eq!(v.missing, [[5, 6], [30, 34]]);
     }
 
@@ -441,13 +465,13 @@ mod tests {
     fn a_delivered_range_lost_whole_is_missing_even_below_what_was_found() {
         // Nothing of 0..=9 landed; found from 10.
         let l = ledger(&[(0, 9, 10), (10, 19, 10)]);
-        let v = judge(&found(10, 19, &[]), 20, &[], &l);
+        let v = judge(&found(10, 19, &[]), 20, &[], &l, None);
         assert_eq!(v.missing, [[0, 9]]);
         // Nothing found at all.
-        let v = judge(&Shape::default(), 20, &[], &l);
+        let v = judge(&Shape::default(), 20, &[], &l, None);
         assert_eq!(v.missing, [[0, 19]]);
         // A pending batch is not expected yet.
-        let v = judge(&Shape::default(), 30, &[[20, 29]], &l);
+        let v = judge(&Shape::default(), 30, &[[20, 29]], &l, None);
         assert_eq!(v.missing, [[0, 19]]);
     }
 
@@ -470,7 +494,7 @@ mod tests {
     fn single_offsets_between_batches_may_be_markers_and_replays_may_fill_losses() {
         // One transaction per batch: a commit marker between batches (5, 10), no gap inside.
         let l = ledger(&[(0, 4, 5), (5, 9, 4), (10, 13, 3)]);
-        let v = judge(&found(0, 13, &[[5, 5], [10, 10]]), 14, &[], &l);
+        let v = judge(&found(0, 13, &[[5, 5], [10, 10]]), 14, &[], &l, None);
         assert_eq!(
             (v.missing_offsets, v.not_delivered_offsets),
             (0, 2),
@@ -485,6 +509,7 @@ mod tests {
             20,
             &[],
             &Ledger::from_fold(&fold),
+            None,
         );
         assert_eq!(v.missing_offsets, 0, "{v:?}");
         assert!(v.short.is_empty() && v.surplus.is_empty());

@@ -154,7 +154,26 @@ impl Audit {
 /// checkpoints read); after the tables, the checkpoints again (an offset found at or above its
 /// partition's checkpoint then is one the checkpoint went back on).
 pub async fn audit(backend: &Backend, spec: &PipelineSpec, only: Option<&str>) -> Result<Audit> {
-    audit_with_log(backend, spec, only, None).await
+    audit_with(
+        backend,
+        spec,
+        &AuditOptions {
+            only,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// What an audit covers.
+#[derive(Default)]
+pub struct AuditOptions<'a> {
+    /// Only this topic's table.
+    pub only: Option<&'a str>,
+    /// Only from each partition's first offset stamped at or after this time (epoch ms) on.
+    pub since_ms: Option<i64>,
+    /// The topics' own logs to compare with.
+    pub log: Option<&'a dyn TopicLog>,
 }
 
 /// What a topic-partition's log holds (read by `--bootstrap-servers`).
@@ -197,15 +216,16 @@ pub struct LogCheck {
     pub before_first: u64,
 }
 
-/// [`audit`], comparing each topic-partition with its own log when `log` is given: every
+/// [`audit`], from `since_ms` on when given (per partition, from its first offset stamped at
+/// or after it), comparing each topic-partition with its own log when `log` is given: every
 /// committed record of the log below the checkpoint (but pending batches') must be in the
 /// topic's table or in `dead_letters`.
-pub async fn audit_with_log(
+pub async fn audit_with(
     backend: &Backend,
     spec: &PipelineSpec,
-    only: Option<&str>,
-    log: Option<&dyn TopicLog>,
+    options: &AuditOptions<'_>,
 ) -> Result<Audit> {
+    let (only, log) = (options.only, options.log);
     if let Some(name) = only
         && !spec.tables.iter().any(|t| t.name == name)
     {
@@ -283,13 +303,34 @@ pub async fn audit_with_log(
             let has_table = listed.iter().any(|n| n == &t.name);
             let has_dead = listed.iter().any(|n| n == DEAD_LETTER_TABLE);
             let mut ledgers = ledgers(backend, &t.topic, &t.name).await?;
-            let found = landed(&engine, &t.name, &t.topic, has_table, has_dead).await?;
+            let starts = match options.since_ms {
+                Some(ms) => {
+                    Some(first_since(&engine, &t.name, &t.topic, has_table, has_dead, ms).await?)
+                }
+                None => None,
+            };
+            let mut found = landed(
+                &engine,
+                &t.name,
+                &t.topic,
+                has_table,
+                has_dead,
+                starts.as_ref(),
+            )
+            .await?;
+            if let Some(starts) = &starts {
+                // Partitions with nothing since: not audited.
+                found.retain(|p, _| starts.contains_key(p));
+            }
             let mut partitions: Vec<i32> = before
                 .keys()
                 .filter(|(topic, _)| topic == &t.topic)
                 .map(|(_, p)| *p)
                 .collect();
             partitions.extend(found.keys().copied());
+            if let Some(starts) = &starts {
+                partitions.retain(|p| starts.contains_key(p));
+            }
             partitions.sort_unstable();
             partitions.dedup();
             // 4. The checkpoints again: what was found must be below them.
@@ -309,7 +350,12 @@ pub async fn audit_with_log(
                     Some(Err(why)) => (Ledger::default(), Some(why)),
                     None => (Ledger::default(), None),
                 };
-                let v = expect::judge(&f.shape, next_offset, &pend, &ledger);
+                let from = starts.as_ref().and_then(|s| s.get(&p).copied());
+                let pend: Vec<[i64; 2]> = match from {
+                    Some(from) => pend.into_iter().filter(|r| r[1] >= from).collect(),
+                    None => pend,
+                };
+                let v = expect::judge(&f.shape, next_offset, &pend, &ledger, from);
                 let beyond_checkpoint = f
                     .shape
                     .last
@@ -317,7 +363,7 @@ pub async fn audit_with_log(
                     .map(|last| [now, last]);
                 let lowest = [
                     f.shape.first,
-                    ledger.start(),
+                    ledger.start().filter(|_| from.is_none()),
                     pend.iter().map(|r| r[0]).min(),
                 ];
                 let verified_from = lowest
@@ -329,7 +375,9 @@ pub async fn audit_with_log(
                 let mut v = v;
                 let log_check = match log {
                     Some(log) if next_offset > 0 => {
-                        let read = log.read(&t.topic, p, 0, next_offset).await?;
+                        let read = log
+                            .read(&t.topic, p, from.unwrap_or(0), next_offset)
+                            .await?;
                         Some(expect::against_log(&v.holes, verified_from, &pend, &read))
                     }
                     _ => None,
@@ -516,19 +564,23 @@ async fn landed(
     topic: &str,
     has_table: bool,
     has_dead: bool,
+    starts: Option<&BTreeMap<i32, i64>>,
 ) -> Result<BTreeMap<i32, Found>> {
+    // With a start per partition: the lowest pushed down, each applied below.
+    let lowest = starts.and_then(|s| s.values().min().copied());
+    let above = lowest.map_or_else(String::new, |o| format!(" AND kafka_offset >= {o}"));
     let mut parts = Vec::new();
     if has_table {
         parts.push(format!(
             "SELECT kafka_partition AS p, kafka_offset AS o, count(*) AS t, 0 AS d \
-             FROM \"{table}\" GROUP BY 1, 2"
+             FROM \"{table}\" WHERE true{above} GROUP BY 1, 2"
         ));
     }
     if has_dead {
         let kinds: Vec<String> = DERIVED_KINDS.iter().map(|k| format!("'{k}'")).collect();
         parts.push(format!(
             "SELECT kafka_partition AS p, kafka_offset AS o, 0 AS t, count(*) AS d \
-             FROM {DEAD_LETTER_TABLE} WHERE topic = '{}' AND error_kind NOT IN ({}) GROUP BY 1, 2",
+             FROM {DEAD_LETTER_TABLE} WHERE topic = '{}' AND error_kind NOT IN ({}){above} GROUP BY 1, 2",
             topic.replace('\'', "''"),
             kinds.join(", ")
         ));
@@ -545,6 +597,9 @@ async fn landed(
         .await?;
     for row in rows(&batches)? {
         let (p, o, t, d) = (row[0] as i32, row[1], row[2], row[3]);
+        if starts.is_some_and(|s| s.get(&p).is_none_or(|from| o < *from)) {
+            continue;
+        }
         let f = out.entry(p).or_default();
         if let Some(last) = f.shape.last
             && o > last + 1
@@ -566,6 +621,47 @@ async fn landed(
                 });
             }
         }
+    }
+    Ok(out)
+}
+
+/// Per partition, the lowest offset of `table` and of the topic's dead letters stamped at or
+/// after `since_ms`.
+async fn first_since(
+    engine: &QueryEngine,
+    table: &str,
+    topic: &str,
+    has_table: bool,
+    has_dead: bool,
+    since_ms: i64,
+) -> Result<BTreeMap<i32, i64>> {
+    let at = format!("to_timestamp_millis({since_ms})");
+    let mut parts = Vec::new();
+    if has_table {
+        parts.push(format!(
+            "SELECT kafka_partition AS p, min(kafka_offset) AS o FROM \"{table}\" \
+             WHERE kafka_timestamp >= {at} GROUP BY 1"
+        ));
+    }
+    if has_dead {
+        parts.push(format!(
+            "SELECT kafka_partition AS p, min(kafka_offset) AS o FROM {DEAD_LETTER_TABLE} \
+             WHERE topic = '{}' AND kafka_timestamp >= {at} GROUP BY 1",
+            topic.replace('\'', "''")
+        ));
+    }
+    let mut out: BTreeMap<i32, i64> = BTreeMap::new();
+    if parts.is_empty() {
+        return Ok(out);
+    }
+    let batches = engine
+        .query(&format!(
+            "SELECT p, min(o) FROM ({}) u GROUP BY p",
+            parts.join(" UNION ALL ")
+        ))
+        .await?;
+    for row in rows(&batches)? {
+        out.insert(row[0] as i32, row[1]);
     }
     Ok(out)
 }

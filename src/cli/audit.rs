@@ -15,6 +15,10 @@ pub struct AuditArgs {
     /// Audit only this topic's table (default: every one).
     #[arg(long)]
     pub table: Option<String>,
+    /// Audit each partition from its first offset stamped at or after this time on: RFC 3339
+    /// (2026-11-29T10:00:00Z), epoch milliseconds, or an age (`24h`, `7d`, `90m`).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -47,11 +51,19 @@ pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
         }
         None => None,
     };
-    let audit = crate::audit::audit_with_log(
+    let since_ms = args
+        .since
+        .as_deref()
+        .map(|t| since(t, crate::clock::now_ms()))
+        .transpose()?;
+    let audit = crate::audit::audit_with(
         &backend,
         &spec,
-        args.table.as_deref(),
-        log.as_ref().map(|l| l as &dyn crate::audit::TopicLog),
+        &crate::audit::AuditOptions {
+            only: args.table.as_deref(),
+            since_ms,
+            log: log.as_ref().map(|l| l as &dyn crate::audit::TopicLog),
+        },
     )
     .await?;
     if args.json {
@@ -79,6 +91,33 @@ pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
     Err(Error::Audit(format!(
         "{missing} offset(s) missing, {twice} found more than once, {not_landed} record(s) of the log in neither table (see above)"
     )))
+}
+
+/// `--since`: RFC 3339, epoch milliseconds, or an age before `now_ms` (`24h`, `7d`, `90m`).
+pub fn since(text: &str, now_ms: i64) -> Result<i64> {
+    let t = text.trim();
+    if let Ok(ms) = t.parse::<i64>() {
+        return Ok(ms);
+    }
+    let unit = |u: char| match u {
+        'm' => Some(60_000i64),
+        'h' => Some(3_600_000),
+        'd' => Some(86_400_000),
+        _ => None,
+    };
+    if let Some(u) = t.chars().last().and_then(unit)
+        && let Ok(n) = t[..t.len() - 1].parse::<i64>()
+        && n >= 0
+    {
+        return Ok(now_ms.saturating_sub(n.saturating_mul(u)));
+    }
+    chrono::DateTime::parse_from_rfc3339(t)
+        .map(|d| d.timestamp_millis())
+        .map_err(|e| {
+            Error::Config(format!(
+                "--since {text:?}: {e}; use RFC 3339 like 2026-11-29T10:00:00Z, epoch milliseconds, or an age like 24h or 7d"
+            ))
+        })
 }
 
 /// `a..=b` ranges, comma-separated, the first few.
@@ -259,4 +298,31 @@ pub fn render(audit: &Audit) -> String {
         }
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::since;
+
+    #[test]
+    fn since_takes_a_time_or_an_age() {
+        assert_eq!(
+            since("2026-11-29T10:00:00Z", 0).expect("rfc3339"),
+            1_795_946_400_000
+        );
+        assert_eq!(since("1000", 0).expect("ms"), 1000);
+        assert_eq!(
+            since("2h", 10_000_000).expect("age"),
+            10_000_000 - 7_200_000
+        );
+        assert_eq!(
+            since("7d", 1_000_000_000).expect("days"),
+            1_000_000_000 - 604_800_000
+        );
+        let e = since("yesterday", 0).expect_err("refused").to_string();
+        assert!(
+            e.contains("--since \"yesterday\"") && e.contains("24h"),
+            "{e}"
+        );
+    }
 }

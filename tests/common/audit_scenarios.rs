@@ -303,6 +303,25 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
     ] {
         assert!(text.contains(says), "{says}:\n{text}");
     }
+    // --since: each partition from its first offset stamped at or after the time on (offset o
+    // is stamped base + o s): the row deleted at 7 is before it, the lost batch is not.
+    let since = streamtable::audit::audit_with(
+        &h.backend,
+        &h.spec,
+        &streamtable::audit::AuditOptions {
+            since_ms: Some(1_795_946_400_000 + 20_000),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("audit since");
+    assert_eq!(faults(&since, 0), (vec![[30, 39]], vec![]));
+    assert_eq!(part(&since, 0).verified_from, 20);
+    assert!(
+        since.tables[0].partitions.iter().all(|p| p.partition != 3),
+        "partition 3 has nothing since"
+    );
+
     // Only a topic's table can be audited, by name.
     let e = audit(&h.backend, &h.spec, Some("nope"))
         .await
