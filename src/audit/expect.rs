@@ -91,7 +91,7 @@ pub fn judge(
 ) -> Verdict {
     // Expected from the ledger's first range even if nothing was found that low.
     let mut shape = found.clone();
-    if let Some(start) = ledger.start().filter(|_| from.is_none()) {
+    if let Some(start) = from.or(ledger.start()) {
         match shape.first {
             Some(first) if start < first => {
                 shape.gaps.insert(0, [start, first - 1]);

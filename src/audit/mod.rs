@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use crate::backend::Backend;
 use crate::checkpoint::SourcePartition;
+use crate::commit::audit::DERIVED_KINDS;
 use crate::error::{Error, Result};
 use crate::ledger::{Fold, LEDGER_PROPERTY_PREFIX, Ledger};
 use crate::query::{QueryEngine, TimeTravel};
@@ -39,9 +40,6 @@ use expect::Shape;
 
 /// Most duplicated offsets and missing ranges listed per table (the counts are always whole).
 pub const MAX_LISTED: usize = 1000;
-
-/// Dead-letter kinds a derived table gives a record the topic's own table kept.
-const DERIVED_KINDS: [&str; 3] = ["transform", "late", "future"];
 
 /// One offset found more than once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -226,6 +224,8 @@ pub async fn audit_with(
     options: &AuditOptions<'_>,
 ) -> Result<Audit> {
     let (only, log) = (options.only, options.log);
+    // Since the epoch or before: everything (a Kafka timestamp of -1 is before it).
+    let since_ms = options.since_ms.filter(|ms| *ms > 0);
     if let Some(name) = only
         && !spec.tables.iter().any(|t| t.name == name)
     {
@@ -303,13 +303,24 @@ pub async fn audit_with(
             let has_table = listed.iter().any(|n| n == &t.name);
             let has_dead = listed.iter().any(|n| n == DEAD_LETTER_TABLE);
             let mut ledgers = ledgers(backend, &t.topic, &t.name).await?;
-            let starts = match options.since_ms {
+            let starts = match since_ms {
                 Some(ms) => {
-                    Some(first_since(&engine, &t.name, &t.topic, has_table, has_dead, ms).await?)
+                    let mut starts =
+                        first_since(&engine, &t.name, &t.topic, has_table, has_dead, ms).await?;
+                    // From the start of the ledger's sparse entry that holds the cut, so that
+                    // it is counted whole (a whole range is checked offset by offset).
+                    for (p, from) in starts.iter_mut() {
+                        if let Some(Ok(l)) = ledgers.get(p)
+                            && let Some(start) = l.sparse_start(*from)
+                        {
+                            *from = (*from).min(start);
+                        }
+                    }
+                    Some(starts)
                 }
                 None => None,
             };
-            let mut found = landed(
+            let found = landed(
                 &engine,
                 &t.name,
                 &t.topic,
@@ -318,19 +329,12 @@ pub async fn audit_with(
                 starts.as_ref(),
             )
             .await?;
-            if let Some(starts) = &starts {
-                // Partitions with nothing since: not audited.
-                found.retain(|p, _| starts.contains_key(p));
-            }
             let mut partitions: Vec<i32> = before
                 .keys()
                 .filter(|(topic, _)| topic == &t.topic)
                 .map(|(_, p)| *p)
                 .collect();
             partitions.extend(found.keys().copied());
-            if let Some(starts) = &starts {
-                partitions.retain(|p| starts.contains_key(p));
-            }
             partitions.sort_unstable();
             partitions.dedup();
             // 4. The checkpoints again: what was found must be below them.
@@ -407,7 +411,13 @@ pub async fn audit_with(
                     not_delivered_offsets: v.not_delivered_offsets,
                     not_delivered: v.not_delivered.into_iter().take(MAX_LISTED).collect(),
                     duplicated_offsets: f.duplicated_offsets,
-                    duplicates: holders(backend, &t.name, &t.topic, f.duplicates, p).await?,
+                    duplicates: holders(backend, &t.name, &t.topic, f.duplicates.clone(), p)
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::warn!(table = %t.name, error = %e,
+                                "the files holding duplicated offsets could not be named");
+                            f.duplicates
+                        }),
                     beyond_checkpoint,
                 });
             }
@@ -424,6 +434,14 @@ pub async fn audit_with(
         })
     });
     Ok(out)
+}
+
+/// The Iceberg identifier of table `name` in the backend's namespace.
+fn ident(backend: &Backend, name: &str) -> iceberg::TableIdent {
+    iceberg::TableIdent::new(
+        iceberg::NamespaceIdent::new(backend.namespace.clone()),
+        name.to_string(),
+    )
 }
 
 /// The checkpoints of `sources` (one batched read), by topic and partition.
@@ -450,10 +468,7 @@ async fn ledgers(
     table: &str,
 ) -> Result<BTreeMap<i32, std::result::Result<Ledger, String>>> {
     let prefix = format!("{LEDGER_PROPERTY_PREFIX}{topic}-");
-    let ident = iceberg::TableIdent::new(
-        iceberg::NamespaceIdent::new(backend.namespace.clone()),
-        table.to_string(),
-    );
+    let ident = ident(backend, table);
     let mut out = BTreeMap::new();
     let Some((t, _)) = backend.catalog.load(&ident).await? else {
         return Ok(out);
@@ -497,10 +512,7 @@ async fn holders(
         _ => None,
     };
     for name in [table, DEAD_LETTER_TABLE] {
-        let ident = iceberg::TableIdent::new(
-            iceberg::NamespaceIdent::new(backend.namespace.clone()),
-            name.to_string(),
-        );
+        let ident = ident(backend, name);
         let Some((t, _)) = backend.catalog.load(&ident).await? else {
             continue;
         };
@@ -536,8 +548,10 @@ async fn holders(
                     .map_or_else(|| "?".to_string(), |s| s.to_string())
             );
             for d in dups.iter_mut().filter(|d| in_range(oid, d.offset)) {
-                if d.files.len() < 10 {
-                    d.files.push(label.clone());
+                match d.files.len() {
+                    0..10 => d.files.push(label.clone()),
+                    10 => d.files.push("…".to_string()),
+                    _ => {}
                 }
             }
         }
@@ -597,7 +611,7 @@ async fn landed(
         .await?;
     for row in rows(&batches)? {
         let (p, o, t, d) = (row[0] as i32, row[1], row[2], row[3]);
-        if starts.is_some_and(|s| s.get(&p).is_none_or(|from| o < *from)) {
+        if starts.is_some_and(|s| s.get(&p).is_some_and(|from| o < *from)) {
             continue;
         }
         let f = out.entry(p).or_default();
@@ -662,6 +676,31 @@ async fn first_since(
         .await?;
     for row in rows(&batches)? {
         out.insert(row[0] as i32, row[1]);
+    }
+    // A partition with nothing stamped since: from after its last offset found (what its
+    // checkpoint moved past since must still be accounted for).
+    let mut last = Vec::new();
+    if has_table {
+        last.push(format!(
+            "SELECT kafka_partition AS p, max(kafka_offset) AS o FROM \"{table}\" GROUP BY 1"
+        ));
+    }
+    if has_dead {
+        last.push(format!(
+            "SELECT kafka_partition AS p, max(kafka_offset) AS o FROM {DEAD_LETTER_TABLE} \
+             WHERE topic = '{}' GROUP BY 1",
+            topic.replace('\'', "''")
+        ));
+    }
+    let batches = engine
+        .query(&format!(
+            "SELECT p, max(o) FROM ({}) u GROUP BY p",
+            last.join(" UNION ALL ")
+        ))
+        .await?;
+    for row in rows(&batches)? {
+        out.entry(row[0] as i32)
+            .or_insert_with(|| row[1].saturating_add(1));
     }
     Ok(out)
 }

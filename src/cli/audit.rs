@@ -93,8 +93,23 @@ pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
     )))
 }
 
-/// `--since`: RFC 3339, epoch milliseconds, or an age before `now_ms` (`24h`, `7d`, `90m`).
+/// The latest `--since` taken: the end of year 9999.
+const MAX_SINCE_MS: i64 = 253_402_300_799_999;
+
+/// `--since`: RFC 3339, epoch milliseconds, or an age before `now_ms` (`24h`, `7d`, `90m`),
+/// between the epoch and the year 9999 (a Kafka timestamp of -1, "none", is before any).
 pub fn since(text: &str, now_ms: i64) -> Result<i64> {
+    let ms = since_unbounded(text, now_ms)?;
+    if (0..=MAX_SINCE_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(Error::Config(format!(
+            "--since {text:?} is {ms} ms, outside the epoch to the year 9999; give a time, or an age like 24h or 7d"
+        )))
+    }
+}
+
+fn since_unbounded(text: &str, now_ms: i64) -> Result<i64> {
     let t = text.trim();
     if let Ok(ms) = t.parse::<i64>() {
         return Ok(ms);
@@ -319,6 +334,11 @@ mod tests {
             since("7d", 1_000_000_000).expect("days"),
             1_000_000_000 - 604_800_000
         );
+        assert!(
+            since("120000000d", 1_000_000_000_000).is_err(),
+            "before the epoch"
+        );
+        assert!(since("9300000000000000", 0).is_err(), "after the year 9999");
         let e = since("yesterday", 0).expect_err("refused").to_string();
         assert!(
             e.contains("--since \"yesterday\"") && e.contains("24h"),

@@ -477,6 +477,15 @@ impl Ledger {
         }
     }
 
+    /// The first offset of the sparse entry that holds `offset`, if one does (an entry counted
+    /// as a whole: it cannot be cut).
+    pub fn sparse_start(&self, offset: i64) -> Option<i64> {
+        self.sparse
+            .iter()
+            .find(|d| d.first <= offset && offset <= d.last)
+            .map(|d| d.first)
+    }
+
     /// Whole ranges, joined, in order.
     pub fn whole(&self) -> &[[i64; 2]] {
         &self.whole

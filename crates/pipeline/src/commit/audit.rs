@@ -276,14 +276,7 @@ async fn read_table(
     out: &mut RoundAudit,
 ) -> Result<()> {
     let table = selector.table(name).await?;
-    let schema = table.metadata().current_schema().clone();
-    let id = |column: &str| {
-        schema
-            .field_by_name(column)
-            .map(|f| f.id)
-            .ok_or_else(|| Error::Internal(format!("table {name} has no column {column}")))
-    };
-    let ids = [id("kafka_partition")?, id("kafka_offset")?];
+    let ids = field_ids(&table, name, &["kafka_partition", "kafka_offset"])?;
     let paths = files
         .data_files
         .iter()
@@ -329,18 +322,11 @@ async fn read_dead_letters(
     out: &mut RoundAudit,
 ) -> Result<()> {
     let table = selector.table(DEAD_LETTER_TABLE).await?;
-    let schema = table.metadata().current_schema().clone();
-    let id = |column: &str| {
-        schema.field_by_name(column).map(|f| f.id).ok_or_else(|| {
-            Error::Internal(format!("table {DEAD_LETTER_TABLE} has no column {column}"))
-        })
-    };
-    let ids = [
-        id("kafka_partition")?,
-        id("kafka_offset")?,
-        id("topic")?,
-        id("error_kind")?,
-    ];
+    let ids = field_ids(
+        &table,
+        DEAD_LETTER_TABLE,
+        &["kafka_partition", "kafka_offset", "topic", "error_kind"],
+    )?;
     for f in &files.data_files {
         let path = f.file_path();
         let batches = match read(&table, path, f.file_size_in_bytes(), &ids).await {
@@ -372,6 +358,20 @@ async fn read_dead_letters(
         }
     }
     Ok(())
+}
+
+/// The field ids of `columns` in `table`'s current schema, or an error naming the missing one.
+fn field_ids(table: &iceberg::table::Table, name: &str, columns: &[&str]) -> Result<Vec<i32>> {
+    let schema = table.metadata().current_schema();
+    columns
+        .iter()
+        .map(|c| {
+            schema
+                .field_by_name(c)
+                .map(|f| f.id)
+                .ok_or_else(|| Error::Internal(format!("table {name} has no column {c}")))
+        })
+        .collect()
 }
 
 /// The columns `ids` of a file, read again once if the first read fails (a throttled GET).

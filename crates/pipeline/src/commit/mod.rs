@@ -28,6 +28,7 @@ mod carried;
 pub mod join;
 pub mod landings;
 pub mod lease;
+pub mod ledger;
 pub mod select;
 pub mod trigger;
 
@@ -39,15 +40,14 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
 
 use crate::backend::Backend;
-use crate::checkpoint::SourcePartition;
 use crate::checkpoint::{PendingBatch, PendingFile};
 use crate::error::{Error, Result};
-use crate::ledger::{self, Delivered, Fold, LEDGER_PROPERTY_PREFIX};
 use crate::store::CommitIntent;
 #[cfg(feature = "sql")]
 use crate::table::JOIN_STATE_PROPERTY;
 use crate::table::{COMMIT_ID_PROPERTY, OFFSET_PROPERTY_PREFIX};
 use crate::tables::TableSet;
+pub use ledger::{RoundLedger, round_ledger};
 pub use select::BlockedBatch;
 use select::{Selector, TableFiles};
 
@@ -403,32 +403,7 @@ async fn commit_intent(
             entry.key_deletes.extend(files.key_deletes);
         }
     }
-    // The round's part of each topic-partition's ledger, for the topic's own table (a round
-    // that landed none of its rows there still commits the ledger).
-    for (source, part) in round_ledger(&page.batches) {
-        let Some(name) = tables.topic_tables.get(&source.topic) else {
-            continue;
-        };
-        let upsert = tables
-            .tables
-            .get(name)
-            .and_then(|d| d.spec.as_ref())
-            .is_some_and(|s| s.upsert.is_some());
-        if upsert {
-            continue;
-        }
-        // A refused table keeps its own batches pending, and must not hold up this round.
-        if let Err(why) = selector.table_status(name).await? {
-            tracing::error!(table = %name, %source, reason = %why,
-                "the round's part of the ledger of delivered offsets is not recorded: the table is refused");
-            continue;
-        }
-        by_table
-            .entry(name.clone())
-            .or_default()
-            .ledger
-            .push((source.to_string(), part));
-    }
+    ledger::assign(tables, selector, &page.batches, &mut by_table).await?;
     let mut out = Vec::new();
     for (table, files) in &by_table {
         let id = format!("{}/{table}", intent.id);
@@ -438,69 +413,6 @@ async fn commit_intent(
     #[cfg(feature = "sql")]
     out.extend(commit_joins(backend, tables, selector, intent, &by_table).await?);
     Ok((out, page.batches, by_table))
-}
-
-/// One round's part of a topic-partition's ledger of delivered offsets ([`crate::ledger`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RoundLedger {
-    /// The round's entries ([`ledger::round_entries`]).
-    pub delivered: Vec<Delivered>,
-    /// What replays landed in the round.
-    pub replayed: Vec<Delivered>,
-    /// Some batch of the round saw a gap between its own records.
-    pub gaps_inside: bool,
-}
-
-/// The round's part of the ledger of each topic-partition its batches took from. Idle
-/// partitions' flushes deliver nothing.
-pub fn round_ledger(batches: &[PendingBatch]) -> BTreeMap<SourcePartition, RoundLedger> {
-    let mut out: BTreeMap<SourcePartition, RoundLedger> = BTreeMap::new();
-    for b in batches {
-        for r in b.ranges().filter(|r| r.first_offset >= 0) {
-            let e = b.delivery.entry(&r);
-            let part = out.entry(r.source.clone()).or_default();
-            if b.delivery.replayed {
-                part.replayed.push(e);
-            } else {
-                let records = i128::from(r.last_offset) - i128::from(r.first_offset) + 1;
-                part.gaps_inside |= i128::from(e.count) < records;
-                part.delivered.push(e);
-            }
-        }
-    }
-    for part in out.values_mut() {
-        part.delivered = ledger::round_entries(std::mem::take(&mut part.delivered));
-        part.replayed.sort_unstable();
-    }
-    out
-}
-
-/// The table properties of `table`'s ledgers with `parts` folded in. A ledger that cannot be
-/// read is left as it is (and reported): `streamtable audit` names it until it is repaired.
-fn folded_ledgers(
-    table: &Table,
-    name: &str,
-    parts: &[(String, RoundLedger)],
-) -> Vec<(String, String)> {
-    parts
-        .iter()
-        .filter_map(|(source, part)| -> Option<(String, String)> {
-            let key = format!("{LEDGER_PROPERTY_PREFIX}{source}");
-            let mut fold = match table.metadata().properties().get(&key) {
-                Some(v) => match Fold::decode(v) {
-                    Ok(f) => f,
-                    Err(why) => {
-                        tracing::error!(table = name, property = %key, %why,
-                            "the ledger of delivered offsets cannot be read; left as it is (remove the property to start it again)");
-                        return None;
-                    }
-                },
-                None => Fold::default(),
-            };
-            fold.add(&part.delivered, &part.replayed, part.gaps_inside);
-            Some((key, fold.encode()))
-        })
-        .collect()
 }
 
 /// Runs and commits each interval join whose sides the intent lands rows of (see [`join`]):
@@ -821,7 +733,7 @@ async fn commit_table(
         });
         return Ok(report);
     }
-    let ledgers = folded_ledgers(&table, name, &files.ledger);
+    let ledgers = ledger::folded(&table, name, &files.ledger);
     let tx = Transaction::new(&table);
     let append = tx
         .fast_append()

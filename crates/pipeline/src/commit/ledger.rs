@@ -1,0 +1,111 @@
+//! The commit stage's part of the ledger of delivered offsets ([`crate::ledger`]): each round's
+//! part per topic-partition, given to the topic's own table, and folded into that table's
+//! properties in the same metadata commit as the round's rows.
+
+use std::collections::BTreeMap;
+
+use iceberg::table::Table;
+
+use super::select::{Selector, TableFiles};
+use crate::checkpoint::{PendingBatch, SourcePartition};
+use crate::error::Result;
+use crate::ledger::{self, Delivered, Fold, LEDGER_PROPERTY_PREFIX};
+use crate::tables::TableSet;
+
+/// One round's part of a topic-partition's ledger of delivered offsets ([`crate::ledger`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundLedger {
+    /// The round's entries ([`ledger::round_entries`]).
+    pub delivered: Vec<Delivered>,
+    /// What replays landed in the round.
+    pub replayed: Vec<Delivered>,
+    /// Some batch of the round saw a gap between its own records.
+    pub gaps_inside: bool,
+}
+
+/// The round's part of the ledger of each topic-partition its batches took from. Idle
+/// partitions' flushes deliver nothing.
+pub fn round_ledger(batches: &[PendingBatch]) -> BTreeMap<SourcePartition, RoundLedger> {
+    let mut out: BTreeMap<SourcePartition, RoundLedger> = BTreeMap::new();
+    for b in batches {
+        for r in b.ranges().filter(|r| r.first_offset >= 0) {
+            let e = b.delivery.entry(&r);
+            let part = out.entry(r.source.clone()).or_default();
+            if b.delivery.replayed {
+                part.replayed.push(e);
+            } else {
+                let records = i128::from(r.last_offset) - i128::from(r.first_offset) + 1;
+                part.gaps_inside |= i128::from(e.count) < records;
+                part.delivered.push(e);
+            }
+        }
+    }
+    for part in out.values_mut() {
+        part.delivered = ledger::round_entries(std::mem::take(&mut part.delivered));
+        part.replayed.sort_unstable();
+    }
+    out
+}
+
+/// The table properties of `table`'s ledgers with `parts` folded in. A ledger that cannot be
+/// read is left as it is (and reported): `streamtable audit` names it until it is repaired.
+pub(super) fn folded(
+    table: &Table,
+    name: &str,
+    parts: &[(String, RoundLedger)],
+) -> Vec<(String, String)> {
+    parts
+        .iter()
+        .filter_map(|(source, part)| -> Option<(String, String)> {
+            let key = format!("{LEDGER_PROPERTY_PREFIX}{source}");
+            let mut fold = match table.metadata().properties().get(&key) {
+                Some(v) => match Fold::decode(v) {
+                    Ok(f) => f,
+                    Err(why) => {
+                        tracing::error!(table = name, property = %key, %why,
+                            "the ledger of delivered offsets cannot be read; left as it is (remove the property to start it again)");
+                        return None;
+                    }
+                },
+                None => Fold::default(),
+            };
+            fold.add(&part.delivered, &part.replayed, part.gaps_inside);
+            Some((key, fold.encode()))
+        })
+        .collect()
+}
+
+/// Gives each topic's own table the round's part of its partitions' ledgers (a round that
+/// landed none of the topic's rows there still commits it). Upsert tables keep none; a refused
+/// table keeps its own batches pending, and must not hold up this round.
+pub(super) async fn assign(
+    tables: &TableSet,
+    selector: &mut Selector<'_>,
+    batches: &[PendingBatch],
+    by_table: &mut BTreeMap<String, TableFiles>,
+) -> Result<()> {
+    for (source, part) in round_ledger(batches) {
+        let Some(name) = tables.topic_tables.get(&source.topic) else {
+            continue;
+        };
+        let upsert = tables
+            .tables
+            .get(name)
+            .and_then(|d| d.spec.as_ref())
+            .is_some_and(|s| s.upsert.is_some());
+        if upsert {
+            continue;
+        }
+        if let Err(why) = selector.table_status(name).await? {
+            tracing::error!(table = %name, %source, reason = %why,
+                "the round's part of the ledger of delivered offsets is not recorded: the table is refused");
+            continue;
+        }
+        by_table
+            .entry(name.clone())
+            .or_default()
+            .ledger
+            .push((source.to_string(), part));
+    }
+    Ok(())
+}
