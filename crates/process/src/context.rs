@@ -32,6 +32,7 @@ use datafusion_sql::sqlparser::ast::{
 };
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 
+use crate::guard::{self, Limits};
 use crate::planner::{MAX_EXPR_DEPTH, MAX_PLANNED_DEPTH, MAX_PLANNED_TERMS};
 
 /// How deep the expression being visited nests; breaks past [`MAX_EXPR_DEPTH`], so the walk
@@ -55,6 +56,93 @@ impl Visitor for Depth {
         ControlFlow::Continue(())
     }
 }
+
+/// What planning takes time over, counted on the parsed SQL before it is planned: DataFusion's
+/// planner takes time quadratic or worse in a statement's grouping keys, its aggregate calls
+/// and its chained subscripts (`a[1:2][1:2]…`), so each is bounded where the time is still
+/// well under a second; grouping sets multiply the keys and are refused outright.
+#[derive(Default)]
+struct Costly<'a> {
+    aggregates: usize,
+    names: Option<&'a HashMap<String, Arc<AggregateUDF>>>,
+    refused: Option<String>,
+}
+
+impl Visitor for Costly<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        use datafusion_sql::sqlparser::ast::{GroupByExpr, SetExpr};
+        let SetExpr::Select(select) = query.body.as_ref() else {
+            return ControlFlow::Continue(());
+        };
+        if let GroupByExpr::Expressions(keys, modifiers) = &select.group_by {
+            if !modifiers.is_empty()
+                || keys.iter().any(|k| {
+                    matches!(
+                        k,
+                        SqlExpr::Cube(_) | SqlExpr::Rollup(_) | SqlExpr::GroupingSets(_)
+                    )
+                })
+            {
+                self.refused = Some(
+                    "GROUPING SETS, ROLLUP and CUBE cannot run on a stream; group by the window and plain keys".into(),
+                );
+                return ControlFlow::Break(());
+            }
+            if keys.len() > MAX_GROUP_KEYS {
+                self.refused = Some(format!(
+                    "GROUP BY has {} keys, more than the {MAX_GROUP_KEYS} a derived table may have; group by fewer keys, or split the table",
+                    keys.len()
+                ));
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, e: &SqlExpr) -> ControlFlow<()> {
+        match e {
+            SqlExpr::CompoundFieldAccess { access_chain, .. }
+                if access_chain.len() > MAX_ACCESS_CHAIN =>
+            {
+                self.refused = Some(format!(
+                    "an expression chains {} subscripts or field accesses, more than the {MAX_ACCESS_CHAIN} a derived table may; chain fewer",
+                    access_chain.len()
+                ));
+                ControlFlow::Break(())
+            }
+            SqlExpr::Function(f) => {
+                let name = f
+                    .name
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .map(|i| i.value.to_lowercase());
+                if name.is_some_and(|n| self.names.is_some_and(|a| a.contains_key(&n))) {
+                    self.aggregates += 1;
+                    if self.aggregates > MAX_AGGREGATES {
+                        self.refused = Some(format!(
+                            "the SQL calls aggregate functions more than {MAX_AGGREGATES} times, the most a derived table may; split it into several tables"
+                        ));
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            }
+            _ => ControlFlow::Continue(()),
+        }
+    }
+}
+
+/// The most grouping keys a statement may have (the window's columns included).
+pub(crate) const MAX_GROUP_KEYS: usize = 64;
+
+/// The most aggregate calls a statement may make.
+pub(crate) const MAX_AGGREGATES: usize = 256;
+
+/// The most subscripts and field accesses one expression may chain.
+pub(crate) const MAX_ACCESS_CHAIN: usize = 16;
 
 /// The most table reads a statement may plan, with its `WITH` queries expanded where used: a
 /// query of `WITH` queries each reading the one before twice plans 2^n scans.
@@ -112,6 +200,8 @@ pub(crate) struct SqlContext {
     planners: Vec<Arc<dyn ExprPlanner>>,
     options: Arc<ConfigOptions>,
     props: ExecutionProps,
+    /// What the physical expressions' guarded calls may make ([`crate::guard`]).
+    limits: Limits,
 }
 
 impl SqlContext {
@@ -160,7 +250,20 @@ impl SqlContext {
             planners,
             options: Arc::new(ConfigOptions::default()),
             props: ExecutionProps::new(),
+            limits: Limits::default(),
         }
+    }
+
+    /// The context with `limits` for what its physical expressions' calls may make.
+    pub(crate) fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Every scalar function's name (aliases included).
+    #[cfg(test)]
+    pub(crate) fn function_names(&self) -> impl Iterator<Item = &str> {
+        self.scalars.keys().map(String::as_str)
     }
 
     /// Makes table `name` (with no rows: only its schema is planned against) visible to SQL;
@@ -208,6 +311,16 @@ impl SqlContext {
         if reads > MAX_TABLE_READS {
             return Err(plan_datafusion_err!(
                 "the SQL reads tables {reads} times once its WITH queries are expanded, more than the {MAX_TABLE_READS} a derived table may (a WITH query used twice is read twice); read each table once"
+            ));
+        }
+        let mut costly = Costly {
+            names: Some(&self.aggregates),
+            ..Costly::default()
+        };
+        if s.visit(&mut costly).is_break() {
+            return Err(plan_datafusion_err!(
+                "{}",
+                costly.refused.unwrap_or_default()
             ));
         }
         if s.visit(&mut Depth::default()).is_break() {
@@ -258,7 +371,9 @@ impl SqlContext {
     }
 
     /// The physical expression of `expr` over `schema`, its types coerced first, held to the
-    /// planned-size limits ([`check_expanded`]).
+    /// planned-size limits ([`check_expanded`]), with a call whose constant arguments ask for
+    /// more than a value may hold refused ([`guard::check_constants`]) and every call behind
+    /// the guard ([`guard::guard`]).
     pub(crate) fn create_physical_expr(
         &self,
         expr: Expr,
@@ -266,7 +381,8 @@ impl SqlContext {
     ) -> Result<Arc<dyn PhysicalExpr>> {
         let physical = self.physical_unchecked(expr, schema)?;
         check_expanded(&physical)?;
-        Ok(physical)
+        guard::check_constants(&physical, self.limits)?;
+        guard::guard(physical, self.limits)
     }
 
     /// The physical expression of `expr` over `schema`, its types coerced first; not checked

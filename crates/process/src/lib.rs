@@ -43,6 +43,8 @@ mod context;
 #[cfg(feature = "sql")]
 mod dedup;
 #[cfg(feature = "sql")]
+pub mod guard;
+#[cfg(feature = "sql")]
 mod interval_join;
 #[cfg(feature = "sql")]
 mod lookup;
@@ -113,6 +115,16 @@ impl SqlPlanner for Planner {
     ) -> Result<Inferred, SqlError> {
         infer(tables, references, sql)
     }
+
+    fn infer_within(
+        &self,
+        tables: &[TableSpec],
+        references: &[ReferenceSpec],
+        sql: &str,
+        settings: &streamtable_model::spec::Settings,
+    ) -> Result<Inferred, SqlError> {
+        infer_with_limits(tables, references, sql, settings.max_record_bytes)
+    }
 }
 
 /// Plans `sql` over the topics' `tables` and the `references`: its source, its columns, or
@@ -122,9 +134,26 @@ pub fn infer(
     references: &[ReferenceSpec],
     sql: &str,
 ) -> Result<Inferred, SqlError> {
+    infer_with_limits(
+        tables,
+        references,
+        sql,
+        streamtable_model::spec::DEFAULT_MAX_RECORD_BYTES,
+    )
+}
+
+/// [`infer`] for a pipeline whose records are at most `max_record_bytes`: a call whose
+/// constant arguments make larger values is refused.
+pub fn infer_with_limits(
+    tables: &[TableSpec],
+    references: &[ReferenceSpec],
+    sql: &str,
+    max_record_bytes: usize,
+) -> Result<Inferred, SqlError> {
     #[cfg(feature = "sql")]
     {
-        let p = planner::plan(tables, references, sql)?;
+        let limits = guard::Limits::for_records(max_record_bytes);
+        let p = planner::plan(tables, references, sql, limits)?;
         Ok(Inferred {
             source: p.source().to_string(),
             references: p.references(),
@@ -136,6 +165,7 @@ pub fn infer(
     }
     #[cfg(not(feature = "sql"))]
     {
+        let _ = max_record_bytes;
         streamtable_model::spec::NoSql.infer(tables, references, sql)
     }
 }

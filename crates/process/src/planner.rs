@@ -14,6 +14,7 @@ use crate::df::physical_expr::PhysicalExpr;
 
 use super::SqlError;
 use super::context::SqlContext;
+use super::guard::Limits;
 use super::refuse::{err, find, planning_error};
 use crate::kafka;
 use crate::schema::TableLayout;
@@ -155,13 +156,20 @@ pub const MAX_PLANNED_TERMS: usize = 100_000;
 /// within the limits above, with room to spare.
 const PLANNING_STACK_BYTES: usize = 256 << 20;
 
-/// Plans `sql` over the topics' `tables` and the `references`, on a thread of its own with a
-/// stack for the largest statement the limits let through; a statement past a limit is
-/// refused naming it.
+/// How long planning one statement may take before it is refused: the limits above keep every
+/// statement they let through to well under a second, so a statement that takes longer has
+/// found a path of DataFusion's planner they do not bound.
+pub const MAX_PLANNING_SECONDS: u64 = 20;
+
+/// Plans `sql` over the topics' `tables` and the `references`, its calls held to `limits`, on a
+/// thread of its own with a stack for the largest statement the limits let through; a
+/// statement past a limit is refused naming it, and so is one whose planning panics or takes
+/// more than [`MAX_PLANNING_SECONDS`] (the thread is then left to finish on its own).
 pub(crate) fn plan(
     tables: &[TableSpec],
     references: &[ReferenceSpec],
     sql: &str,
+    limits: Limits,
 ) -> Result<Plan, SqlError> {
     if sql.len() > MAX_SQL_BYTES {
         return Err(err(
@@ -181,27 +189,41 @@ pub(crate) fn plan(
             None,
         ));
     }
-    std::thread::scope(|scope| {
-        let planning = std::thread::Builder::new()
-            .name("sql-planner".into())
-            .stack_size(PLANNING_STACK_BYTES)
-            .spawn_scoped(scope, || plan_here(tables, references, sql))
-            .map_err(|e| {
-                err(
-                    format!(
-                        "the SQL planner could not start a thread with a {} MiB stack ({e}); give the function more memory",
-                        PLANNING_STACK_BYTES >> 20
-                    ),
-                    None,
-                )
-            })?;
-        planning.join().unwrap_or_else(|_| {
-            Err(err(
-                "the SQL planner failed on this statement (DataFusion panicked); simplify the SQL",
-                None,
-            ))
+    let (tables, references, owned_sql) = (tables.to_vec(), references.to_vec(), sql.to_string());
+    let (send, receive) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("sql-planner".into())
+        .stack_size(PLANNING_STACK_BYTES)
+        .spawn(move || {
+            let planned =
+                crate::guard::contain(|| plan_here(&tables, &references, &owned_sql, limits));
+            // The receiver is gone when planning took too long: nothing to tell.
+            let _ = send.send(planned);
         })
-    })
+        .map_err(|e| {
+            err(
+                format!(
+                    "the SQL planner could not start a thread with a {} MiB stack ({e}); give the function more memory",
+                    PLANNING_STACK_BYTES >> 20
+                ),
+                None,
+            )
+        })?;
+    match receive.recv_timeout(std::time::Duration::from_secs(MAX_PLANNING_SECONDS)) {
+        Ok(Ok(planned)) => planned,
+        Ok(Err(panic)) => Err(err(
+            format!(
+                "the SQL planner failed on this statement (DataFusion panicked: {panic}); simplify the SQL"
+            ),
+            None,
+        )),
+        Err(_) => Err(err(
+            format!(
+                "planning this statement took more than {MAX_PLANNING_SECONDS} s; simplify the SQL (fewer grouping keys, aggregates or chained subscripts), or split it into several derived tables"
+            ),
+            None,
+        )),
+    }
 }
 
 /// Tokens of `sql` as DataFusion's parser cuts them (whitespace and comments not counted); a
@@ -223,8 +245,9 @@ fn plan_here(
     tables: &[TableSpec],
     references: &[ReferenceSpec],
     sql: &str,
+    limits: Limits,
 ) -> Result<Plan, SqlError> {
-    let mut ctx = SqlContext::new();
+    let mut ctx = SqlContext::new().with_limits(limits);
     for t in tables {
         let layout = TableLayout::for_table(t).map_err(|e| err(e.to_string(), None))?;
         ctx.register(&t.name, layout.arrow_schema.clone())

@@ -93,6 +93,8 @@ pub struct Processor {
     joins: Vec<(String, crate::spec::IntervalJoin)>,
     /// The source tables planned with their `kafka_headers` column (the spec asks for it).
     headers: HashSet<String>,
+    /// What an evaluation may make ([`crate::guard`]).
+    pub(super) limits: crate::guard::Limits,
 }
 
 impl Processor {
@@ -101,7 +103,8 @@ impl Processor {
         let mut tables = Vec::with_capacity(spec.derived.len());
         let mut joins = Vec::new();
         for d in &spec.derived {
-            let plan = plan(&spec.tables, &spec.references, &d.sql).map_err(|e| {
+            let limits = crate::guard::Limits::for_records(spec.settings.max_record_bytes);
+            let plan = plan(&spec.tables, &spec.references, &d.sql, limits).map_err(|e| {
                 Error::Spec(format!(
                     "{}:{}: derived table {:?}: {}",
                     spec.origin.display(),
@@ -208,6 +211,7 @@ impl Processor {
             times,
             joins,
             headers,
+            limits: crate::guard::Limits::for_records(spec.settings.max_record_bytes),
         })
     }
 
@@ -417,7 +421,13 @@ impl Processor {
             Some(lookup) => Some(self.index(t, &lookup.reference)?),
             None => None,
         };
-        Ok(evaluate(plan, &t.layout, rows, index.as_deref()))
+        Ok(evaluate(
+            plan,
+            &t.layout,
+            rows,
+            index.as_deref(),
+            self.limits,
+        ))
     }
 
     fn index(&self, t: &DerivedTable, reference: &str) -> Result<Arc<LookupIndex>> {

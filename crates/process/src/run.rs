@@ -1,7 +1,7 @@
 //! Running a planned derived table on a batch of source rows: join, filter, project, cast to
 //! the table's types, and carry the source rows' Kafka columns. A batch that fails as a whole
-//! (one row divides by zero) is run again row by row, so that only the failing rows become
-//! dead letters.
+//! (one row divides by zero, a function panics, a value grows past its limit: see
+//! [`crate::guard`]) is run again row by row, so that only the failing rows become dead letters.
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use crate::df::arrow::array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOp
 use crate::df::arrow::compute::{CastOptions, cast_with_options, concat_batches};
 use crate::df::arrow::util::display::FormatOptions;
 
+use super::guard::{Limits, contain, value_sizes};
 use super::lookup::LookupIndex;
 use super::planner::SqlPlan;
 use crate::kafka;
@@ -22,47 +23,91 @@ pub struct Evaluated {
     pub failures: Vec<(usize, String)>,
 }
 
-/// Runs `plan` on `source` (rows of the source table's layout) into rows of `layout`.
+/// Runs `plan` on `source` (rows of the source table's layout) into rows of `layout`, held to
+/// `limits`: a batch that fails, panics, or makes a row larger than a value may be, or more
+/// bytes than a batch may make, is run again row by row; each row that fails on its own is a
+/// failure, and so are the rows after the table's rows of the batch passed the batch limit.
 pub(crate) fn evaluate(
     plan: &SqlPlan,
     layout: &TableLayout,
     source: &RecordBatch,
     index: Option<&LookupIndex>,
+    limits: Limits,
 ) -> Evaluated {
-    match evaluate_batch(plan, layout, source, index) {
-        Ok(rows) => Evaluated {
+    let whole = contain(|| evaluate_batch(plan, layout, source, index))
+        .and_then(|r| r)
+        .and_then(|rows| weigh(&rows, limits).map(|_| rows));
+    if let Ok(rows) = whole {
+        return Evaluated {
             rows: Some(rows).filter(|r| r.num_rows() > 0),
             failures: Vec::new(),
-        },
-        Err(_) => {
-            let mut ok = Vec::new();
-            let mut failures = Vec::new();
-            for i in 0..source.num_rows() {
-                match evaluate_batch(plan, layout, &source.slice(i, 1), index) {
-                    Ok(rows) => ok.push(rows),
-                    Err(reason) => failures.push((i, reason)),
-                }
+        };
+    }
+    let mut ok = Vec::new();
+    let mut failures = Vec::new();
+    let mut made = 0usize;
+    for i in 0..source.num_rows() {
+        let row = contain(|| evaluate_batch(plan, layout, &source.slice(i, 1), index))
+            .and_then(|r| r)
+            .and_then(|rows| weigh(&rows, limits).map(|bytes| (rows, bytes)));
+        match row {
+            Ok((rows, bytes)) if made.saturating_add(bytes) <= limits.max_batch_bytes => {
+                made += bytes;
+                ok.push(rows);
             }
-            let rows = match concat_batches(&layout.arrow_schema, &ok) {
-                Ok(rows) => rows,
-                Err(e) => {
-                    // Each row passed on its own; joining them cannot fail, but if it did, no row
-                    // may be lost: every row is reported instead.
-                    let reason = e.to_string();
-                    return Evaluated {
-                        rows: None,
-                        failures: (0..source.num_rows())
-                            .map(|i| (i, reason.clone()))
-                            .collect(),
-                    };
-                }
-            };
-            Evaluated {
-                rows: Some(rows).filter(|r| r.num_rows() > 0),
-                failures,
-            }
+            Ok(_) => failures.push((
+                i,
+                format!(
+                    "the table's rows of this batch passed {} bytes, the most a batch may make; the rest of the batch is refused (a smaller batch lands them)",
+                    limits.max_batch_bytes
+                ),
+            )),
+            Err(reason) => failures.push((i, reason)),
         }
     }
+    let rows = match concat_batches(&layout.arrow_schema, &ok) {
+        Ok(rows) => rows,
+        Err(e) => {
+            // Each row passed on its own; joining them cannot fail, but if it did, no row may
+            // be lost: every row is reported instead.
+            let reason = e.to_string();
+            return Evaluated {
+                rows: None,
+                failures: (0..source.num_rows())
+                    .map(|i| (i, reason.clone()))
+                    .collect(),
+            };
+        }
+    };
+    Evaluated {
+        rows: Some(rows).filter(|r| r.num_rows() > 0),
+        failures,
+    }
+}
+
+/// The bytes of `rows`, or why they are refused: a row larger than a value may be, or more
+/// bytes than a batch may make.
+fn weigh(rows: &RecordBatch, limits: Limits) -> Result<usize, String> {
+    let mut sizes = vec![0usize; rows.num_rows()];
+    for c in rows.columns() {
+        for (s, v) in sizes.iter_mut().zip(value_sizes(c.as_ref())) {
+            *s = s.saturating_add(v);
+        }
+    }
+    if let Some(big) = sizes.iter().copied().find(|s| *s > limits.max_value_bytes) {
+        return Err(format!(
+            "a derived row of {big} bytes, more than the {} a record may have (max_record_bytes)",
+            limits.max_value_bytes
+        ));
+    }
+    let total = sizes.iter().fold(0usize, |n, s| n.saturating_add(*s));
+    if total > limits.max_batch_bytes {
+        return Err(format!(
+            "the table's rows of this batch have {total} bytes, more than the {} a batch may make",
+            limits.max_batch_bytes
+        ));
+    }
+    Ok(total)
 }
 
 fn evaluate_batch(

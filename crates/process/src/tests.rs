@@ -664,3 +664,201 @@ sql = """{sql}"""
         assert_eq!(worker.join().expect("no overflow"), [0, n, 2 * n, 3 * n]);
     }
 }
+
+/// A derived table's SQL that a record's values make explode never takes down the batch: the
+/// rows it fails on are failures of that table (dead letters), the others are rows.
+mod hostile_evaluation {
+    use std::sync::Arc;
+
+    use arrow_array::RecordBatch;
+
+    use crate::Processor;
+    use crate::decode::{RecordDecoder, RowBuilder};
+    use crate::kafka::RecordMeta;
+    use crate::schema::TableLayout;
+    use crate::spec::PipelineSpec;
+
+    fn spec(sql: &str) -> PipelineSpec {
+        let text = format!(
+            r#"
+[[tables]]
+name = "orders"
+topic = "orders"
+columns = [{{ name = "id", type = "string" }}, {{ name = "n", type = "long" }}]
+
+[[tables]]
+name = "windowed"
+topic = "windowed"
+watermark = "at - INTERVAL '1' SECOND"
+columns = [{{ name = "id", type = "string" }}, {{ name = "n", type = "long" }}, {{ name = "at", type = "timestamp" }}]
+
+[[derived_tables]]
+name = "out"
+sql = """{sql}"""
+"#
+        );
+        PipelineSpec::parse(&text, std::path::Path::new("p.toml"), &crate::Planner).expect("spec")
+    }
+
+    /// Rows of `table`: `(id, n)` per record, offsets 0, 1, …
+    fn rows(spec: &PipelineSpec, table: &str, records: &[(&str, i64)]) -> RecordBatch {
+        let t = spec.table(table).expect("table");
+        let layout = Arc::new(TableLayout::for_table(t).expect("layout"));
+        let decoder = RecordDecoder::new(t);
+        let mut rows = RowBuilder::new(t, layout, records.len()).expect("rows");
+        for (i, (id, n)) in records.iter().enumerate() {
+            let json = format!(r#"{{"id":"{id}","n":{n},"at":"2026-12-07T10:00:0{i}Z"}}"#);
+            let cells = decoder.decode(&json).expect("decodes");
+            rows.append(
+                &cells,
+                RecordMeta {
+                    partition: 0,
+                    offset: i as i64,
+                    timestamp_us: 1_796_637_600_000_000,
+                    key: None,
+                    headers: &[],
+                },
+            );
+        }
+        rows.finish().expect("batch")
+    }
+
+    /// The failures (row, reason) and the number of rows of derived table `out` for records
+    /// `(id, n)` of `orders`.
+    fn derive(sql: &str, records: &[(&str, i64)]) -> (Vec<(usize, String)>, usize) {
+        let spec = spec(sql);
+        let p = Processor::new(&spec).expect("plans");
+        let out = p
+            .derive(
+                "orders",
+                &rows(&spec, "orders", records),
+                &mut Default::default(),
+                0,
+            )
+            .expect("derives");
+        let d = out.into_iter().find(|d| d.table == "out").expect("out");
+        (d.failures, d.rows.map_or(0, |r| r.num_rows()))
+    }
+
+    #[test]
+    fn a_value_that_asks_for_too_much_is_refused_before_it_is_made() {
+        // Row 1 asks for 10^8 copies (about 100 MB): refused before the call allocates it;
+        // rows 0 and 2 ask for little and land.
+        let (failures, rows) = derive(
+            "SELECT id, repeat(id, n) AS x FROM orders",
+            &[("a", 3), ("b", 100_000_000), ("c", 2)],
+        );
+        assert_eq!(rows, 2);
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert_eq!(failures[0].0, 1);
+        assert!(
+            failures[0]
+                .1
+                .contains("repeat(…) would make a value of about 100.0 MB"),
+            "{}",
+            failures[0].1
+        );
+        for sql in [
+            "SELECT id, lpad(id, n, 'x') AS x FROM orders",
+            "SELECT id, cardinality(range(0, n)) AS x FROM orders",
+            "SELECT id, cardinality(array_repeat(id, n)) AS x FROM orders",
+            "SELECT id, cardinality(array_resize(make_array(id), n, 'x')) AS x FROM orders",
+            "SELECT id, cardinality(generate_series(n, 0, -1)) AS x FROM orders",
+        ] {
+            let (failures, rows) = derive(sql, &[("a", 3), ("b", 2_000_000_000)]);
+            assert_eq!((rows, failures.len()), (1, 1), "{sql}: {failures:?}");
+            assert!(
+                failures[0].1.contains("would make a value of about"),
+                "{sql}: {failures:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_function_that_panics_fails_its_row_not_the_batch() {
+        let (failures, rows) = derive(
+            "SELECT id, overlay(id placing 'x' from n for 2) AS x FROM orders",
+            &[("abc", 1), ("def", i64::MAX), ("ghi", 2)],
+        );
+        assert_eq!(rows, 2);
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert_eq!(failures[0].0, 1);
+        assert!(
+            failures[0].1.contains("overlay(…) failed on this value"),
+            "{failures:?}"
+        );
+    }
+
+    #[test]
+    fn a_derived_row_larger_than_a_record_may_be_is_refused() {
+        // 600,000 copies of a 2-byte id: 1.2 MB, over the default max_record_bytes (1 MiB).
+        let (failures, rows) = derive(
+            "SELECT id, repeat(id, n) AS x FROM orders",
+            &[("ab", 600_000), ("cd", 1)],
+        );
+        assert_eq!(rows, 1);
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(
+            failures[0].1.contains("more than the 1048576"),
+            "{failures:?}"
+        );
+    }
+
+    #[test]
+    fn a_batch_past_its_budget_lands_what_fits_and_refuses_the_rest() {
+        let spec = spec("SELECT id, repeat(id, n) AS x FROM orders");
+        let mut p = Processor::new(&spec).expect("plans");
+        p.limits.max_batch_bytes = 2_500;
+        // Four rows of 1,001 bytes each: two fit the budget, two are refused.
+        let records: Vec<(&str, i64)> = vec![("a", 1000); 4];
+        let out = p
+            .derive(
+                "orders",
+                &rows(&spec, "orders", &records),
+                &mut Default::default(),
+                0,
+            )
+            .expect("derives");
+        let d = out.into_iter().find(|d| d.table == "out").expect("out");
+        assert_eq!(d.rows.map_or(0, |r| r.num_rows()), 2);
+        assert_eq!(d.failures.len(), 2, "{:?}", d.failures);
+        assert!(
+            d.failures[0].1.contains("the most a batch may make"),
+            "{:?}",
+            d.failures
+        );
+    }
+
+    #[test]
+    fn a_window_whose_aggregate_argument_panics_fails_only_that_row() {
+        let spec = spec(
+            "SELECT window_start, window_end, SUM(length(overlay(id placing 'x' from n for 2))) AS s \
+             FROM TABLE(TUMBLE(TABLE windowed, DESCRIPTOR(at), INTERVAL '1' MINUTE)) \
+             GROUP BY window_start, window_end",
+        );
+        let p = Processor::new(&spec).expect("plans");
+        let out = p
+            .derive(
+                "windowed",
+                &rows(
+                    &spec,
+                    "windowed",
+                    &[("abc", 1), ("def", i64::MAX), ("ghi", 2)],
+                ),
+                &mut Default::default(),
+                1_796_637_600_000,
+            )
+            .expect("derives");
+        let d = out
+            .into_iter()
+            .find(|d| d.table.starts_with("out"))
+            .expect("out");
+        assert_eq!(d.failures.len(), 1, "{:?}", d.failures);
+        assert_eq!(d.failures[0].0, 1);
+        assert!(
+            d.failures[0].1.contains("overlay(…) failed on this value"),
+            "{:?}",
+            d.failures
+        );
+    }
+}

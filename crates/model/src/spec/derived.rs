@@ -58,6 +58,19 @@ pub trait SqlPlanner {
         references: &[ReferenceSpec],
         sql: &str,
     ) -> std::result::Result<Inferred, SqlError>;
+
+    /// [`SqlPlanner::infer`] for a pipeline of `settings` (a planner may hold what the SQL
+    /// computes to the spec's limits, such as `max_record_bytes`).
+    fn infer_within(
+        &self,
+        tables: &[TableSpec],
+        references: &[ReferenceSpec],
+        sql: &str,
+        settings: &Settings,
+    ) -> std::result::Result<Inferred, SqlError> {
+        let _ = settings;
+        self.infer(tables, references, sql)
+    }
 }
 
 /// A planner for builds without SQL processing: every derived table is refused, naming the fix.
@@ -200,7 +213,7 @@ pub(super) fn parse_derived(
         let (line, content_line) = sql_position(cx.text, d.sql.span());
         let inferred = cx
             .planner
-            .infer(cx.tables, cx.references, sql)
+            .infer_within(cx.tables, cx.references, sql, cx.settings)
             .map_err(|e| {
                 let (l, c) = match e.at {
                     Some(offset) => {

@@ -291,11 +291,14 @@ pub(super) fn values(
         &RecordBatchOptions::new().with_row_count(Some(n)),
     )
     .map_err(|e| e.to_string())?;
-    match evaluate(plan, &input) {
+    // A panic evaluating the SQL fails the batch, then the row, as an error does.
+    let guarded =
+        |rows: &RecordBatch| crate::guard::contain(|| evaluate(plan, rows)).and_then(|r| r);
+    match guarded(&input) {
         Ok(v) => Ok(v.into_iter().map(Ok).collect()),
         Err(_) => Ok((0..n)
             .map(|i| {
-                evaluate(plan, &input.slice(i, 1))
+                guarded(&input.slice(i, 1))
                     .and_then(|mut v| v.pop().ok_or_else(|| "no value".to_string()))
             })
             .collect()),
