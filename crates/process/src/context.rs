@@ -261,7 +261,6 @@ impl SqlContext {
     }
 
     /// Every scalar function's name (aliases included).
-    #[cfg(test)]
     pub(crate) fn function_names(&self) -> impl Iterator<Item = &str> {
         self.scalars.keys().map(String::as_str)
     }

@@ -43,6 +43,9 @@ mod context;
 #[cfg(feature = "sql")]
 mod dedup;
 #[cfg(feature = "sql")]
+#[doc(hidden)]
+pub mod fuzz;
+#[cfg(feature = "sql")]
 pub mod guard;
 #[cfg(feature = "sql")]
 mod interval_join;
