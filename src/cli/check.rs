@@ -146,6 +146,7 @@ pub async fn catalog_plan(backend: &Backend, tables: &TableSet) -> Result<(Strin
         }
         let plan = plan_for(&table, spec);
         lines.extend(crate::schema::evolve::describe(&plan));
+        lines.extend(key_lines(&table, name, spec).await?);
         if lines.iter().any(|l| l.starts_with('!')) {
             refused += 1;
         }
@@ -159,6 +160,47 @@ pub async fn catalog_plan(backend: &Backend, tables: &TableSet) -> Result<(Strin
         }
     }
     Ok((out, refused))
+}
+
+/// What the spec does to the key table `name`'s rows are kept by: a refused change (a
+/// `primary_key` changed, an append table made an upsert table, without `rekey_from`), an
+/// acknowledged re-key, an upsert table made an append table.
+async fn key_lines(
+    table: &iceberg::table::Table,
+    name: &str,
+    spec: &crate::spec::TableSpec,
+) -> Result<Vec<String>> {
+    use crate::spec::{KeyChange, RecordedKey};
+    let recorded = crate::upsert::recorded_key(table).await?;
+    let list = |k: &[String]| format!("[{}]", k.join(", "));
+    Ok(match (&spec.upsert, &recorded) {
+        (Some(u), recorded) => match u.key_change(name, recorded) {
+            KeyChange::Same
+                if u.rekey_from.is_some() && matches!(recorded, RecordedKey::Key(_)) =>
+            {
+                vec![format!(
+                    "  primary_key {}: rekey_from is spent (the table is kept by this key); remove it",
+                    list(&u.key)
+                )]
+            }
+            KeyChange::Same => Vec::new(),
+            KeyChange::Rekey { from } => vec![format!(
+                "~ primary_key {} → {}: the table's current rows are re-keyed at the next commit (rekey_from): per new key the row of the latest Kafka position is kept, the others deleted",
+                if from.is_empty() {
+                    "(none: an append table)".to_string()
+                } else {
+                    list(&from)
+                },
+                list(&u.key)
+            )],
+            KeyChange::Refused(why) => vec![format!("! primary_key — refused: {why}")],
+        },
+        (None, RecordedKey::Key(k)) => vec![format!(
+            "~ mode upsert → append (was primary_key {}): the rows stay as they are; later records are added, none replaces another",
+            list(k)
+        )],
+        (None, _) => Vec::new(),
+    })
 }
 
 /// Where a registry table's columns came from, and the fields that are not columns.

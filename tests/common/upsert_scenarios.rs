@@ -393,9 +393,130 @@ pub async fn a_derived_upsert_table_holds_the_last_row_per_key(h: &mut Harness) 
         Err(e) => e.to_string(),
     };
     assert!(
+        refused.contains(r#"primary_key changed from [\"order_id\"] to [\"order_key\"]"#),
+        "refused: {refused}"
+    );
+    let rows = super::count(h, "SELECT count(*) FROM orders_latest").await;
+    assert_eq!(rows as usize, last.len(), "no row deleted");
+    // Acknowledged with rekey_from, the key is still one the older files lack: refused too.
+    h.spec = PipelineSpec::parse(
+        &DERIVED
+            .replace(
+                "primary_key = [\"order_id\"]",
+                "primary_key = [\"order_key\"]\nrekey_from = [\"order_id\"]",
+            )
+            .replace(
+                "updated_at\nFROM order_events",
+                "updated_at, lower(order_id) AS order_key\nFROM order_events",
+            ),
+        Path::new("derived-upsert.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec with a new key, re-keyed");
+    let refused = match commit_pending(&h.backend, &h.tables()).await {
+        Ok(r) => format!("{:?}", r.blocked),
+        Err(e) => e.to_string(),
+    };
+    assert!(
         refused.contains("lacks the primary_key columns"),
         "refused: {refused}"
     );
     let rows = super::count(h, "SELECT count(*) FROM orders_latest").await;
     assert_eq!(rows as usize, last.len(), "no row deleted");
+}
+
+/// A changed `primary_key` never re-keys the table silently: the commit refuses the table's
+/// batches (deleting nothing) and `streamtable check` names the change, until the spec says
+/// `rekey_from` — then the next commit keeps one row per new key, as said.
+pub async fn a_changed_primary_key_is_refused_until_the_spec_rekeys(h: &mut Harness) {
+    let by_order = SPEC.replace(
+        "{ name = \"status\", type = \"string\" }",
+        "{ name = \"status\", type = \"string\", required = true }",
+    );
+    h.spec = PipelineSpec::parse(
+        &by_order,
+        Path::new("upsert.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec keyed by order");
+    let mut model = Model::default();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let first = model.batch(&mut rng, 60, 12, 0);
+    h.ingestor().handle(&event(&first)).await.expect("ingest");
+    commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    let keyed = super::count(h, "SELECT count(*) FROM order_status").await;
+    assert_eq!(keyed as usize, model.last.len(), "one row per order");
+    let statuses = super::count(h, "SELECT count(DISTINCT status) FROM order_status").await;
+    assert!(
+        statuses < keyed,
+        "more orders ({keyed}) than statuses ({statuses})"
+    );
+
+    // The key changed to the status, with nothing else said: refused.
+    let by_status = by_order.replace("primary_key = [\"order_id\"]", "primary_key = [\"status\"]");
+    h.spec = PipelineSpec::parse(
+        &by_status,
+        Path::new("upsert.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec keyed by status");
+    let (plan, refused) = streamtable::cli::check::catalog_plan(&h.backend, &h.tables())
+        .await
+        .expect("check");
+    assert_eq!(refused, 1, "{plan}");
+    assert!(
+        plan.contains(r#"! primary_key — refused: table order_status's primary_key changed from ["order_id"] to ["status"]"#)
+            && plan.contains(r#"add rekey_from = ["order_id"]"#),
+        "{plan}"
+    );
+    let second = model.batch(&mut rng, 20, 12, 1);
+    let second: Vec<SourceRecord> = second.into_iter().filter(|r| r.value.is_some()).collect();
+    h.ingestor().handle(&event(&second)).await.expect("ingest");
+    let report = commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    let blocked = format!("{:?}", report.blocked);
+    assert!(
+        blocked.contains("primary_key changed from"),
+        "the table's batches are blocked, naming the change: {blocked}"
+    );
+    assert_eq!(
+        super::count(h, "SELECT count(*) FROM order_status").await,
+        keyed,
+        "no row deleted, none added"
+    );
+
+    // rekey_from names the key before: the re-key is done, one row per status.
+    let rekeyed = by_status.replace(
+        "primary_key = [\"status\"]",
+        "primary_key = [\"status\"]\nrekey_from = [\"order_id\"]",
+    );
+    h.spec = PipelineSpec::parse(
+        &rekeyed,
+        Path::new("upsert.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec re-keyed");
+    let (plan, refused) = streamtable::cli::check::catalog_plan(&h.backend, &h.tables())
+        .await
+        .expect("check");
+    assert_eq!(refused, 0, "{plan}");
+    assert!(
+        plan.contains("~ primary_key [order_id] → [status]"),
+        "{plan}"
+    );
+    let report = commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    assert!(report.blocked.is_empty(), "{:?}", report.blocked);
+    let rows = super::count(h, "SELECT count(*) FROM order_status").await;
+    let distinct = super::count(h, "SELECT count(DISTINCT status) FROM order_status").await;
+    assert_eq!(rows, distinct, "one row per status");
+    let (plan, refused) = streamtable::cli::check::catalog_plan(&h.backend, &h.tables())
+        .await
+        .expect("check");
+    assert_eq!(refused, 0, "{plan}");
+    assert!(plan.contains("rekey_from is spent"), "{plan}");
 }

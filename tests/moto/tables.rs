@@ -408,6 +408,12 @@ async fn a_derived_upsert_table_holds_the_last_row_per_key() {
 }
 
 #[tokio::test]
+async fn a_changed_primary_key_is_refused_until_the_spec_rekeys() {
+    let mut h = common::moto().await;
+    common::upsert_scenarios::a_changed_primary_key_is_refused_until_the_spec_rekeys(&mut h).await;
+}
+
+#[tokio::test]
 async fn debezium_changes_read_back_as_the_current_rows() {
     let mut h = common::moto().await;
     common::debezium_scenarios::debezium_changes_read_back_as_the_current_rows(&mut h).await;

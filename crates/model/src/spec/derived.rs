@@ -113,6 +113,8 @@ pub(super) struct RawDerived {
     mode: Option<Spanned<String>>,
     /// The key of an upsert table.
     primary_key: Option<Spanned<Vec<String>>>,
+    /// The key an upsert table was kept by before `primary_key` (acknowledges a re-key).
+    rekey_from: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -343,13 +345,21 @@ fn parse_upsert(
     let mode_span = d.mode.as_ref().map_or(d.name.span(), |m| m.span());
     let Some(key) = super::load::upsert_key(d.primary_key.as_ref(), upsert, mode_span, &what, at)?
     else {
+        if let Some(r) = &d.rekey_from {
+            return Err(at(
+                r.span(),
+                format!("{what}: rekey_from applies to mode = \"upsert\" with a primary_key"),
+            ));
+        }
         return Ok(None);
     };
     super::load::check_primary_key(key.get_ref(), columns, false)
         .map_err(|m| at(key.span(), format!("{what}: {m}")))?;
+    let rekey_from = super::load::rekey_from(d.rekey_from.as_ref(), key.get_ref(), &what, at)?;
     Ok(Some(super::Upsert {
         key: key.get_ref().clone(),
         envelope: None,
+        rekey_from,
     }))
 }
 

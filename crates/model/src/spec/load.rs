@@ -73,6 +73,8 @@ struct RawTable {
     mode: Option<Spanned<String>>,
     /// The key of an upsert table.
     primary_key: Option<Spanned<Vec<String>>>,
+    /// The key an upsert table was kept by before `primary_key` (acknowledges a re-key).
+    rekey_from: Option<Spanned<Vec<String>>>,
     /// `"debezium"`: the records are Debezium change events.
     envelope: Option<Spanned<String>>,
 }
@@ -448,8 +450,15 @@ fn parse_upsert(
         at,
     )?
     else {
+        if let Some(r) = &t.rekey_from {
+            return Err(at(
+                r.span(),
+                format!("{what}: rekey_from applies to mode = \"upsert\" with a primary_key"),
+            ));
+        }
         return Ok(None);
     };
+    let rekey_from = rekey_from(t.rekey_from.as_ref(), key.get_ref(), &what, at)?;
     let fail = |m: String| Err(at(key.span(), format!("table {name:?}: {m}")));
     if !t.land {
         return fail(
@@ -467,7 +476,37 @@ fn parse_upsert(
     Ok(Some(super::Upsert {
         key: names.clone(),
         envelope,
+        rekey_from,
     }))
+}
+
+/// An upsert table's `rekey_from`: the key it was kept by before `key` (empty: it was an
+/// append table), at most [`super::MAX_PRIMARY_KEY_COLUMNS`] distinct names, not `key` itself.
+pub(super) fn rekey_from(
+    raw: Option<&Spanned<Vec<String>>>,
+    key: &[String],
+    what: &str,
+    at: &dyn Fn(std::ops::Range<usize>, String) -> Error,
+) -> Result<Option<Vec<String>>> {
+    let Some(raw) = raw else { return Ok(None) };
+    let names = raw.get_ref();
+    let fail = |m: &str| Err(at(raw.span(), format!("{what}: rekey_from {m}")));
+    if names.len() > super::MAX_PRIMARY_KEY_COLUMNS {
+        return fail("names more columns than a key may have");
+    }
+    if names
+        .iter()
+        .enumerate()
+        .any(|(i, n)| names[..i].contains(n))
+    {
+        return fail("names a column twice");
+    }
+    if names.as_slice() == key {
+        return fail(
+            "is the primary_key itself; remove it (it names the key the table was kept by before a change)",
+        );
+    }
+    Ok(Some(names.clone()))
 }
 
 /// Whether `mode` (of the table `what` names, e.g. `table "orders"`) asks for an upsert table:

@@ -243,6 +243,76 @@ pub struct Upsert {
     pub key: Vec<String>,
     /// How the records wrap the row (`envelope = "debezium"`); `None`: the value is the row.
     pub envelope: Option<Envelope>,
+    /// `rekey_from = [...]`: the key the table was kept by before `key` (empty: it was an
+    /// append table), acknowledging that its current rows are re-keyed ([`Upsert::key_change`]).
+    pub rekey_from: Option<Vec<String>>,
+}
+
+/// What an upsert table's spec does to the table's recorded key ([`Upsert::key_change`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyChange {
+    /// The table has no rows or is kept by the spec's key already: nothing changes.
+    Same,
+    /// The spec re-keys the table's current rows, as its `rekey_from` acknowledges: the next
+    /// commit keeps, per new key, the row of the latest Kafka position and deletes the others.
+    Rekey {
+        /// The key the table was kept by (empty: it was an append table).
+        from: Vec<String>,
+    },
+    /// The spec changes the key without saying so: refused, with what to do.
+    Refused(String),
+}
+
+/// The key a table is kept by, as the table records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordedKey {
+    /// No row yet, or no key recorded and no row: any key may start it.
+    None,
+    /// Rows kept by no key: an append table.
+    Append,
+    /// Rows kept by these columns.
+    Key(Vec<String>),
+}
+
+impl Upsert {
+    /// What this spec does to table `table`, whose rows are kept by `recorded`: the same key,
+    /// a re-key its `rekey_from` acknowledges, or a refusal naming both keys and the ways on.
+    pub fn key_change(&self, table: &str, recorded: &RecordedKey) -> KeyChange {
+        let from = match recorded {
+            RecordedKey::None => return KeyChange::Same,
+            RecordedKey::Key(k) if *k == self.key => return KeyChange::Same,
+            RecordedKey::Key(k) => k.clone(),
+            RecordedKey::Append => Vec::new(),
+        };
+        if self.rekey_from.as_ref() == Some(&from) {
+            return KeyChange::Rekey { from };
+        }
+        let list = |k: &[String]| {
+            format!(
+                "[{}]",
+                k.iter()
+                    .map(|c| format!("{c:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let what = if from.is_empty() {
+            format!(
+                "table {table} holds rows kept by no key (an append table), and the spec makes it mode = \"upsert\" with primary_key = {}",
+                list(&self.key)
+            )
+        } else {
+            format!(
+                "table {table}'s primary_key changed from {} to {}",
+                list(&from),
+                list(&self.key)
+            )
+        };
+        KeyChange::Refused(format!(
+            "{what}: the next commit would keep one row per new key and delete the others. To re-key the table's current rows that way, add rekey_from = {} to its spec; to keep the table as it is, set primary_key back; for the new key in a table of its own, give it a new name (README, \"Changing a primary key\")",
+            list(&from)
+        ))
+    }
 }
 
 /// How an upsert table's records wrap their row.

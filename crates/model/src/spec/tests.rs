@@ -358,3 +358,75 @@ fn an_upsert_key_is_refused_naming_the_fix() {
         assert!(e.contains("p.toml:"), "names the file and line: {e}");
     }
 }
+
+#[test]
+fn a_changed_primary_key_is_refused_unless_the_spec_names_the_key_before() {
+    use super::{KeyChange, RecordedKey};
+    let spec = parse(UPSERT).expect("valid");
+    let u = spec.tables[0].upsert.clone().expect("upsert");
+    let was = |k: &[&str]| RecordedKey::Key(k.iter().map(|s| s.to_string()).collect());
+    assert_eq!(u.key_change("t", &RecordedKey::None), KeyChange::Same);
+    assert_eq!(
+        u.key_change("t", &was(&["order_id", "region"])),
+        KeyChange::Same
+    );
+    // The key changed without a word: refused, naming both keys and the three ways on.
+    let KeyChange::Refused(why) = u.key_change("t", &was(&["order_id"])) else {
+        panic!("refused");
+    };
+    assert!(
+        why.contains(r#"changed from ["order_id"] to ["order_id", "region"]"#)
+            && why.contains(r#"add rekey_from = ["order_id"]"#)
+            && why.contains("set primary_key back")
+            && why.contains("new name"),
+        "{why}"
+    );
+    // An append table's rows made an upsert table's.
+    let KeyChange::Refused(why) = u.key_change("t", &RecordedKey::Append) else {
+        panic!("refused");
+    };
+    assert!(why.contains("rekey_from = []"), "{why}");
+    // rekey_from names the key before: the re-key is acknowledged; a stale one changes nothing.
+    let rekeyed = UPSERT.replace(
+        "primary_key = [\"order_id\", \"region\"]\n",
+        "primary_key = [\"order_id\", \"region\"]\nrekey_from = [\"order_id\"]\n",
+    );
+    let u = parse(&rekeyed).expect("valid").tables[0]
+        .upsert
+        .clone()
+        .expect("upsert");
+    assert_eq!(
+        u.key_change("t", &was(&["order_id"])),
+        KeyChange::Rekey {
+            from: vec!["order_id".into()]
+        }
+    );
+    assert_eq!(
+        u.key_change("t", &was(&["order_id", "region"])),
+        KeyChange::Same
+    );
+    assert!(matches!(
+        u.key_change("t", &was(&["region"])),
+        KeyChange::Refused(_)
+    ));
+    // rekey_from is refused where it cannot apply.
+    let itself = UPSERT.replace(
+        "primary_key = [\"order_id\", \"region\"]\n",
+        "primary_key = [\"order_id\", \"region\"]\nrekey_from = [\"order_id\", \"region\"]\n",
+    );
+    assert!(
+        error(&itself).contains("is the primary_key itself"),
+        "{}",
+        error(&itself)
+    );
+    let append = GOOD.replacen(
+        "topic = \"t\"\n",
+        "topic = \"t\"\nrekey_from = [\"id\"]\n",
+        1,
+    );
+    assert!(
+        error(&append).contains("rekey_from applies to mode = \"upsert\""),
+        "{}",
+        error(&append)
+    );
+}

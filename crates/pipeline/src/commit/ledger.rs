@@ -75,8 +75,8 @@ pub(super) fn folded(
         .collect()
 }
 
-/// Gives each topic's own table the round's part of its partitions' ledgers (a round that
-/// landed none of the topic's rows there still commits it). Upsert tables keep none; a refused
+/// Gives each topic's own table (an upsert table too) the round's part of its partitions'
+/// ledgers (a round that landed none of the topic's rows there still commits it); a refused
 /// table keeps its own batches pending, and must not hold up this round.
 pub(super) async fn assign(
     tables: &TableSet,
@@ -88,14 +88,6 @@ pub(super) async fn assign(
         let Some(name) = tables.topic_tables.get(&source.topic) else {
             continue;
         };
-        let upsert = tables
-            .tables
-            .get(name)
-            .and_then(|d| d.spec.as_ref())
-            .is_some_and(|s| s.upsert.is_some());
-        if upsert {
-            continue;
-        }
         if let Err(why) = selector.table_status(name).await? {
             tracing::error!(table = %name, %source, reason = %why,
                 "the round's part of the ledger of delivered offsets is not recorded: the table is refused");

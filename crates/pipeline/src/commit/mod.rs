@@ -716,6 +716,7 @@ async fn commit_table(
             &data_files,
             &files.key_deletes,
             &props,
+            &|t: &iceberg::table::Table| ledger::folded(t, name, &files.ledger),
         )
         .await?;
         report.snapshot_id = done.snapshot_id;

@@ -204,7 +204,12 @@ impl<'a> Selector<'a> {
         }
         let status = if self.tables.tables.contains_key(name) {
             match self.tables.ensure(self.backend, name).await {
-                Ok(t) => Ok(t),
+                Ok(t) => match self.key_refusal(name, &t).await {
+                    Ok(None) => Ok(t),
+                    Ok(Some(why)) => Err(why),
+                    Err(e) if e.is_retryable() => return Err(e),
+                    Err(e) => Err(e.to_string()),
+                },
                 Err(e) if e.is_retryable() => return Err(e),
                 Err(e) => Err(e.to_string()),
             }
@@ -218,6 +223,30 @@ impl<'a> Selector<'a> {
         }
         self.table_status.insert(name.to_string(), status.clone());
         Ok(status)
+    }
+
+    /// Why upsert table `name` (`table`) cannot take the spec's key, if so: its rows are kept by
+    /// another key (or by none) and the spec does not acknowledge the re-key.
+    async fn key_refusal(&self, name: &str, table: &Table) -> Result<Option<String>> {
+        let Some(upsert) = self
+            .tables
+            .tables
+            .get(name)
+            .and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.upsert.as_ref())
+        else {
+            return Ok(None);
+        };
+        let recorded = crate::upsert::recorded_key(table).await?;
+        Ok(match upsert.key_change(name, &recorded) {
+            crate::spec::KeyChange::Same => None,
+            crate::spec::KeyChange::Rekey { from } => {
+                tracing::warn!(table = name, from = ?from, to = ?upsert.key,
+                    "re-keying the table's current rows (rekey_from): one row per new key is kept");
+                None
+            }
+            crate::spec::KeyChange::Refused(why) => Some(why),
+        })
     }
 
     /// The table (as checked for this run), or the reason it is refused.

@@ -23,6 +23,10 @@ pub const KEY_INDEX_RUNS_PROPERTY: &str = "streamtable.key-index.runs";
 /// Prefix of the snapshot summary keys carrying committed offsets.
 pub const OFFSET_PROPERTY_PREFIX: &str = "streamtable.offset.";
 
+/// Table property of an upsert table: the columns its rows are kept by (comma-separated), set
+/// by every upsert commit, so that a changed `primary_key` is seen before it re-keys the table.
+pub const PRIMARY_KEY_PROPERTY: &str = "streamtable.primary-key";
+
 /// Table property: the view over a windowed table's partial rows (its name).
 pub const VIEW_NAME_PROPERTY: &str = "streamtable.view.name";
 /// Table property: the view's SQL.

@@ -40,9 +40,12 @@ use self::index::{GONE, KeyIndex, Location, Run, RunRef};
 use self::read::{KeyColumns, KeyedRow};
 use crate::catalog::TableCatalog;
 use crate::error::{Error, Result};
+use crate::spec::RecordedKey;
 use crate::table::replace::snapshot_with;
 use crate::table::snapshot::{Entry, SnapshotBuild};
-use crate::table::{COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, KEY_INDEX_RUNS_PROPERTY, files};
+use crate::table::{
+    COMMIT_ID_PROPERTY, KEY_INDEX_PROPERTY, KEY_INDEX_RUNS_PROPERTY, PRIMARY_KEY_PROPERTY, files,
+};
 
 /// The key index each upsert table of this process committed last, by table location, with the
 /// path of its newest run: a warm commit whose snapshot still names that run reads nothing.
@@ -99,7 +102,10 @@ pub struct UpsertCommit {
 
 /// Commits `added` (the round's data files of the table) as upserts keyed by `key`, and
 /// `key_deletes` (files of the round's tombstones: location, size) as deletes of their keys,
-/// with the snapshot summary `properties` (the commit id among them).
+/// with the snapshot summary `properties` (the commit id among them); the same metadata commit
+/// sets the table properties `ledger_properties` gives for the table it builds on (the round's
+/// part of the ledger of delivered offsets, folded in) and records `key`
+/// ([`PRIMARY_KEY_PROPERTY`]).
 pub async fn commit_upsert(
     catalog: &TableCatalog,
     ident: &TableIdent,
@@ -107,6 +113,7 @@ pub async fn commit_upsert(
     added: &[DataFile],
     key_deletes: &[(String, u64)],
     properties: &HashMap<String, String>,
+    ledger_properties: &(dyn Fn(&Table) -> Vec<(String, String)> + Sync),
 ) -> Result<UpsertCommit> {
     let commit_id = properties
         .get(COMMIT_ID_PROPERTY)
@@ -130,11 +137,15 @@ pub async fn commit_upsert(
         }
         let built = build(&table, key, added, key_deletes, properties).await?;
         let snapshot_id = built.snapshot.snapshot_id();
+        let mut table_properties: HashMap<String, String> =
+            ledger_properties(&table).into_iter().collect();
+        table_properties.insert(PRIMARY_KEY_PROPERTY.to_string(), key.join(","));
         let metadata = table
             .metadata()
             .clone()
             .into_builder(Some(pointer.metadata_location.clone()))
-            .add_snapshot(built.snapshot)
+            .set_properties(table_properties)
+            .and_then(|b| b.add_snapshot(built.snapshot))
             .and_then(|b| {
                 b.set_ref(
                     MAIN_BRANCH,
@@ -536,6 +547,71 @@ async fn load_index(table: &Table, definition: &str) -> Result<(KeyIndex, bool)>
     tracing::warn!(table = %table.identifier(), index = %newest, why = %why,
         "the key index cannot be used; rebuilding it from the table's files");
     Ok((KeyIndex::new(definition), false))
+}
+
+/// The key `table`'s rows are kept by, as the table records it: the property every upsert
+/// commit sets; for a table only an earlier release committed, the key field ids of its key
+/// index's definition (named by the table's columns); rows without either are an append
+/// table's.
+pub async fn recorded_key(table: &Table) -> Result<RecordedKey> {
+    let metadata = table.metadata();
+    if let Some(k) = metadata.properties().get(PRIMARY_KEY_PROPERTY) {
+        return Ok(RecordedKey::Key(
+            k.split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect(),
+        ));
+    }
+    let Some(current) = metadata.current_snapshot() else {
+        return Ok(RecordedKey::None);
+    };
+    let props = &current.summary().additional_properties;
+    if let Some(newest) = props.get(KEY_INDEX_PROPERTY) {
+        let io = table.file_io();
+        let bytes = io
+            .new_input(newest)
+            .map_err(|e| Error::iceberg(format!("key index {newest}"), e))?
+            .read()
+            .await
+            .map_err(|e| Error::iceberg(format!("read the key index run {newest}"), e))?;
+        let at = newest.clone();
+        let run = tokio::task::spawn_blocking(move || Run::decode(&bytes, &at))
+            .await
+            .map_err(|e| Error::Internal(format!("decode the key index: {e}")))?;
+        if let Ok(run) = run
+            && let Some(ids) = definition_key_ids(run.definition())
+        {
+            let schema = metadata.current_schema();
+            return Ok(RecordedKey::Key(
+                ids.into_iter()
+                    .map(|id| {
+                        schema
+                            .field_by_id(id)
+                            .map_or_else(|| format!("#{id}"), |f| f.name.clone())
+                    })
+                    .collect(),
+            ));
+        }
+    }
+    let rows = props
+        .get("total-records")
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    Ok(if rows > 0 {
+        RecordedKey::Append
+    } else {
+        RecordedKey::None
+    })
+}
+
+/// The key field ids of an index definition (`xxh3-128 of …, key field ids [1, 2]`).
+fn definition_key_ids(definition: &str) -> Option<Vec<i32>> {
+    let (_, ids) = definition.split_once("key field ids [")?;
+    let ids = ids.strip_suffix(']')?;
+    ids.split(',')
+        .map(|i| i.trim().parse::<i32>().ok())
+        .collect()
 }
 
 /// The runs a snapshot names, read and decoded (all at once), oldest first; `Ok(Err(why))` when
