@@ -44,6 +44,10 @@ enum Command {
     /// Feed batches the event source mapping gave up on (its S3 on-failure destination's
     /// records, or event files) back through ingest, exactly once.
     Replay(cli::ReplayArgs),
+    /// Move a partition whose topic was deleted and created again to the new log: its
+    /// checkpoint (and window and dedup state) to the new log's start, its ledger of delivered
+    /// offsets set aside; what ingest says to run when it refuses such a partition
+    ResetPartition(cli::ResetPartitionArgs),
     /// Validate the pipeline spec and print, per table, its source, its SQL, its inferred
     /// schema and how it runs, then what it changes in the catalog's existing tables (+ added,
     /// ~ widened, renamed or relaxed, - dropped, ! refused), and what the stateful tables do
@@ -119,6 +123,7 @@ async fn main() -> ExitCode {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Scheduled(c) => cli::scheduled(&config, c).await,
             Command::Replay(r) => cli::replay(&config, r).await,
+            Command::ResetPartition(r) => cli::reset_partition(&config, r).await,
             Command::Check { allow_state_reset } => {
                 cli::check::run(&config, *allow_state_reset).await
             }

@@ -120,3 +120,85 @@ impl TopicLog for KafkaLog {
         })
     }
 }
+
+/// The offsets and Kafka timestamps (ms) of the last records below `to` (at most `n`) of each
+/// partition of `below` (topic, partition, to), read through one consumer (no group): what
+/// `streamtable run` checks a partition's log against its checkpoint with before it resumes
+/// there ([`crate::checkpoint::recreated`]). A partition whose log starts at or after its `to`
+/// has nothing below it to read.
+pub fn stamps_below(
+    connection: &Connection,
+    below: &[(String, i32, i64)],
+    n: i64,
+) -> Result<std::collections::BTreeMap<(String, i32), Vec<(i64, i64)>>> {
+    use std::collections::BTreeMap;
+    let mut out: BTreeMap<(String, i32), Vec<(i64, i64)>> = BTreeMap::new();
+    if below.is_empty() {
+        return Ok(out);
+    }
+    let mut config = connection.client_config()?;
+    config
+        .set("group.id", "streamtable-probe")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "error")
+        .set("enable.partition.eof", "true");
+    let consumer: BaseConsumer = config
+        .create()
+        .map_err(|e| kafka_error("connect to read the logs below the checkpoints", e))?;
+    let mut tpl = TopicPartitionList::new();
+    let mut ends: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for (topic, partition, to) in below {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, *partition, Duration::from_secs(30))
+            .map_err(|e| kafka_error(&format!("read the watermarks of {topic}-{partition}"), e))?;
+        let end = (*to).min(high);
+        let start = end.saturating_sub(n).max(low);
+        if start >= end {
+            continue;
+        }
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(start))
+            .map_err(|e| kafka_error("assign the partition", e))?;
+        ends.insert((topic.clone(), *partition), end);
+    }
+    if ends.is_empty() {
+        return Ok(out);
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(|e| kafka_error("assign the partitions below their checkpoints", e))?;
+    let mut progress = Instant::now();
+    while !ends.is_empty() {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                progress = Instant::now();
+                let key = (m.topic().to_string(), m.partition());
+                let Some(end) = ends.get(&key).copied() else {
+                    continue;
+                };
+                if m.offset() < end {
+                    let ts = m.timestamp().to_millis().unwrap_or(-1);
+                    out.entry(key.clone()).or_default().push((m.offset(), ts));
+                }
+                if m.offset() + 1 >= end {
+                    ends.remove(&key);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                ends.retain(|(_, partition), _| *partition != p);
+            }
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut) => {
+            }
+            Some(Err(e)) => return Err(kafka_error("read the logs below the checkpoints", e)),
+            None => {}
+        }
+        if progress.elapsed() > STALL {
+            return Err(Error::Config(format!(
+                "reading the logs below the checkpoints stalled for {}s: the broker stopped answering",
+                STALL.as_secs()
+            )));
+        }
+    }
+    Ok(out)
+}

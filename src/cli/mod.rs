@@ -206,6 +206,76 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
+/// Arguments of `streamtable reset-partition`.
+#[derive(Debug, clap::Args)]
+pub struct ResetPartitionArgs {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// Says why: the topic was deleted and created again, its offsets restarting (the only
+    /// reset there is; ingest names it when it refuses the partition).
+    #[arg(long)]
+    pub recreated: bool,
+    /// The new log's first offset (where its event source mapping starts reading).
+    #[arg(long, default_value_t = 0)]
+    pub to: i64,
+}
+
+/// `streamtable reset-partition`: moves a partition whose topic was deleted and created again to
+/// the new log (its checkpoint and window/dedup state, in one conditional write), and sets the
+/// partition's ledger of delivered offsets aside on the topic's table.
+pub async fn reset_partition(config: &Config, args: &ResetPartitionArgs) -> Result<()> {
+    if !args.recreated {
+        return Err(Error::Config(
+            "reset-partition moves a partition to a new log after its topic was deleted and created again; say so with --recreated (the old log's rows stay in the tables)".into(),
+        ));
+    }
+    let backend = Backend::connect(&config.backend).await?;
+    let spec = config.load_pipeline_resolved(&backend).await?;
+    let table = spec.table_for_topic(&args.topic).ok_or_else(|| {
+        Error::Config(format!(
+            "topic {} is not a topic of the spec; reset one of: {}",
+            args.topic,
+            spec.tables
+                .iter()
+                .map(|t| t.topic.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })?;
+    let source = crate::checkpoint::SourcePartition::new(&args.topic, args.partition);
+    let ingestor = Ingestor::connect(&spec, &backend).await?;
+    let reset = ingestor.reset_partition(&source, args.to).await?;
+    println!(
+        "{}/{}: checkpoint {} → {}{}",
+        args.topic,
+        args.partition,
+        reset.from,
+        reset.to,
+        if reset.state_moved {
+            " (window and dedup state moved with it)"
+        } else {
+            ""
+        }
+    );
+    if table.land {
+        let ident = iceberg::TableIdent::new(
+            iceberg::NamespaceIdent::new(backend.namespace.clone()),
+            table.name.clone(),
+        );
+        let now = backend.clock.now_ms();
+        if crate::commit::ledger::set_aside(&backend, &ident, &source, now).await? {
+            println!(
+                "{}: the partition's ledger of delivered offsets set aside as streamtable.ledger-before.{source}.{now}; the table keeps the old log's rows (audit the new log with --since {})",
+                table.name,
+                crate::clock::rfc3339_ms(now)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Arguments of `streamtable scheduled`.
 #[derive(Debug, clap::Args)]
 pub struct ScheduledArgs {

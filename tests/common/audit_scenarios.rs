@@ -190,6 +190,7 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         source: p1.clone(),
         from: at,
         to_next_offset: 40,
+        newest_ms: -1,
         state: None,
     };
     h.backend
@@ -320,6 +321,7 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         source: p3,
         from: at,
         to_next_offset: at.next_offset + 5,
+        newest_ms: -1,
         state: None,
     };
     h.backend

@@ -342,3 +342,80 @@ pub async fn a_partition_over_the_budget_does_not_stop_compaction(h: &Harness) {
 fn tables_ident(h: &Harness, table: &str) -> iceberg::TableIdent {
     h.tables().ident(table)
 }
+
+/// A topic deleted and created again restarts its offsets: a delivery below the checkpoint
+/// stamped after the latest record the partition took is another log, not a re-delivery. It
+/// used to be taken as already seen (its records lost); it is refused, naming the recreation and
+/// the recovery, with nothing landed, while a true re-delivery is still taken as seen; after
+/// `reset_partition` (and the ledger set aside), the new log lands whole.
+pub async fn a_recreated_topic_is_refused_until_the_partition_is_reset(h: &Harness) {
+    let source = streamtable::checkpoint::SourcePartition::new("orders", 0);
+    let old = records("orders", 0, 0..30);
+    let s = h
+        .ingestor()
+        .handle(&event(&old))
+        .await
+        .expect("the old log");
+    assert_eq!(s.accepted, 30);
+    commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    // A re-delivery of records taken: seen, nothing else.
+    let s = h
+        .ingestor()
+        .handle(&event(&old[..10]))
+        .await
+        .expect("a re-delivery");
+    assert_eq!((s.already_seen, s.accepted), (10, 0));
+    // The new log: the same offsets, stamped an hour after the old log's last record.
+    let mut new = records("orders", 0, 0..40);
+    for r in &mut new {
+        r.timestamp_ms += 3_600_000;
+    }
+    let err = h
+        .ingestor()
+        .handle(&event(&new[..10]))
+        .await
+        .expect_err("the new log is refused");
+    let said = err.to_string();
+    assert!(
+        matches!(err, streamtable::error::Error::Recreated { .. })
+            && said.contains("orders-0: offsets 0..=9 (10 records) are below the checkpoint 30")
+            && said.contains("streamtable reset-partition orders 0 --recreated"),
+        "{said}"
+    );
+    assert_eq!(h.next_offset("orders", 0).await, 30, "nothing of it landed");
+    assert!(
+        h.backend.state.pending().await.expect("pending").is_empty(),
+        "no batch recorded"
+    );
+    // Reset to the new log: the checkpoint goes to its start, the ledger is set aside.
+    let reset = h
+        .ingestor()
+        .reset_partition(&source, 0)
+        .await
+        .expect("reset");
+    assert_eq!((reset.from, reset.to), (30, 0));
+    let ident = h.tables().ident("orders");
+    assert!(
+        streamtable::commit::ledger::set_aside(&h.backend, &ident, &source, 1)
+            .await
+            .expect("set aside"),
+        "the partition had a ledger"
+    );
+    let s = h
+        .ingestor()
+        .handle(&event(&new))
+        .await
+        .expect("the new log");
+    assert_eq!(s.accepted, 40);
+    commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
+    assert_eq!(
+        super::count(h, "SELECT count(*) FROM orders").await,
+        70,
+        "the old log's 30 and the new log's 40"
+    );
+    assert_eq!(h.next_offset("orders", 0).await, 40);
+}

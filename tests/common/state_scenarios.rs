@@ -60,6 +60,7 @@ async fn install_state(h: &Harness, source: &SourcePartition, body: Vec<u8>) {
         source: source.clone(),
         from: checkpoint,
         to_next_offset: checkpoint.next_offset,
+        newest_ms: -1,
         state: Some(StoredState {
             next_offset: checkpoint.next_offset,
             seq,

@@ -75,3 +75,8 @@ async fn the_audit_accounts_for_every_offset_and_names_each_fault() {
     let mut h = common::moto().await;
     common::audit_scenarios::the_audit_accounts_for_every_offset_and_names_each_fault(&mut h).await;
 }
+
+#[tokio::test]
+async fn a_recreated_topic_is_refused_until_the_partition_is_reset() {
+    r::a_recreated_topic_is_refused_until_the_partition_is_reset(&common::moto().await).await;
+}

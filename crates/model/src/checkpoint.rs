@@ -43,6 +43,11 @@ pub struct Checkpoint {
     pub next_offset: i64,
     /// Incremented by every advance; 0 means no checkpoint yet.
     pub version: u64,
+    /// The latest Kafka timestamp (ms) of a record the partition took, -1 when not known (no
+    /// record with one yet, or a checkpoint an earlier release wrote): a record below the
+    /// checkpoint stamped later was never taken, so its log is not the one the checkpoint
+    /// counts ([`recreated`]).
+    pub newest_ms: i64,
 }
 
 impl Checkpoint {
@@ -50,7 +55,58 @@ impl Checkpoint {
     pub const INITIAL: Checkpoint = Checkpoint {
         next_offset: 0,
         version: 0,
+        newest_ms: -1,
     };
+
+    /// A checkpoint at `next_offset`, `version`, with no timestamp known.
+    pub const fn at(next_offset: i64, version: u64) -> Checkpoint {
+        Checkpoint {
+            next_offset,
+            version,
+            newest_ms: -1,
+        }
+    }
+}
+
+/// Records of a delivery below the checkpoint that the partition never took: stamped after the
+/// latest record it did take. A re-delivery only repeats records taken (each stamped at or
+/// before that one), so these come from another log under the same topic and partition — a
+/// topic deleted and created again, its offsets restarting — and taking them as already seen
+/// would lose them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recreated {
+    /// The lowest and highest such offset.
+    pub offsets: [i64; 2],
+    /// How many such records.
+    pub records: u64,
+    /// The latest timestamp among them (ms).
+    pub stamped_ms: i64,
+}
+
+/// The records of `records` (offset, Kafka timestamp in ms; -1 none) below `checkpoint` that
+/// it never took ([`Recreated`]), if any.
+pub fn recreated(
+    checkpoint: &Checkpoint,
+    records: impl IntoIterator<Item = (i64, i64)>,
+) -> Option<Recreated> {
+    if checkpoint.newest_ms < 0 {
+        return None;
+    }
+    let mut out: Option<Recreated> = None;
+    for (offset, ts) in records {
+        if offset >= checkpoint.next_offset || ts <= checkpoint.newest_ms {
+            continue;
+        }
+        let r = out.get_or_insert(Recreated {
+            offsets: [offset, offset],
+            records: 0,
+            stamped_ms: ts,
+        });
+        r.offsets = [r.offsets[0].min(offset), r.offsets[1].max(offset)];
+        r.records += 1;
+        r.stamped_ms = r.stamped_ms.max(ts);
+    }
+    out
 }
 
 /// One data file awaiting commit.
@@ -213,6 +269,8 @@ pub struct SourceAdvance {
     pub from: Checkpoint,
     /// Its next offset afterwards.
     pub to_next_offset: i64,
+    /// The latest Kafka timestamp (ms) of the records it takes (-1: none has one).
+    pub newest_ms: i64,
     /// The state of its stateful derived tables afterwards (written in the same conditional
     /// write, on the condition that the stored state is still at `seq - 1`), if it has any.
     pub state: Option<StoredState>,
@@ -242,6 +300,7 @@ impl SourceAdvance {
         Checkpoint {
             next_offset: self.to_next_offset,
             version: self.from.version + 1,
+            newest_ms: self.newest_ms.max(self.from.newest_ms),
         }
     }
 }
@@ -398,10 +457,7 @@ mod tests {
 
     #[test]
     fn a_redelivery_overlapping_the_checkpoint_keeps_only_new_offsets() {
-        let cp = Checkpoint {
-            next_offset: 12,
-            version: 3,
-        };
+        let cp = Checkpoint::at(12, 3);
         let p = plan(cp, &[10, 11, 12, 13]);
         assert_eq!(p.accept, vec![2, 3]);
         assert_eq!(p.already_seen, 2);
@@ -410,13 +466,43 @@ mod tests {
 
     #[test]
     fn a_fully_seen_batch_leaves_the_checkpoint_alone() {
-        let cp = Checkpoint {
-            next_offset: 100,
-            version: 9,
-        };
+        let cp = Checkpoint::at(100, 9);
         let p = plan(cp, &[50, 99]);
         assert!(p.accept.is_empty());
         assert_eq!(p.next_offset, 100);
+    }
+
+    #[test]
+    fn records_below_the_checkpoint_stamped_after_the_latest_taken_are_another_log() {
+        let cp = Checkpoint {
+            newest_ms: 5_000,
+            ..Checkpoint::at(3_000, 7)
+        };
+        // A re-delivery: records taken, stamped at or before the latest one.
+        assert_eq!(
+            recreated(&cp, [(0, 1_000), (2_999, 5_000), (3_000, 9_000)]),
+            None
+        );
+        // Offsets restarting under later stamps: a new log.
+        assert_eq!(
+            recreated(&cp, [(0, 6_000), (1, 6_001), (2, -1), (3_000, 7_000)]),
+            Some(Recreated {
+                offsets: [0, 1],
+                records: 2,
+                stamped_ms: 6_001
+            })
+        );
+        // Nothing known of the stamps (an earlier release's checkpoint): no evidence.
+        assert_eq!(recreated(&Checkpoint::at(3_000, 7), [(0, 6_000)]), None);
+        // The advance keeps the latest stamp.
+        let a = SourceAdvance {
+            source: SourcePartition::new("t", 0),
+            from: cp,
+            to_next_offset: 3_001,
+            newest_ms: 4_000,
+            state: None,
+        };
+        assert_eq!(a.to().newest_ms, 5_000);
     }
 
     #[test]
@@ -432,7 +518,7 @@ mod tests {
         fn plan_never_moves_backwards_and_accepts_each_new_offset_once(
             next in 0i64..50, offsets in proptest::collection::vec(0i64..100, 0..40)
         ) {
-            let cp = Checkpoint { next_offset: next, version: 1 };
+            let cp = Checkpoint::at(next, 1);
             let p = plan(cp, &offsets);
             prop_assert!(p.next_offset >= next);
             let accepted: Vec<i64> = p.accept.iter().map(|&i| offsets[i]).collect();

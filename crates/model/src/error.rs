@@ -173,6 +173,18 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
 
+    /// A delivery holds records below a partition's checkpoint that the partition never took
+    /// (stamped after the latest record it did): the topic was deleted and created again and
+    /// its offsets restarted. Nothing of the partition lands (taking them as already seen
+    /// would lose them); the invocation fails until the recovery README describes is done.
+    #[error("{source_partition}: {message}")]
+    Recreated {
+        /// The topic-partition, `topic-partition`.
+        source_partition: String,
+        /// Which offsets, the stamps, and the recovery.
+        message: String,
+    },
+
     /// The input event itself is not an MSK event-source-mapping batch.
     #[error("event {origin}: {message}")]
     Event {
@@ -215,6 +227,7 @@ impl Error {
             | Error::AlreadyCommitted { .. }
             | Error::SchemaRefused { .. }
             | Error::Event { .. }
+            | Error::Recreated { .. }
             | Error::Internal(_)
             | Error::Query(_) => false,
         }

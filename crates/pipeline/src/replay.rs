@@ -137,6 +137,18 @@ async fn replay_partition(
     let (behind, ahead): (Vec<&EsmRecord>, Vec<&EsmRecord>) = records
         .iter()
         .partition(|r| r.offset < checkpoint.next_offset);
+    if let Some(first) = ahead.iter().map(|r| r.offset).min()
+        && first > checkpoint.next_offset
+    {
+        // Landing it would move the checkpoint past offsets that have not landed yet, which
+        // the event source would then deliver as already seen: lost.
+        return Err(Error::Config(format!(
+            "replay of {source}: the batch starts at offset {first}, past the partition's checkpoint {}: offsets {}..={} have not landed yet, and landing this batch first would make them read as already seen; let the event source deliver them (or replay the batches that hold them) first, then replay this one",
+            checkpoint.next_offset,
+            checkpoint.next_offset,
+            first - 1
+        )));
+    }
     if !ahead.is_empty() {
         let event = sub_event(source, &ahead);
         let s = ingestor.handle(&event).await?;

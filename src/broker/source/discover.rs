@@ -68,6 +68,7 @@ impl LocalEsm {
             .map(|(t, p)| SourcePartition::new(t, *p))
             .collect();
         let checkpoints = self.backend.state.checkpoints(&sources).await?;
+        self.check_logs(&sources, &checkpoints)?;
         // LATEST, as a new mapping's: where a run before this one started (kept in the group's
         // offsets), else the end of the log now, kept in the group's offsets at once so that a
         // restart before anything lands does not skip what arrived in between.
@@ -171,6 +172,44 @@ impl LocalEsm {
         Ok(())
     }
 
+    /// Refuses to resume a partition whose log below its checkpoint holds records the
+    /// partition never took (stamped after the latest it did: the topic was deleted and
+    /// created again, its new log longer than the checkpoint), as ingest refuses such records
+    /// when the event source delivers them ([`crate::checkpoint::recreated`]).
+    fn check_logs(
+        &self,
+        sources: &[SourcePartition],
+        checkpoints: &[crate::checkpoint::Checkpoint],
+    ) -> Result<()> {
+        /// Records read below each checkpoint.
+        const PROBE: i64 = 16;
+        let below: Vec<(String, i32, i64)> = sources
+            .iter()
+            .zip(checkpoints)
+            .filter(|(_, c)| c.version > 0 && c.newest_ms >= 0 && c.next_offset > 0)
+            .map(|(s, c)| (s.topic.clone(), s.partition, c.next_offset))
+            .collect();
+        if below.is_empty() {
+            return Ok(());
+        }
+        let connection = &self.args.connection;
+        let stamps = tokio::task::block_in_place(|| {
+            crate::broker::log::stamps_below(connection, &below, PROBE)
+        })?;
+        for (source, c) in sources.iter().zip(checkpoints) {
+            let Some(read) = stamps.get(&(source.topic.clone(), source.partition)) else {
+                continue;
+            };
+            if let Some(r) = crate::checkpoint::recreated(c, read.iter().copied()) {
+                return Err(Error::Recreated {
+                    source_partition: source.to_string(),
+                    message: crate::ingest::recreated_message(source, c, &r),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// After librdkafka found a position outside its partition's log: which partitions, where
     /// the log is, and what to do; an error to stop on.
     pub(super) fn outside_the_log(&mut self, e: &rdkafka::error::KafkaError) -> Option<Error> {
@@ -197,7 +236,8 @@ impl LocalEsm {
             } else if at > high {
                 out.push(format!(
                     "{topic}/{p}: the pipeline resumes at offset {at} past the log's end {high}: \
-                     was the topic deleted and created again?"
+                     was the topic deleted and created again? If so, move the partition to the \
+                     new log: `streamtable reset-partition {topic} {p} --recreated`"
                 ));
             }
         }

@@ -329,7 +329,9 @@ impl LocalEsm {
                 match self.discover().await {
                     Ok(()) => last_read = Some(Instant::now()),
                     Err(e) => {
-                        if last_discover.is_none() && !e.is_retryable() {
+                        if (last_discover.is_none() && !e.is_retryable())
+                            || matches!(e, Error::Recreated { .. })
+                        {
                             return Err(e);
                         }
                         // A script waiting for the end (--until-idle) is told, with the

@@ -82,6 +82,69 @@ fn a_position_outside_the_log_stops_run_instead_of_skipping() {
     drop(manifest);
 }
 
+/// A topic deleted and created again whose new log is longer than the checkpoint: `run` used to
+/// resume at the old checkpoint and take the new log's records below it as already seen (lost,
+/// with exit 0). The records just below the checkpoint are stamped after the latest one the
+/// partition took, so `run` stops, naming the recreation and the recovery; after
+/// `streamtable reset-partition … --recreated` every record of the new log lands.
+#[test]
+fn a_recreated_topic_longer_than_the_checkpoint_stops_run_until_reset() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let topic = unique("recreated");
+    let spec = write_spec(dir.path(), &[&topic], false);
+    client(
+        &bootstrap,
+        &["create", "--topic", &topic, "--partitions", "1"],
+    );
+    let plan = |first: u64, records: u64| serde_json::json!({"topic": topic, "records": records, "first": first, "partitions": 1});
+    produce(&bootstrap, plan(0, 60));
+    run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(60));
+    assert_eq!(keys(&home, &topic).len(), 60);
+    std::thread::sleep(Duration::from_millis(50));
+    client(&bootstrap, &["delete-topic", "--topic", &topic]);
+    client(
+        &bootstrap,
+        &["create", "--topic", &topic, "--partitions", "1"],
+    );
+    produce(&bootstrap, plan(1000, 150));
+    let (ok, stderr) = run_status(&home, &spec, &bootstrap, &[]);
+    assert!(!ok, "run went on with a recreated topic: {stderr}");
+    assert!(
+        stderr.contains("the topic was deleted and created again")
+            && stderr.contains(&format!(
+                "streamtable reset-partition {topic} 0 --recreated"
+            )),
+        "{stderr}"
+    );
+    assert_eq!(
+        keys(&home, &topic).len(),
+        60,
+        "nothing of the new log landed"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_streamtable"))
+        .env("STREAMTABLE_HOME", &home)
+        .env("STREAMTABLE_PIPELINE", &spec)
+        .env_remove("STREAMTABLE_BACKEND")
+        .args(["reset-partition", &topic, "0", "--recreated"])
+        .output()
+        .expect("run reset-partition");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("{topic}/0: checkpoint 60 → 0")),
+        "{said}"
+    );
+    run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(60));
+    let landed = keys(&home, &topic);
+    assert_eq!(landed.len(), 210, "the old log's 60 and the new log's 150");
+}
+
 /// `--starting-position latest`: the partitions there are at the first start begin at their
 /// end, kept in the consumer group at once (a restart before anything landed does not skip
 /// what arrived in between); a partition added while running begins at its start; and

@@ -101,3 +101,35 @@ pub(super) async fn assign(
     }
     Ok(())
 }
+
+/// Sets the ledger of delivered offsets of `source` aside on `table` (a topic's own table):
+/// renamed `streamtable.ledger-before.{source}.{now_ms}`, so that the partition's ledger starts
+/// again with a new log (`streamtable reset-partition`). Returns whether there was one.
+pub async fn set_aside(
+    backend: &crate::backend::Backend,
+    ident: &iceberg::TableIdent,
+    source: &SourcePartition,
+    now_ms: i64,
+) -> Result<bool> {
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    let Some((table, _)) = backend.catalog.load(ident).await? else {
+        return Ok(false);
+    };
+    let key = format!("{LEDGER_PROPERTY_PREFIX}{source}");
+    let Some(fold) = table.metadata().properties().get(&key).cloned() else {
+        return Ok(false);
+    };
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set(format!("streamtable.ledger-before.{source}.{now_ms}"), fold)
+        .remove(key)
+        .apply(tx)
+        .map_err(|e| {
+            crate::error::Error::iceberg(format!("set the ledger of {source} aside"), e)
+        })?;
+    tx.commit(&backend.catalog).await.map_err(|e| {
+        crate::error::Error::iceberg(format!("set the ledger of {source} aside"), e)
+    })?;
+    Ok(true)
+}

@@ -176,6 +176,7 @@ impl Ingestor {
                     source: source.clone(),
                     from: checkpoint,
                     to_next_offset: checkpoint.next_offset,
+                    newest_ms: -1,
                     state: Some(new.clone()),
                 };
                 match self.state.advance(&[advance], &batch).await? {

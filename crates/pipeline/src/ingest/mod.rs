@@ -26,6 +26,7 @@ mod options;
 mod pending;
 mod records;
 mod replayed;
+mod reset;
 mod schemas;
 mod state_files;
 mod summary;
@@ -239,6 +240,15 @@ impl Ingestor {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let checkpoints = self.state.checkpoints(&sources).await?;
+            for ((source, records), cp) in group.iter().zip(&checkpoints) {
+                let stamps = records.iter().map(|r| (r.offset, r.timestamp));
+                if let Some(r) = crate::checkpoint::recreated(cp, stamps) {
+                    return Err(Error::Recreated {
+                        source_partition: source.to_string(),
+                        message: recreated_message(source, cp, &r),
+                    });
+                }
+            }
             let mut planned = Vec::new();
             let mut already_seen = 0u64;
             for ((source, records), cp) in group.iter().zip(checkpoints) {
@@ -267,6 +277,7 @@ impl Ingestor {
                     source: p.source.clone(),
                     from: p.checkpoint,
                     to_next_offset: p.next_offset,
+                    newest_ms: p.records.iter().map(|r| r.timestamp).max().unwrap_or(-1),
                     state,
                 });
             }
@@ -450,4 +461,23 @@ impl Ingestor {
 /// Randomised exponential backoff: 10 ms × 2^attempt, jittered to between half and all of it.
 fn backoff(attempt: u32) -> std::time::Duration {
     crate::clock::jitter(10u64 << attempt.min(6))
+}
+
+/// What [`Error::Recreated`] says: the offsets, the stamps, and the way on.
+pub fn recreated_message(
+    source: &SourcePartition,
+    checkpoint: &crate::checkpoint::Checkpoint,
+    r: &crate::checkpoint::Recreated,
+) -> String {
+    format!(
+        "offsets {}..={} ({} records) are below the checkpoint {} yet stamped up to {}, after the latest record the partition took ({}): the topic was deleted and created again, its offsets restarting. Nothing of the partition lands until it is moved to the new log: `streamtable reset-partition {} {} --recreated` (README, \"A topic deleted and created again\")",
+        r.offsets[0],
+        r.offsets[1],
+        r.records,
+        checkpoint.next_offset,
+        crate::clock::rfc3339_ms(r.stamped_ms),
+        crate::clock::rfc3339_ms(checkpoint.newest_ms),
+        source.topic,
+        source.partition
+    )
 }

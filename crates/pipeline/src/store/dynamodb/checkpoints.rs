@@ -57,6 +57,21 @@ fn entry(item: &HashMap<String, AttributeValue>, partition: i32) -> Option<i64> 
         .ok()
 }
 
+/// The attribute of a bucket item holding the latest Kafka timestamp (ms) `partition` took
+/// (a top-level attribute per partition: a map would have to exist before a transaction sets
+/// an entry in it, and older items have none).
+fn stamp_attribute(partition: i32) -> String {
+    format!("ts{partition}")
+}
+
+/// The latest Kafka timestamp recorded for `partition` in a bucket item, -1 if none.
+fn stamp(item: &HashMap<String, AttributeValue>, partition: i32) -> i64 {
+    item.get(&stamp_attribute(partition))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
+}
+
 /// Whether `code` (a transaction cancellation reason) means another writer got there first.
 fn lost_race(code: Option<&str>) -> bool {
     matches!(code, Some("ConditionalCheckFailed" | "TransactionConflict"))
@@ -196,6 +211,7 @@ impl DynamoStateStore {
                     Checkpoint {
                         next_offset: get_n(i, "next_offset").unwrap_or(0),
                         version: get_n(i, "version").unwrap_or(0),
+                        newest_ms: get_n(i, "newest_ms").unwrap_or(-1),
                     },
                 ))
             })
@@ -356,20 +372,22 @@ impl DynamoStateStore {
         sources
             .iter()
             .map(|s| {
-                let next = buckets
-                    .get(&bucket_key(s))
-                    .and_then(|b| entry(b, s.partition))
-                    .ok_or_else(|| Error::State {
-                        op: "read checkpoints",
-                        message: format!(
-                            "DynamoDB table {}: no checkpoint entry for {s} after recording it",
-                            self.table
-                        ),
-                        retryable: true,
-                    })?;
+                let bucket = buckets.get(&bucket_key(s));
+                let next =
+                    bucket
+                        .and_then(|b| entry(b, s.partition))
+                        .ok_or_else(|| Error::State {
+                            op: "read checkpoints",
+                            message: format!(
+                                "DynamoDB table {}: no checkpoint entry for {s} after recording it",
+                                self.table
+                            ),
+                            retryable: true,
+                        })?;
                 Ok(Checkpoint {
                     next_offset: next,
                     version: u64::from(next > 0),
+                    newest_ms: bucket.map_or(-1, |b| stamp(b, s.partition)),
                 })
             })
             .collect()
@@ -409,11 +427,12 @@ impl DynamoStateStore {
                     .table_name(&self.table)
                     .set_key(Some(item_key(legacy_key(&a.source))))
                     .update_expression(
-                        "SET next_offset = :next, version = :new, updated_at_ms = :now",
+                        "SET next_offset = :next, version = :new, updated_at_ms = :now, newest_ms = :ts",
                     )
                     .expression_attribute_values(":next", n(next.next_offset))
                     .expression_attribute_values(":new", n(next.version))
-                    .expression_attribute_values(":now", n(now_ms));
+                    .expression_attribute_values(":now", n(now_ms))
+                    .expression_attribute_values(":ts", n(next.newest_ms));
                 update = if a.from.version == 0 {
                     update.condition_expression("attribute_not_exists(pk)")
                 } else {
@@ -441,6 +460,16 @@ impl DynamoStateStore {
                     .expression_attribute_values(format!(":n{i}"), n(a.to_next_offset))
                     .expression_attribute_values(format!(":o{i}"), n(a.from.next_offset));
                 set.push(format!("#m.#{i}=:n{i}"));
+                let newest = a.to().newest_ms;
+                if newest >= 0 {
+                    update = update
+                        .expression_attribute_names(
+                            format!("#t{i}"),
+                            stamp_attribute(a.source.partition),
+                        )
+                        .expression_attribute_values(format!(":t{i}"), n(newest));
+                    set.push(format!("#t{i}=:t{i}"));
+                }
                 cond.push(match mode {
                     Mode::Buckets => format!("#m.#{i}=:o{i}"),
                     // The per-partition item decides; the bucket only must not be ahead.

@@ -150,6 +150,14 @@ fn upgrade_schema(conn: &Connection) -> rusqlite::Result<()> {
     if !has_more {
         conn.execute_batch("ALTER TABLE pending ADD COLUMN more TEXT")?;
     }
+    let has_newest: bool = conn.query_row(
+        "SELECT count(*) FROM pragma_table_info('checkpoints') WHERE name = 'newest_ms'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_newest {
+        conn.execute_batch("ALTER TABLE checkpoints ADD COLUMN newest_ms INTEGER")?;
+    }
     let has_delivered: bool = conn.query_row(
         "SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'delivered'",
         [],
@@ -250,12 +258,13 @@ impl CheckpointStore for SqliteStateStore {
         let source = source.clone();
         self.with_conn(move |conn, path| {
             conn.query_row(
-                "SELECT next_offset, version FROM checkpoints WHERE topic = ?1 AND partition = ?2",
+                "SELECT next_offset, version, newest_ms FROM checkpoints WHERE topic = ?1 AND partition = ?2",
                 params![source.topic, source.partition],
                 |r| {
                     Ok(Checkpoint {
                         next_offset: r.get(0)?,
                         version: r.get::<_, i64>(1)? as u64,
+                        newest_ms: r.get::<_, Option<i64>>(2)?.unwrap_or(-1),
                     })
                 },
             )
@@ -369,12 +378,13 @@ impl CheckpointStore for SqliteStateStore {
                     continue;
                 }
                 tx.execute(
-                    "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
+                    "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms, newest_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                      ON CONFLICT (topic, partition) DO UPDATE SET
                        next_offset = excluded.next_offset, version = excluded.version,
-                       updated_at_ms = excluded.updated_at_ms",
-                    params![a.source.topic, a.source.partition, next.next_offset, next.version as i64, batch.created_at_ms],
+                       updated_at_ms = excluded.updated_at_ms,
+                       newest_ms = max(coalesce(newest_ms, -1), excluded.newest_ms)",
+                    params![a.source.topic, a.source.partition, next.next_offset, next.version as i64, batch.created_at_ms, next.newest_ms],
                 )
                 .map_err(err("write checkpoint"))?;
             }
