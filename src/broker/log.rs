@@ -121,6 +121,9 @@ impl TopicLog for KafkaLog {
     }
 }
 
+/// Per topic-partition, records' offsets and Kafka timestamps (ms).
+pub type Stamps = std::collections::BTreeMap<(String, i32), Vec<(i64, i64)>>;
+
 /// The offsets and Kafka timestamps (ms) of the last records below `to` (at most `n`) of each
 /// partition of `below` (topic, partition, to), read through one consumer (no group): what
 /// `streamtable run` checks a partition's log against its checkpoint with before it resumes
@@ -130,9 +133,9 @@ pub fn stamps_below(
     connection: &Connection,
     below: &[(String, i32, i64)],
     n: i64,
-) -> Result<std::collections::BTreeMap<(String, i32), Vec<(i64, i64)>>> {
+) -> Result<Stamps> {
     use std::collections::BTreeMap;
-    let mut out: BTreeMap<(String, i32), Vec<(i64, i64)>> = BTreeMap::new();
+    let mut out = Stamps::new();
     if below.is_empty() {
         return Ok(out);
     }
