@@ -3,18 +3,20 @@
 //!
 //! An offset expected and found nowhere (a *hole*) is
 //! - **missing** where the ledger says it was delivered (a whole entry), where no entry covers
-//!   it above the ledger's first (a batch whose entry never reached a snapshot: lost before its
-//!   commit), or below the ledger's first entry (history older than the ledger: every offset
-//!   is expected there);
+//!   it above where the partition started (a batch whose entry never reached a snapshot: lost
+//!   before its commit), or below the ledger's first entry down to the checkpoint's first
+//!   offset (history older than the ledger, or a first batch lost before its commit: every
+//!   offset is expected there);
 //! - inside a *sparse* entry (batches that took fewer records than their offsets from their
 //!   checkpoints on), counted: the entry holds its delivered count (to which what replays
 //!   landed in it may add) or is short by the difference. The holes of an entry that is not
-//!   short were **never delivered**: on a partition whose batches saw gaps between their own
-//!   records, gaps of the topic's log (a transaction's marker, aborted records, a compacted
-//!   topic) or records the event source skipped; on one whose batches never did, single
-//!   offsets (a transaction's marker between two batches), while longer runs were **skipped**
-//!   by the event source (a batch it gave up on) and count as missing. The topic's log
-//!   (`--bootstrap-servers`) tells which of them were records.
+//!   short were **never delivered** to a batch that landed: Kafka's own gaps (a transaction's
+//!   marker, aborted records, a compacted topic) — unless the event source reports giving up
+//!   on a batch that held them (its on-failure destination's records, `given_up`): those were
+//!   **skipped** and count as missing until `streamtable replay` lands them. An event source
+//!   skips a batch only so (with no destination it retries until the batch lands), so nothing
+//!   is guessed from the holes' shape. The topic's log (`--bootstrap-servers`) tells which
+//!   offsets were records, whatever the ledger says.
 
 use serde::Serialize;
 
@@ -65,8 +67,8 @@ pub struct Verdict {
     pub not_delivered: Vec<[i64; 2]>,
     /// Offsets not delivered in all.
     pub not_delivered_offsets: i64,
-    /// Offset ranges (inclusive) no batch took, on a partition whose batches never saw a gap
-    /// between their own records: counted as missing (only the log can tell them apart).
+    /// Offset ranges (inclusive) no batch that landed took, in a batch the event source gave
+    /// up on: counted as missing until a replay lands them.
     pub skipped: Vec<[i64; 2]>,
     /// Offsets skipped in all (part of `missing_offsets`).
     pub skipped_offsets: i64,
@@ -89,9 +91,48 @@ pub fn judge(
     ledger: &Ledger,
     from: Option<i64>,
 ) -> Verdict {
-    // Expected from the ledger's first range even if nothing was found that low.
+    judge_with(
+        found,
+        &Expected {
+            next_offset,
+            pending,
+            ledger,
+            from,
+            first: None,
+            given_up: &[],
+        },
+    )
+}
+
+/// What a partition's audit expects, besides what was found.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    /// The checkpoint: every offset below it was taken (but pending batches').
+    pub next_offset: i64,
+    /// Ranges (inclusive) of batches not committed yet: not expected yet.
+    pub pending: &'a [[i64; 2]],
+    /// The ledger of delivered offsets.
+    pub ledger: &'a Ledger,
+    /// Where the audit starts (`--since`): found nothing below it, and an entry that starts
+    /// below it is not counted.
+    pub from: Option<i64>,
+    /// The first offset the partition took (its checkpoint's, when known).
+    pub first: Option<i64>,
+    /// Ranges (inclusive, sorted) of batches the event source gave up on.
+    pub given_up: &'a [[i64; 2]],
+}
+
+/// [`judge`] with everything an audit knows of the partition.
+pub fn judge_with(found: &Shape, e: &Expected<'_>) -> Verdict {
+    let (next_offset, pending, ledger, from) = (e.next_offset, e.pending, e.ledger, e.from);
+    // Expected from where the partition started (its first offset, the ledger's first range)
+    // even if nothing was found that low.
+    let started = match (e.first.filter(|f| *f >= 0), ledger.start()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let mut shape = found.clone();
-    if let Some(start) = from.or(ledger.start()) {
+    if let Some(start) = from.or(started) {
         match shape.first {
             Some(first) if start < first => {
                 shape.gaps.insert(0, [start, first - 1]);
@@ -105,9 +146,33 @@ pub fn judge(
         }
     }
     let holes = missing_ranges(&shape.gaps, shape.first, shape.last, next_offset, pending);
-    let mut v = classify(&holes, ledger, from);
+    let mut v = classify(&holes, ledger, from, e.given_up);
     v.holes = holes;
     v
+}
+
+/// `range` cut into the pieces inside `ranges` (sorted, disjoint) and those outside.
+fn split(range: [i64; 2], ranges: &[[i64; 2]]) -> (Vec<[i64; 2]>, Vec<[i64; 2]>) {
+    let (mut inside, mut outside) = (Vec::new(), Vec::new());
+    let mut x = range[0];
+    for r in ranges {
+        if r[1] < x || r[0] > range[1] {
+            continue;
+        }
+        if r[0] > x {
+            outside.push([x, r[0] - 1]);
+        }
+        let end = r[1].min(range[1]);
+        inside.push([x.max(r[0]), end]);
+        x = end.saturating_add(1);
+        if x > range[1] {
+            break;
+        }
+    }
+    if x <= range[1] {
+        outside.push([x, range[1]]);
+    }
+    (inside, outside)
 }
 
 /// The comparison with the log: its records (`read`) in the `holes` (expected, found nowhere)
@@ -152,8 +217,14 @@ pub fn against_log(
     check
 }
 
-/// Sorts `holes` (sorted, disjoint) by what the ledger says of them.
-fn classify(holes: &[[i64; 2]], ledger: &Ledger, from: Option<i64>) -> Verdict {
+/// Sorts `holes` (sorted, disjoint) by what the ledger says of them, and the batches the event
+/// source gave up on (`given_up`).
+fn classify(
+    holes: &[[i64; 2]],
+    ledger: &Ledger,
+    from: Option<i64>,
+    given_up: &[[i64; 2]],
+) -> Verdict {
     // The ledger's entries in order: whole ranges, and sparse entries by index.
     let sparse: Vec<Delivered> = ledger.sparse().copied().collect();
     let mut segments: Vec<([i64; 2], Option<usize>)> = ledger
@@ -225,13 +296,14 @@ fn classify(holes: &[[i64; 2]], ledger: &Ledger, from: Option<i64>) -> Verdict {
         );
         if (least..=most).contains(&found) {
             for h in holes {
-                // Without gaps of its own, a partition's offsets no batch took were skipped by
-                // the event source, but for single ones between two batches (where a
-                // transaction's commit marker sits when each batch is one transaction).
-                if ledger.gaps_inside() || len(h) == 1 {
+                // Offsets no landed batch took: Kafka's gaps, but where the event source says
+                // it gave up on a batch that held them.
+                let (skipped, not_delivered) = split(h, given_up);
+                for h in not_delivered {
                     v.not_delivered_offsets = v.not_delivered_offsets.saturating_add(len(h));
                     v.not_delivered.push(h);
-                } else {
+                }
+                for h in skipped {
                     v.skipped_offsets = v.skipped_offsets.saturating_add(len(h));
                     v.missing_offsets = v.missing_offsets.saturating_add(len(h));
                     v.skipped.push(h);
@@ -421,26 +493,41 @@ mod tests {
         assert_eq!(v.missing, [[10, 19], [30, 34]]);
     }
 
+    /// The partition's audit with the event source's given-up batches `given_up`.
+    fn judge_given_up(found: &Shape, next: i64, l: &Ledger, given_up: &[[i64; 2]]) -> Verdict {
+        judge_with(
+            found,
+            &Expected {
+                next_offset: next,
+                pending: &[],
+                ledger: l,
+                from: None,
+                first: None,
+                given_up,
+            },
+        )
+    }
+
     #[test]
-    fn without_gaps_of_its_own_a_partition_missing_offsets_between_batches_lost_them() {
-        // The event source gave up on 10..=19 and went on from 20 (from checkpoint 10).
-        let v = judge(
-            &found(0, 29, &[[10, 19]]),
-            30,
-            &[],
-            &ledger(&[(0, 9, 10), (10, 29, 10)]),
-            None,
-        );
+    fn offsets_between_batches_are_missing_where_the_event_source_gave_up_on_them() {
+        // From checkpoint 10, the next batch that landed started at 20.
+        let l = ledger(&[(0, 9, 10), (10, 29, 10)]);
+        // The event source says it gave up on 10..=19: skipped, missing.
+        let v = judge_given_up(&found(0, 29, &[[10, 19]]), 30, &l, &[[10, 19]]);
         assert_eq!((v.skipped, v.missing_offsets), (vec![[10, 19]], 10));
-        // On a topic with gaps of its own, they may be Kafka's: listed, not failed.
-        let v = judge(
-            &found(0, 29, &[[10, 19]]),
-            30,
-            &[],
-            &gappy(&[(0, 9, 10), (10, 29, 10)]),
-            None,
-        );
+        // It says nothing of them: Kafka's (aborted records between two transactions), listed.
+        let v = judge_given_up(&found(0, 29, &[[10, 19]]), 30, &l, &[]);
         assert_eq!((v.missing_offsets, v.not_delivered_offsets), (0, 10));
+        // Whether other batches saw gaps inside changes neither verdict.
+        let g = gappy(&[(0, 9, 10), (10, 29, 10)]);
+        let v = judge_given_up(&found(0, 29, &[[10, 19]]), 30, &g, &[[10, 19]]);
+        assert_eq!((v.skipped, v.missing_offsets), (vec![[10, 19]], 10));
+        let v = judge_given_up(&found(0, 29, &[[10, 19]]), 30, &g, &[]);
+        assert_eq!((v.missing_offsets, v.not_delivered_offsets), (0, 10));
+        // Part of a hole given up on, part Kafka's.
+        let v = judge_given_up(&found(0, 29, &[[10, 19]]), 30, &l, &[[12, 14]]);
+        assert_eq!((v.skipped.clone(), v.missing_offsets), (vec![[12, 14]], 3));
+        assert_eq!(v.not_delivered, [[10, 11], [15, 19]]);
         // A replay landed them: folded into the ledger, all accounted for.
         let mut fold = crate::ledger::Fold::default();
         fold.add(&entries(&[(0, 9, 10), (10, 29, 10)]), &[], false);
@@ -448,6 +535,26 @@ mod tests {
         let v = judge(&found(0, 29, &[]), 30, &[], &Ledger::from_fold(&fold), None);
         assert_eq!(v.missing_offsets, 0, "{v:?}");
         assert_eq!(v.not_delivered_offsets, 0);
+    }
+
+    #[test]
+    fn a_first_batch_lost_before_its_commit_is_missing_from_the_checkpoints_first_offset() {
+        // The partition started at 0 (its checkpoint says); the ledger starts at 10: the
+        // first batch never reached a snapshot.
+        let l = ledger(&[(10, 19, 10)]);
+        let e = Expected {
+            next_offset: 20,
+            pending: &[],
+            ledger: &l,
+            from: None,
+            first: Some(0),
+            given_up: &[],
+        };
+        let v = judge_with(&found(10, 19, &[]), &e);
+        assert_eq!((v.missing, v.missing_offsets), (vec![[0, 9]], 10));
+        // Without it, the ledger's start is where the partition is known to start.
+        let v = judge(&found(10, 19, &[]), 20, &[], &l, None);
+        assert_eq!(v.missing_offsets, 0);
     }
 
     #[test]
@@ -488,6 +595,17 @@ mod tests {
         let c = against_log(&holes, 5, &[[20, 21]], &read);
         assert_eq!(c.not_landed, [[12, 13]]);
         assert_eq!((c.not_landed_offsets, c.before_first, c.records), (2, 1, 9));
+    }
+
+    #[test]
+    fn ranges_split_into_the_pieces_inside_and_outside() {
+        assert_eq!(split([0, 9], &[]), (vec![], vec![[0, 9]]));
+        assert_eq!(
+            split([0, 9], &[[2, 3], [6, 20]]),
+            (vec![[2, 3], [6, 9]], vec![[0, 1], [4, 5]])
+        );
+        assert_eq!(split([5, 5], &[[0, 4]]), (vec![], vec![[5, 5]]));
+        assert_eq!(split([0, 9], &[[0, 9]]), (vec![[0, 9]], vec![]));
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! the commit stage checks each of its rounds.
 
 pub mod expect;
+pub mod given_up;
 
 use std::collections::BTreeMap;
 
@@ -67,6 +68,12 @@ pub struct PartitionAudit {
     pub verified_from: i64,
     /// The partition's checkpoint: the next offset the pipeline takes.
     pub next_offset: i64,
+    /// The first offset the partition took, as its checkpoint says (`None`: not known, a
+    /// checkpoint an earlier release created).
+    pub first_taken: Option<i64>,
+    /// Offset ranges (inclusive) of batches the event source gave up on (its on-failure
+    /// destination's records).
+    pub given_up: Vec<[i64; 2]>,
     /// Rows in the table.
     pub rows: i64,
     /// Rows in `dead_letters` (the topic's own rejections).
@@ -76,9 +83,9 @@ pub struct PartitionAudit {
     /// Why the partition's ledger could not be read, if so (checked as if it had none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ledger_error: Option<String>,
-    /// Offset ranges (inclusive) between two batches that no batch took, on a partition whose
-    /// batches never saw a gap between their own records (so none is Kafka's): counted as
-    /// missing, unless the log (`--bootstrap-servers`) was read, which tells.
+    /// Offset ranges (inclusive) no batch that landed took, in batches the event source gave
+    /// up on: counted as missing until a replay lands them (or the log, `--bootstrap-servers`,
+    /// says they held no record).
     pub skipped: Vec<[i64; 2]>,
     /// Offsets skipped in all.
     pub skipped_offsets: i64,
@@ -135,6 +142,19 @@ pub struct Audit {
     /// Pending batches that cannot be read (damaged, or written by a later release): their
     /// offsets, not known to be pending, may show as missing.
     pub unreadable_pending: Vec<String>,
+    /// The batches the event source gave up on, as read (`None`: not read).
+    pub failed_batches: Option<FailedBatchesRead>,
+}
+
+/// Where the batches an event source gave up on were read, and what of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedBatchesRead {
+    /// The location (`--failed-batches`).
+    pub location: String,
+    /// Records read.
+    pub batches: usize,
+    /// Records that could not be read, with why.
+    pub unreadable: Vec<String>,
 }
 
 impl Audit {
@@ -172,6 +192,48 @@ pub struct AuditOptions<'a> {
     pub since_ms: Option<i64>,
     /// The topics' own logs to compare with.
     pub log: Option<&'a dyn TopicLog>,
+    /// The batches the event source gave up on (its on-failure destination's records), by
+    /// topic-partition: ranges (inclusive, sorted, apart). `None`: not read.
+    pub given_up: Option<&'a GivenUp>,
+}
+
+/// The offset ranges (inclusive, sorted, apart) of the batches an event source gave up on, by
+/// topic-partition, as its on-failure destination's records say ([`given_up`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GivenUp {
+    /// Ranges per topic-partition.
+    pub ranges: BTreeMap<SourcePartition, Vec<[i64; 2]>>,
+    /// Records read.
+    pub batches: usize,
+    /// Records that could not be read, each with why.
+    pub unreadable: Vec<String>,
+}
+
+impl GivenUp {
+    /// Adds a failed batch's records.
+    pub fn add(&mut self, event: &crate::esm::EsmEvent) -> Result<()> {
+        for (source, records) in crate::ingest::group_by_partition(event)? {
+            let (Some(lo), Some(hi)) = (
+                records.iter().map(|r| r.offset).min(),
+                records.iter().map(|r| r.offset).max(),
+            ) else {
+                continue;
+            };
+            let list = self.ranges.entry(source).or_default();
+            list.push([lo, hi]);
+            list.sort_unstable();
+            let mut joined: Vec<[i64; 2]> = Vec::with_capacity(list.len());
+            for [a, b] in list.drain(..) {
+                match joined.last_mut() {
+                    Some(prev) if a <= prev[1].saturating_add(1) => prev[1] = prev[1].max(b),
+                    _ => joined.push([a, b]),
+                }
+            }
+            *list = joined;
+        }
+        self.batches += 1;
+        Ok(())
+    }
 }
 
 /// What a topic-partition's log holds (read by `--bootstrap-servers`).
@@ -247,7 +309,11 @@ pub async fn audit_with(
             sources.push(SourcePartition::new(&t.topic, p));
         }
     }
-    let before = next_offsets(backend, &sources).await?;
+    let before_checkpoints = checkpoints(backend, &sources).await?;
+    let before: BTreeMap<(String, i32), i64> = before_checkpoints
+        .iter()
+        .map(|(k, c)| (k.clone(), c.next_offset))
+        .collect();
     // 2. The pending batches, those that cannot be read included.
     let (mut pending, mut unreadable) = (Vec::new(), Vec::new());
     let mut after = None;
@@ -272,6 +338,7 @@ pub async fn audit_with(
         ok: true,
         tables: Vec::new(),
         unreadable_pending: unreadable,
+        failed_batches: None,
     };
     for t in audited {
         let mut audit = TableAudit {
@@ -342,7 +409,11 @@ pub async fn audit_with(
                 .iter()
                 .map(|p| SourcePartition::new(&t.topic, *p))
                 .collect();
-            let now_at = next_offsets(backend, &again).await?;
+            let now_at: BTreeMap<(String, i32), i64> = checkpoints(backend, &again)
+                .await?
+                .into_iter()
+                .map(|(k, c)| (k, c.next_offset))
+                .collect();
             for p in partitions {
                 let key = (t.topic.clone(), p);
                 let next_offset = before.get(&key).copied().unwrap_or(0);
@@ -359,7 +430,26 @@ pub async fn audit_with(
                     Some(from) => pend.into_iter().filter(|r| r[1] >= from).collect(),
                     None => pend,
                 };
-                let v = expect::judge(&f.shape, next_offset, &pend, &ledger, from);
+                let first_taken = before_checkpoints
+                    .get(&key)
+                    .map(|c| c.first_offset)
+                    .filter(|f| *f >= 0);
+                let given_up: Vec<[i64; 2]> = options
+                    .given_up
+                    .and_then(|g| g.ranges.get(&SourcePartition::new(&t.topic, p)))
+                    .map(|r| r.iter().copied().filter(|r| r[0] < next_offset).collect())
+                    .unwrap_or_default();
+                let v = expect::judge_with(
+                    &f.shape,
+                    &expect::Expected {
+                        next_offset,
+                        pending: &pend,
+                        ledger: &ledger,
+                        from,
+                        first: first_taken,
+                        given_up: &given_up,
+                    },
+                );
                 let beyond_checkpoint = f
                     .shape
                     .last
@@ -368,6 +458,7 @@ pub async fn audit_with(
                 let lowest = [
                     f.shape.first,
                     ledger.start().filter(|_| from.is_none()),
+                    first_taken.filter(|_| from.is_none()),
                     pend.iter().map(|r| r[0]).min(),
                 ];
                 let verified_from = lowest
@@ -399,6 +490,8 @@ pub async fn audit_with(
                     first_offset: f.shape.first,
                     verified_from,
                     next_offset,
+                    first_taken,
+                    given_up,
                     rows: f.rows,
                     dead_letters: f.dead_letters,
                     pending: pend,
@@ -445,17 +538,17 @@ fn ident(backend: &Backend, name: &str) -> iceberg::TableIdent {
 }
 
 /// The checkpoints of `sources` (one batched read), by topic and partition.
-async fn next_offsets(
+async fn checkpoints(
     backend: &Backend,
     sources: &[SourcePartition],
-) -> Result<BTreeMap<(String, i32), i64>> {
+) -> Result<BTreeMap<(String, i32), crate::checkpoint::Checkpoint>> {
     Ok(backend
         .state
         .checkpoints(sources)
         .await?
         .into_iter()
         .zip(sources)
-        .map(|(c, s)| ((s.topic.clone(), s.partition), c.next_offset))
+        .map(|(c, s)| ((s.topic.clone(), s.partition), c))
         .collect())
 }
 

@@ -27,6 +27,13 @@ pub struct AuditArgs {
     /// table or dead_letters. Reads each partition's log up to its checkpoint.
     #[arg(long, value_name = "BROKERS")]
     pub bootstrap_servers: Option<String>,
+    /// The event source mapping's on-failure destination, where it writes the batches it gave
+    /// up on: `s3://bucket[/prefix]` or a directory (default: the embedded home's
+    /// `failed-batches/` when there is one). Offsets between landed batches are counted as
+    /// skipped only where such a batch holds them; without it they are Kafka's gaps (an event
+    /// source skips a batch only after writing it there, or retries it until it lands).
+    #[arg(long, value_name = "LOCATION", env = "STREAMTABLE_FAILED_BATCHES")]
+    pub failed_batches: Option<String>,
     /// A librdkafka property for --bootstrap-servers, `name=value` (repeatable), e.g.
     /// `-X security.protocol=sasl_ssl`.
     #[arg(short = 'X', long = "kafka-option", value_name = "NAME=VALUE")]
@@ -51,6 +58,21 @@ pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
         }
         None => None,
     };
+    let failed = args
+        .failed_batches
+        .clone()
+        .or_else(|| match &config.backend {
+            crate::backend::BackendConfig::Embedded { home } => {
+                let dir = home.join("failed-batches");
+                dir.is_dir().then(|| dir.display().to_string())
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        });
+    let given_up = match &failed {
+        Some(location) => Some(crate::audit::given_up::read(location).await?),
+        None => None,
+    };
     let since_ms = args
         .since
         .as_deref()
@@ -63,9 +85,19 @@ pub async fn run(config: &Config, args: &AuditArgs) -> Result<()> {
             only: args.table.as_deref(),
             since_ms,
             log: log.as_ref().map(|l| l as &dyn crate::audit::TopicLog),
+            given_up: given_up.as_ref(),
         },
     )
     .await?;
+    let mut audit = audit;
+    audit.failed_batches = match (&failed, &given_up) {
+        (Some(location), Some(g)) => Some(crate::audit::FailedBatchesRead {
+            location: location.clone(),
+            batches: g.batches,
+            unreadable: g.unreadable.clone(),
+        }),
+        _ => None,
+    };
     if args.json {
         println!(
             "{}",
@@ -201,7 +233,7 @@ pub fn render(audit: &Audit) -> String {
             if p.skipped_offsets > 0 {
                 let _ = writeln!(
                     out,
-                    "    {}skipped between batches: {} offset(s) no batch took: {} — this partition's batches never saw a gap between their own records, so these are records the event source skipped (a batch it gave up on: `streamtable replay` lands it){}",
+                    "    {}skipped: {} offset(s) no landed batch took, in batches the event source gave up on: {} — `streamtable replay` lands them{}",
                     if p.log.is_some() { "" } else { "missing: " },
                     p.skipped_offsets,
                     ranges(&p.skipped),
@@ -261,9 +293,18 @@ pub fn render(audit: &Audit) -> String {
             if p.not_delivered_offsets > 0 {
                 let _ = writeln!(
                     out,
-                    "    never delivered (not counted as missing): {} offset(s): {} — gaps of the topic's log (transaction markers, aborted or compacted records), or records the event source skipped; --bootstrap-servers checks them against the log",
+                    "    never delivered (not counted as missing): {} offset(s): {} — gaps of the topic's log (transaction markers, aborted or compacted records){}",
                     p.not_delivered_offsets,
-                    ranges(&p.not_delivered)
+                    ranges(&p.not_delivered),
+                    match (&audit.failed_batches, &p.log) {
+                        (_, Some(_)) => "; checked against the log above",
+                        (Some(_), None) => {
+                            "; no batch the event source gave up on holds them; --bootstrap-servers checks them against the log"
+                        }
+                        (None, None) => {
+                            "; the batches the event source gave up on were not read (--failed-batches), nor the log (--bootstrap-servers)"
+                        }
+                    }
                 );
             }
             if let Some([a, b]) = p.beyond_checkpoint {
@@ -292,6 +333,24 @@ pub fn render(audit: &Audit) -> String {
             }
         }
         out.push('\n');
+    }
+    match &audit.failed_batches {
+        Some(f) => {
+            let _ = writeln!(
+                out,
+                "batches the event source gave up on: {} read from {}",
+                f.batches, f.location
+            );
+            for u in &f.unreadable {
+                let _ = writeln!(out, "  cannot be read: {u}");
+            }
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "batches the event source gave up on: not read (--failed-batches, its on-failure destination)"
+            );
+        }
     }
     for u in &audit.unreadable_pending {
         let _ = writeln!(

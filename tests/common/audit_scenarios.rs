@@ -51,6 +51,20 @@ fn part(a: &Audit, p: i32) -> &streamtable::audit::PartitionAudit {
         .unwrap_or_else(|| panic!("partition {p} audited: {a:?}"))
 }
 
+/// The audit, with `given_up` the batches the event source gave up on.
+async fn audit_given_up(h: &Harness, given_up: &streamtable::audit::GivenUp) -> Audit {
+    streamtable::audit::audit_with(
+        &h.backend,
+        &h.spec,
+        &streamtable::audit::AuditOptions {
+            given_up: Some(given_up),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("audit")
+}
+
 async fn run(h: &Harness) -> Audit {
     audit(&h.backend, &h.spec, None).await.expect("audit")
 }
@@ -122,12 +136,17 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
             .contains("never delivered (not counted as missing): 6 offset(s): 15, 20..=24")
     );
 
-    // The event source gives up on a batch (partition 2, offsets 10..=14) and goes on: on a
-    // partition without gaps of its own, the offsets no batch took are missing…
+    // The event source gives up on a batch (partition 2, offsets 10..=14), writes it to its
+    // on-failure destination, and goes on: the offsets no landed batch took that such a batch
+    // holds are missing…
     ingest(records("orders", 2, 0..10)).await;
     ingest(records("orders", 2, 15..20)).await;
     commit_pending(&h.backend, &tables).await.expect("commit");
-    let a = run(h).await;
+    let mut given_up = streamtable::audit::GivenUp::default();
+    given_up
+        .add(&event(&records("orders", 2, 10..15)))
+        .expect("a failed batch");
+    let a = audit_given_up(h, &given_up).await;
     assert!(!a.ok());
     let p2 = part(&a, 2);
     assert_eq!(
@@ -135,9 +154,15 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         (vec![[10, 14]], 5)
     );
     assert!(
-        streamtable::cli::audit::render(&a)
-            .contains("missing: skipped between batches: 5 offset(s) no batch took: 10..=14")
+        streamtable::cli::audit::render(&a).contains(
+            "missing: skipped: 5 offset(s) no landed batch took, in batches the event source gave up on: 10..=14"
+        )
     );
+    // …where nothing says the event source gave up on them, they are Kafka's gaps (aborted
+    // records between two transactions), listed.
+    let a = run(h).await;
+    assert!(a.ok(), "{}", streamtable::cli::audit::render(&a));
+    assert_eq!(part(&a, 2).not_delivered, [[10, 14]]);
     // …until a replay lands them.
     let replayed = streamtable::replay::replay(
         &h.ingestor(),
@@ -149,7 +174,7 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
     .expect("replay");
     assert_eq!(replayed.len(), 1);
     commit_pending(&h.backend, &tables).await.expect("commit");
-    let a = run(h).await;
+    let a = audit_given_up(h, &given_up).await;
     assert!(a.ok(), "{}", streamtable::cli::audit::render(&a));
     // 15 delivered by the event source, 5 landed by the replay.
     assert_eq!(part(&a, 2).delivered, Some(15));
@@ -169,6 +194,31 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         .await
         .expect("finish");
     assert_eq!(faults(&run(h).await, 0), (vec![[30, 39]], vec![]));
+
+    // A partition's first batch lost before its commit: the ledger starts at the second, but
+    // the checkpoint remembers where the partition started.
+    ingest(records("orders", 5, 0..10)).await;
+    let lost = h.backend.state.pending().await.expect("pending");
+    let intent = CommitIntent {
+        id: "lost-first".into(),
+        created_at_ms: 1,
+        batches: lost
+            .iter()
+            .filter(|b| b.source.partition == 5)
+            .map(|b| b.key())
+            .collect(),
+    };
+    assert!(h.backend.state.begin_commit(&intent).await.expect("begin"));
+    h.backend
+        .state
+        .finish_commit(&intent)
+        .await
+        .expect("finish");
+    ingest(records("orders", 5, 10..20)).await;
+    commit_pending(&h.backend, &tables).await.expect("commit");
+    let a = run(h).await;
+    assert_eq!(faults(&a, 5), (vec![[0, 9]], vec![]));
+    assert_eq!(part(&a, 5).first_taken, Some(0));
 
     // An offset range skipped: the checkpoint of partition 1 moved from 30 to 40 by a batch
     // that landed nothing, then records from 40 on. Partition 1 has gaps of its own (above),
@@ -191,6 +241,7 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         from: at,
         to_next_offset: 40,
         newest_ms: -1,
+        first_offset: -1,
         state: None,
     };
     h.backend
@@ -322,6 +373,7 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         from: at,
         to_next_offset: at.next_offset + 5,
         newest_ms: -1,
+        first_offset: -1,
         state: None,
     };
     h.backend

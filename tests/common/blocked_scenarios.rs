@@ -28,6 +28,7 @@ async fn forge_batch(h: &Harness, topic: &str, partition: i32, files: Vec<Pendin
         from: Checkpoint::INITIAL,
         to_next_offset: 1,
         newest_ms: -1,
+        first_offset: -1,
         state: None,
     };
     let advanced = h

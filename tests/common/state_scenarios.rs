@@ -61,6 +61,7 @@ async fn install_state(h: &Harness, source: &SourcePartition, body: Vec<u8>) {
         from: checkpoint,
         to_next_offset: checkpoint.next_offset,
         newest_ms: -1,
+        first_offset: -1,
         state: Some(StoredState {
             next_offset: checkpoint.next_offset,
             seq,

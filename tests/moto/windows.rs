@@ -350,6 +350,7 @@ async fn state_bucket_writes_lose_every_race_they_should() {
             from,
             to_next_offset: from.next_offset,
             newest_ms: -1,
+            first_offset: -1,
             state: Some(state),
         };
         store.advance(&[a], &batch).await.expect("advance")

@@ -47,7 +47,18 @@ pub struct Checkpoint {
     /// record with one yet, or a checkpoint an earlier release wrote): a record below the
     /// checkpoint stamped later was never taken, so its log is not the one the checkpoint
     /// counts ([`recreated`]).
+    #[serde(default = "unknown")]
     pub newest_ms: i64,
+    /// The first offset the partition took (-1 when not known: a checkpoint an earlier
+    /// release created): below it the pipeline never read the log (it started after it), above
+    /// it every offset is accounted for — a batch lost before its commit included.
+    #[serde(default = "unknown")]
+    pub first_offset: i64,
+}
+
+/// A timestamp or offset not known: -1.
+fn unknown() -> i64 {
+    -1
 }
 
 impl Checkpoint {
@@ -56,14 +67,16 @@ impl Checkpoint {
         next_offset: 0,
         version: 0,
         newest_ms: -1,
+        first_offset: -1,
     };
 
-    /// A checkpoint at `next_offset`, `version`, with no timestamp known.
+    /// A checkpoint at `next_offset`, `version`, with no timestamp or first offset known.
     pub const fn at(next_offset: i64, version: u64) -> Checkpoint {
         Checkpoint {
             next_offset,
             version,
             newest_ms: -1,
+            first_offset: -1,
         }
     }
 }
@@ -271,6 +284,9 @@ pub struct SourceAdvance {
     pub to_next_offset: i64,
     /// The latest Kafka timestamp (ms) of the records it takes (-1: none has one).
     pub newest_ms: i64,
+    /// The first offset it takes (-1: none); kept as the checkpoint's first when the
+    /// partition had no checkpoint yet.
+    pub first_offset: i64,
     /// The state of its stateful derived tables afterwards (written in the same conditional
     /// write, on the condition that the stored state is still at `seq - 1`), if it has any.
     pub state: Option<StoredState>,
@@ -301,6 +317,11 @@ impl SourceAdvance {
             next_offset: self.to_next_offset,
             version: self.from.version + 1,
             newest_ms: self.newest_ms.max(self.from.newest_ms),
+            first_offset: if self.from.version == 0 {
+                self.first_offset
+            } else {
+                self.from.first_offset
+            },
         }
     }
 }
@@ -500,9 +521,21 @@ mod tests {
             from: cp,
             to_next_offset: 3_001,
             newest_ms: 4_000,
+            first_offset: 3_000,
             state: None,
         };
         assert_eq!(a.to().newest_ms, 5_000);
+        // The first offset is the first advance's, kept by the later ones.
+        assert_eq!(
+            a.to().first_offset,
+            -1,
+            "an existing checkpoint's is not known"
+        );
+        let first = SourceAdvance {
+            from: Checkpoint::INITIAL,
+            ..a.clone()
+        };
+        assert_eq!(first.to().first_offset, 3_000);
     }
 
     #[test]

@@ -177,6 +177,7 @@ impl Ingestor {
                     from: checkpoint,
                     to_next_offset: checkpoint.next_offset,
                     newest_ms: -1,
+                    first_offset: -1,
                     state: Some(new.clone()),
                 };
                 match self.state.advance(&[advance], &batch).await? {

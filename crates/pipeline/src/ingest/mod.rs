@@ -278,6 +278,7 @@ impl Ingestor {
                     from: p.checkpoint,
                     to_next_offset: p.next_offset,
                     newest_ms: p.records.iter().map(|r| r.timestamp).max().unwrap_or(-1),
+                    first_offset: p.first_offset(),
                     state,
                 });
             }

@@ -80,6 +80,7 @@ impl Ingestor {
             from: checkpoint,
             to_next_offset: to,
             newest_ms: -1,
+            first_offset: -1,
             state,
         };
         match self.state.advance(&[advance], &batch).await? {

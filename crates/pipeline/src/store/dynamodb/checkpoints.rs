@@ -64,9 +64,14 @@ fn stamp_attribute(partition: i32) -> String {
     format!("ts{partition}")
 }
 
-/// The latest Kafka timestamp recorded for `partition` in a bucket item, -1 if none.
-fn stamp(item: &HashMap<String, AttributeValue>, partition: i32) -> i64 {
-    item.get(&stamp_attribute(partition))
+/// The attribute of a bucket item holding the first offset `partition` took.
+fn first_attribute(partition: i32) -> String {
+    format!("f{partition}")
+}
+
+/// A number attribute of a bucket item, -1 if none.
+fn number(item: &HashMap<String, AttributeValue>, attribute: &str) -> i64 {
+    item.get(attribute)
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(-1)
@@ -212,6 +217,7 @@ impl DynamoStateStore {
                         next_offset: get_n(i, "next_offset").unwrap_or(0),
                         version: get_n(i, "version").unwrap_or(0),
                         newest_ms: get_n(i, "newest_ms").unwrap_or(-1),
+                        first_offset: get_n(i, "first_offset").unwrap_or(-1),
                     },
                 ))
             })
@@ -387,7 +393,8 @@ impl DynamoStateStore {
                 Ok(Checkpoint {
                     next_offset: next,
                     version: u64::from(next > 0),
-                    newest_ms: bucket.map_or(-1, |b| stamp(b, s.partition)),
+                    newest_ms: bucket.map_or(-1, |b| number(b, &stamp_attribute(s.partition))),
+                    first_offset: bucket.map_or(-1, |b| number(b, &first_attribute(s.partition))),
                 })
             })
             .collect()
@@ -427,8 +434,9 @@ impl DynamoStateStore {
                     .table_name(&self.table)
                     .set_key(Some(item_key(legacy_key(&a.source))))
                     .update_expression(
-                        "SET next_offset = :next, version = :new, updated_at_ms = :now, newest_ms = :ts",
+                        "SET next_offset = :next, version = :new, updated_at_ms = :now, newest_ms = :ts, first_offset = if_not_exists(first_offset, :first)",
                     )
+                    .expression_attribute_values(":first", n(next.first_offset))
                     .expression_attribute_values(":next", n(next.next_offset))
                     .expression_attribute_values(":new", n(next.version))
                     .expression_attribute_values(":now", n(now_ms))
@@ -469,6 +477,16 @@ impl DynamoStateStore {
                         )
                         .expression_attribute_values(format!(":t{i}"), n(newest));
                     set.push(format!("#t{i}=:t{i}"));
+                }
+                let first = a.to().first_offset;
+                if a.from.version == 0 && first >= 0 {
+                    update = update
+                        .expression_attribute_names(
+                            format!("#f{i}"),
+                            first_attribute(a.source.partition),
+                        )
+                        .expression_attribute_values(format!(":f{i}"), n(first));
+                    set.push(format!("#f{i}=:f{i}"));
                 }
                 cond.push(match mode {
                     Mode::Buckets => format!("#m.#{i}=:o{i}"),

@@ -156,7 +156,10 @@ fn upgrade_schema(conn: &Connection) -> rusqlite::Result<()> {
         |r| r.get::<_, i64>(0).map(|n| n > 0),
     )?;
     if !has_newest {
-        conn.execute_batch("ALTER TABLE checkpoints ADD COLUMN newest_ms INTEGER")?;
+        conn.execute_batch(
+            "ALTER TABLE checkpoints ADD COLUMN newest_ms INTEGER;
+             ALTER TABLE checkpoints ADD COLUMN first_offset INTEGER;",
+        )?;
     }
     let has_delivered: bool = conn.query_row(
         "SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'delivered'",
@@ -258,13 +261,14 @@ impl CheckpointStore for SqliteStateStore {
         let source = source.clone();
         self.with_conn(move |conn, path| {
             conn.query_row(
-                "SELECT next_offset, version, newest_ms FROM checkpoints WHERE topic = ?1 AND partition = ?2",
+                "SELECT next_offset, version, newest_ms, first_offset FROM checkpoints WHERE topic = ?1 AND partition = ?2",
                 params![source.topic, source.partition],
                 |r| {
                     Ok(Checkpoint {
                         next_offset: r.get(0)?,
                         version: r.get::<_, i64>(1)? as u64,
                         newest_ms: r.get::<_, Option<i64>>(2)?.unwrap_or(-1),
+                        first_offset: r.get::<_, Option<i64>>(3)?.unwrap_or(-1),
                     })
                 },
             )
@@ -378,13 +382,14 @@ impl CheckpointStore for SqliteStateStore {
                     continue;
                 }
                 tx.execute(
-                    "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms, newest_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                    "INSERT INTO checkpoints (topic, partition, next_offset, version, updated_at_ms, newest_ms, first_offset)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                      ON CONFLICT (topic, partition) DO UPDATE SET
                        next_offset = excluded.next_offset, version = excluded.version,
                        updated_at_ms = excluded.updated_at_ms,
-                       newest_ms = max(coalesce(newest_ms, -1), excluded.newest_ms)",
-                    params![a.source.topic, a.source.partition, next.next_offset, next.version as i64, batch.created_at_ms, next.newest_ms],
+                       newest_ms = max(coalesce(newest_ms, -1), excluded.newest_ms),
+                       first_offset = coalesce(first_offset, excluded.first_offset)",
+                    params![a.source.topic, a.source.partition, next.next_offset, next.version as i64, batch.created_at_ms, next.newest_ms, next.first_offset],
                 )
                 .map_err(err("write checkpoint"))?;
             }
