@@ -374,6 +374,21 @@ pub async fn audit_with(
                 Some(ms) => {
                     let mut starts =
                         first_since(&engine, &t.name, &t.topic, has_table, has_dead, ms).await?;
+                    // Where the ledger's time marks say the records stamped since start, when
+                    // that is earlier than the first one found (rows lost right after the time
+                    // are below it). A partition with no mark that late starts after its
+                    // ledger, or after its last offset found if earlier (records its checkpoint
+                    // moved past without landing them have no stamp to go by).
+                    for (p, marks) in stamps(backend, &t.topic, &t.name).await? {
+                        let after_ledger = match ledgers.get(&p) {
+                            Some(Ok(l)) => l.end().map(|e| e.saturating_add(1)),
+                            _ => None,
+                        };
+                        if let Some(from) = marks.start_since(ms).or(after_ledger) {
+                            let start = starts.entry(p).or_insert(from);
+                            *start = (*start).min(from);
+                        }
+                    }
                     // From the start of the ledger's sparse entry that holds the cut, so that
                     // it is counted whole (a whole range is checked offset by offset).
                     for (p, from) in starts.iter_mut() {
@@ -577,6 +592,33 @@ async fn ledgers(
             .map(|f| Ledger::from_fold(&f))
             .map_err(|why| format!("table {table}'s property {key} cannot be read ({why}); offsets are checked as if it had no ledger"));
         out.insert(p, ledger);
+    }
+    Ok(out)
+}
+
+/// The time marks of `topic`'s partitions ([`crate::ledger::Stamps`]), from its own table's
+/// properties; marks that cannot be read are left out (the audit then starts the partition
+/// from what it finds).
+async fn stamps(
+    backend: &Backend,
+    topic: &str,
+    table: &str,
+) -> Result<BTreeMap<i32, crate::ledger::Stamps>> {
+    let prefix = format!("{}{topic}-", crate::ledger::STAMPS_PROPERTY_PREFIX);
+    let mut out = BTreeMap::new();
+    let Some((t, _)) = backend.catalog.load(&ident(backend, table)).await? else {
+        return Ok(out);
+    };
+    for (key, value) in t.metadata().properties() {
+        let Some(p) = key
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(s) = crate::ledger::Stamps::decode(value) {
+            out.insert(p, s);
+        }
     }
     Ok(out)
 }

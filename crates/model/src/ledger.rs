@@ -400,6 +400,102 @@ fn valid(d: &Delivered) -> bool {
     d.first >= 0 && d.last >= d.first && d.count <= d.span()
 }
 
+/// Table property of a topic-partition's time marks ([`Stamps`]) on the topic's own table:
+/// `streamtable.stamps.{topic}-{partition}`.
+pub const STAMPS_PROPERTY_PREFIX: &str = "streamtable.stamps.";
+
+/// The most marks [`Stamps`] keep per topic-partition.
+pub const MAX_STAMPS: usize = 64;
+
+/// Where in a topic-partition's offsets its records' Kafka timestamps lie, coarsely: marks
+/// `offset@ms`, each saying that the records from its offset up to the next mark's are stamped
+/// at or before `ms`. Each commit round adds one at its first offset, with the latest
+/// timestamp the partition had taken by then (its checkpoint's: at or after every record of
+/// the round); past [`MAX_STAMPS`], the neighbours spanning the fewest offsets are joined (the
+/// later time kept). So `audit --since T` starts a partition at the first mark stamped at or
+/// after `T` ([`Stamps::start_since`]): no record stamped at or after `T` lies below it, found
+/// or not (a row deleted after its commit included).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stamps {
+    /// `(offset, ms)`, by offset.
+    pub marks: Vec<(i64, i64)>,
+}
+
+impl Stamps {
+    /// Adds the mark `offset@ms` (a mark at the same offset keeps the later time).
+    pub fn add(&mut self, offset: i64, ms: i64) {
+        if offset < 0 {
+            return;
+        }
+        match self.marks.binary_search_by_key(&offset, |m| m.0) {
+            Ok(i) => self.marks[i].1 = self.marks[i].1.max(ms),
+            Err(i) => self.marks.insert(i, (offset, ms)),
+        }
+        while self.marks.len() > MAX_STAMPS {
+            // Join the neighbours whose joined segment spans the fewest offsets.
+            let span = |i: usize| {
+                let end = self.marks.get(i + 2).map_or(i64::MAX, |m| m.0);
+                end.saturating_sub(self.marks[i].0)
+            };
+            let Some(i) = (0..self.marks.len() - 1).min_by_key(|&i| span(i)) else {
+                break;
+            };
+            let later = self.marks[i + 1].1;
+            self.marks[i].1 = self.marks[i].1.max(later);
+            self.marks.remove(i + 1);
+        }
+    }
+
+    /// The first offset of the first segment stamped at or after `since_ms` (no record below it
+    /// is), `None` when no segment is.
+    pub fn start_since(&self, since_ms: i64) -> Option<i64> {
+        self.marks
+            .iter()
+            .find(|(_, ms)| *ms >= since_ms)
+            .map(|(o, _)| *o)
+    }
+
+    /// The stored form: `offset@ms,…`.
+    pub fn encode(&self) -> String {
+        self.marks
+            .iter()
+            .map(|(o, ms)| format!("{o}@{ms}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Reads [`Stamps::encode`]'s form back; an impossible or unordered mark, or more than
+    /// [`MAX_STAMPS`], is refused, naming it.
+    pub fn decode(text: &str) -> Result<Stamps, String> {
+        let mut marks = Vec::new();
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            let bad = || format!("time mark {part:?} is not offset@ms");
+            let (o, ms) = part.split_once('@').ok_or_else(bad)?;
+            let (o, ms) = (
+                o.parse::<i64>().map_err(|_| bad())?,
+                ms.parse::<i64>().map_err(|_| bad())?,
+            );
+            if o < 0 {
+                return Err(bad());
+            }
+            marks.push((o, ms));
+        }
+        if marks.len() > MAX_STAMPS {
+            return Err(format!(
+                "{} time marks, more than kept ({MAX_STAMPS})",
+                marks.len()
+            ));
+        }
+        if let Some(w) = marks.windows(2).find(|w| w[1].0 <= w[0].0) {
+            return Err(format!(
+                "time marks {}@{} and {}@{} are out of order",
+                w[0].0, w[0].1, w[1].0, w[1].1
+            ));
+        }
+        Ok(Stamps { marks })
+    }
+}
+
 /// One topic-partition's ledger as the audit reads it: whole ranges, sparse entries, and
 /// whether some batch saw a gap between its own records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -475,6 +571,13 @@ impl Ledger {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The highest offset recorded.
+    pub fn end(&self) -> Option<i64> {
+        let w = self.whole.last().map(|r| r[1]);
+        let s = self.sparse.iter().map(|d| d.last).max();
+        w.max(s)
     }
 
     /// The first offset of the sparse entry that holds `offset`, if one does (an entry counted
@@ -590,6 +693,36 @@ mod tests {
         assert_eq!(Delivery::decode(replayed.encode().as_deref()), Ok(replayed));
         assert!(Delivery::decode(Some("{")).is_err());
         assert!(Delivery::decode(Some(r#"{"t":[[1,2,-3]]}"#)).is_err());
+    }
+
+    #[test]
+    fn time_marks_bound_where_records_stamped_since_a_time_start() {
+        let mut s = Stamps::default();
+        s.add(0, 1_000);
+        s.add(100, 2_000);
+        s.add(200, 3_000);
+        assert_eq!(s.start_since(500), Some(0));
+        assert_eq!(s.start_since(1_500), Some(100));
+        assert_eq!(s.start_since(3_000), Some(200));
+        assert_eq!(s.start_since(3_001), None);
+        assert_eq!(Stamps::decode(&s.encode()), Ok(s.clone()));
+        // Past the limit, the neighbours spanning the fewest offsets join, keeping the later
+        // time: a start is never later than it should be.
+        let mut many = Stamps::default();
+        for i in 0..(MAX_STAMPS as i64 + 10) {
+            many.add(i * 10, i * 100);
+        }
+        assert_eq!(many.marks.len(), MAX_STAMPS);
+        for since in (0..7_400).step_by(37) {
+            let start = many.start_since(since).unwrap_or(i64::MAX);
+            // Record i*10 is stamped i*100: none stamped at or after `since` lies below start.
+            let first = (0..(MAX_STAMPS as i64 + 10))
+                .find(|i| i * 100 >= since)
+                .map_or(i64::MAX, |i| i * 10);
+            assert!(start <= first, "since {since}: start {start} > {first}");
+        }
+        assert!(Stamps::decode("5@1,3@2").is_err());
+        assert!(Stamps::decode("x").is_err());
     }
 
     #[test]

@@ -9,7 +9,9 @@ use iceberg::table::Table;
 use super::select::{Selector, TableFiles};
 use crate::checkpoint::{PendingBatch, SourcePartition};
 use crate::error::Result;
-use crate::ledger::{self, Delivered, Fold, LEDGER_PROPERTY_PREFIX};
+use crate::ledger::{
+    self, Delivered, Fold, LEDGER_PROPERTY_PREFIX, STAMPS_PROPERTY_PREFIX, Stamps,
+};
 use crate::tables::TableSet;
 
 /// One round's part of a topic-partition's ledger of delivered offsets ([`crate::ledger`]).
@@ -21,6 +23,9 @@ pub struct RoundLedger {
     pub replayed: Vec<Delivered>,
     /// Some batch of the round saw a gap between its own records.
     pub gaps_inside: bool,
+    /// The round's time mark ([`ledger::Stamps`]): its first offset, and the latest Kafka
+    /// timestamp the partition had taken when the round was committed (`None`: not known).
+    pub stamp: Option<(i64, i64)>,
 }
 
 /// The round's part of the ledger of each topic-partition its batches took from. Idle
@@ -72,6 +77,19 @@ pub(super) fn folded(
             fold.add(&part.delivered, &part.replayed, part.gaps_inside);
             Some((key, fold.encode()))
         })
+        .chain(parts.iter().filter_map(|(source, part)| {
+            let (offset, ms) = part.stamp?;
+            let key = format!("{STAMPS_PROPERTY_PREFIX}{source}");
+            // Marks that cannot be read start again: a mark only ever makes a start earlier.
+            let mut stamps = table
+                .metadata()
+                .properties()
+                .get(&key)
+                .and_then(|v| Stamps::decode(v).ok())
+                .unwrap_or_default();
+            stamps.add(offset, ms);
+            Some((key, stamps.encode()))
+        }))
         .collect()
 }
 
@@ -84,7 +102,32 @@ pub(super) async fn assign(
     batches: &[PendingBatch],
     by_table: &mut BTreeMap<String, TableFiles>,
 ) -> Result<()> {
-    for (source, part) in round_ledger(batches) {
+    let mut round = round_ledger(batches);
+    // Each partition's time mark: the latest timestamp it had taken, from its checkpoint (at or
+    // after every record of the round, which it took before).
+    let sources: Vec<SourcePartition> = round
+        .keys()
+        .filter(|s| tables.topic_tables.contains_key(&s.topic))
+        .cloned()
+        .collect();
+    if !sources.is_empty() {
+        let checkpoints = selector.backend().state.checkpoints(&sources).await?;
+        for (source, c) in sources.iter().zip(checkpoints) {
+            let Some(part) = round.get_mut(source) else {
+                continue;
+            };
+            let first = part
+                .delivered
+                .iter()
+                .chain(&part.replayed)
+                .map(|d| d.first)
+                .min();
+            // A timestamp not known (an earlier release's checkpoint) leaves no mark: the
+            // audit then starts from what it finds, as before marks.
+            part.stamp = first.filter(|_| c.newest_ms >= 0).map(|f| (f, c.newest_ms));
+        }
+    }
+    for (source, part) in round {
         let Some(name) = tables.topic_tables.get(&source.topic) else {
             continue;
         };

@@ -249,6 +249,11 @@ impl<'a> Selector<'a> {
         })
     }
 
+    /// The backend the run commits to.
+    pub(super) fn backend(&self) -> &'a Backend {
+        self.backend
+    }
+
     /// The table (as checked for this run), or the reason it is refused.
     pub async fn table(&mut self, name: &str) -> Result<Table> {
         self.table_status(name)
