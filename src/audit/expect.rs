@@ -151,6 +151,102 @@ pub fn judge_with(found: &Shape, e: &Expected<'_>) -> Verdict {
     v
 }
 
+/// What an upsert table's audit of one partition counts: its records replace one another by
+/// design, so the holes inside the ledger's entries are counted rather than named — each
+/// delivered record is a row (a superseded one too, until compaction), a dead letter, a
+/// tombstone or a row compaction dropped (`counted`), and the entries' own gaps are Kafka's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UpsertCount {
+    /// Offsets expected and found nowhere inside the ledger's entries.
+    pub holes: i64,
+    /// Of those, offsets the entries say were never delivered (Kafka's gaps; replays' ranges
+    /// taken off).
+    pub gaps: i64,
+    /// Records that were tombstones.
+    pub tombstones: i64,
+    /// Rows compaction dropped.
+    pub dropped: i64,
+}
+
+impl UpsertCount {
+    /// Delivered records neither rows, dead letters, tombstones nor dropped rows (negative:
+    /// more accounted for than delivered — a damaged count, or rows from nowhere).
+    pub fn unaccounted(&self) -> i64 {
+        self.holes
+            .saturating_sub(self.gaps)
+            .saturating_sub(self.tombstones)
+            .saturating_sub(self.dropped)
+    }
+}
+
+/// The count of an upsert partition's holes inside its ledger's entries against what the
+/// table counted of its records (`tombstones`, `dropped`); `skipped` (holes the event source
+/// gave up on, already missing) are taken off both sides.
+pub fn upsert_count(v: &Verdict, ledger: &Ledger, tombstones: u64, dropped: u64) -> UpsertCount {
+    let entries: Vec<([i64; 2], Option<Delivered>)> = ledger
+        .whole()
+        .iter()
+        .map(|r| (*r, None))
+        .chain(ledger.sparse().map(|d| ([d.first, d.last], Some(*d))))
+        .collect();
+    let overlap = |a: [i64; 2], b: [i64; 2]| {
+        let (lo, hi) = (a[0].max(b[0]), a[1].min(b[1]));
+        if lo > hi { 0 } else { len([lo, hi]) }
+    };
+    let mut c = UpsertCount {
+        tombstones: i64::try_from(tombstones).unwrap_or(i64::MAX),
+        dropped: i64::try_from(dropped).unwrap_or(i64::MAX),
+        ..UpsertCount::default()
+    };
+    for (range, sparse) in &entries {
+        for h in &v.holes {
+            c.holes = c.holes.saturating_add(overlap(*range, *h));
+        }
+        for h in &v.skipped {
+            c.holes = c.holes.saturating_sub(overlap(*range, *h));
+        }
+        if let Some(d) = sparse {
+            let gaps = d.span().saturating_sub(d.count);
+            let replayed = ledger.replayed_within(d.first, d.last);
+            let skipped: i64 = v.skipped.iter().map(|h| overlap(*range, *h)).sum();
+            c.gaps = c.gaps.saturating_add(
+                i64::try_from(gaps.saturating_sub(replayed))
+                    .unwrap_or(i64::MAX)
+                    .saturating_sub(skipped),
+            );
+        }
+    }
+    c
+}
+
+/// The pieces of `holes` inside `ranges` (sorted, disjoint).
+pub fn within(holes: &[[i64; 2]], ranges: &[[i64; 2]]) -> Vec<[i64; 2]> {
+    holes.iter().flat_map(|h| split(*h, ranges).0).collect()
+}
+
+/// The pieces of `hole` outside `ranges` (sorted, disjoint).
+pub fn outside(hole: [i64; 2], ranges: &[[i64; 2]]) -> Vec<[i64; 2]> {
+    split(hole, ranges).1
+}
+
+/// Holes of `v` covered by no entry of `ledger` above where it starts: batches lost before
+/// their commit (missing whatever the table's kind).
+pub fn uncovered(v: &Verdict, ledger: &Ledger) -> Vec<[i64; 2]> {
+    let mut covered: Vec<[i64; 2]> = ledger
+        .whole()
+        .iter()
+        .copied()
+        .chain(ledger.sparse().map(|d| [d.first, d.last]))
+        .collect();
+    covered.sort_unstable();
+    let mut out = Vec::new();
+    for h in &v.holes {
+        let (_, outside) = split(*h, &covered);
+        out.extend(outside);
+    }
+    out
+}
+
 /// `range` cut into the pieces inside `ranges` (sorted, disjoint) and those outside.
 fn split(range: [i64; 2], ranges: &[[i64; 2]]) -> (Vec<[i64; 2]>, Vec<[i64; 2]>) {
     let (mut inside, mut outside) = (Vec::new(), Vec::new());

@@ -424,3 +424,9 @@ async fn debezium_avro_changes_read_back_as_the_current_rows() {
     let mut h = common::moto().await;
     common::debezium_scenarios::debezium_avro_changes_read_back_as_the_current_rows(&mut h).await;
 }
+
+#[tokio::test]
+async fn the_audit_counts_every_record_of_an_upsert_table() {
+    let mut h = common::moto().await;
+    common::upsert_scenarios::the_audit_counts_every_record_of_an_upsert_table(&mut h).await;
+}

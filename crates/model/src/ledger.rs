@@ -400,6 +400,41 @@ fn valid(d: &Delivered) -> bool {
     d.first >= 0 && d.last >= d.first && d.count <= d.span()
 }
 
+/// Table property of an upsert table's topic-partition: what its records became other than
+/// rows ([`Counted`]), `streamtable.counted.{topic}-{partition}`.
+pub const COUNTED_PROPERTY_PREFIX: &str = "streamtable.counted.";
+
+/// What an upsert table's records of one topic-partition became other than rows of its data
+/// files: tombstones (a key's delete, in no data file) and rows compaction dropped (superseded
+/// by a later record of their key, or deleted by a position delete, then rewritten away). Each
+/// is counted in the same metadata commit as the change, so `streamtable audit` counts every
+/// delivered record of an upsert table: its rows (deleted ones too, until compaction) plus
+/// these plus its dead letters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Records that were tombstones (key deletes).
+    pub tombstones: u64,
+    /// Rows compaction dropped.
+    pub dropped: u64,
+}
+
+impl Counted {
+    /// The stored form: `tombstones,dropped`.
+    pub fn encode(&self) -> String {
+        format!("{},{}", self.tombstones, self.dropped)
+    }
+
+    /// Reads [`Counted::encode`]'s form back.
+    pub fn decode(text: &str) -> Result<Counted, String> {
+        let bad = || format!("counts {text:?} are not tombstones,dropped");
+        let (t, d) = text.split_once(',').ok_or_else(bad)?;
+        Ok(Counted {
+            tombstones: t.trim().parse().map_err(|_| bad())?,
+            dropped: d.trim().parse().map_err(|_| bad())?,
+        })
+    }
+}
+
 /// Table property of a topic-partition's time marks ([`Stamps`]) on the topic's own table:
 /// `streamtable.stamps.{topic}-{partition}`.
 pub const STAMPS_PROPERTY_PREFIX: &str = "streamtable.stamps.";
@@ -541,6 +576,11 @@ impl Ledger {
             replayed: fold.replayed.clone(),
             ..Ledger::new(fold.entries.iter().copied())
         }
+    }
+
+    /// The ranges replays landed, in order.
+    pub fn replayed(&self) -> &[Delivered] {
+        &self.replayed
     }
 
     /// Records replays landed in ranges overlapping `first..=last` (at most its span).

@@ -10,7 +10,8 @@ use super::select::{Selector, TableFiles};
 use crate::checkpoint::{PendingBatch, SourcePartition};
 use crate::error::Result;
 use crate::ledger::{
-    self, Delivered, Fold, LEDGER_PROPERTY_PREFIX, STAMPS_PROPERTY_PREFIX, Stamps,
+    self, COUNTED_PROPERTY_PREFIX, Counted, Delivered, Fold, LEDGER_PROPERTY_PREFIX,
+    STAMPS_PROPERTY_PREFIX, Stamps,
 };
 use crate::tables::TableSet;
 
@@ -175,4 +176,35 @@ pub async fn set_aside(
         crate::error::Error::iceberg(format!("set the ledger of {source} aside"), e)
     })?;
     Ok(true)
+}
+
+/// The table properties of `table`'s counts ([`Counted`]) of `topic`'s partitions with `add`
+/// applied to each partition of `per_partition` (records per Kafka partition). Counts that
+/// cannot be read are left as they are (and reported): the audit names the partition.
+pub fn counted(
+    table: &Table,
+    topic: &str,
+    per_partition: &BTreeMap<i32, u64>,
+    add: impl Fn(&mut Counted, u64),
+) -> Vec<(String, String)> {
+    per_partition
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .filter_map(|(p, n)| {
+            let key = format!("{COUNTED_PROPERTY_PREFIX}{topic}-{p}");
+            let mut c = match table.metadata().properties().get(&key) {
+                Some(v) => match Counted::decode(v) {
+                    Ok(c) => c,
+                    Err(why) => {
+                        tracing::error!(table = %table.identifier(), property = %key, %why,
+                            "an upsert table's counts cannot be read; left as they are");
+                        return None;
+                    }
+                },
+                None => Counted::default(),
+            };
+            add(&mut c, *n);
+            Some((key, c.encode()))
+        })
+        .collect()
 }

@@ -709,6 +709,11 @@ async fn commit_table(
         .and_then(|d| d.spec.as_ref())
         .and_then(|s| s.upsert.as_ref());
     if let Some(upsert) = upsert {
+        let topic = tables
+            .topic_tables
+            .iter()
+            .find(|(_, t)| t.as_str() == name)
+            .map(|(topic, _)| topic.as_str());
         let done = crate::upsert::commit_upsert(
             &backend.catalog,
             &tables.ident(name),
@@ -716,7 +721,16 @@ async fn commit_table(
             &data_files,
             &files.key_deletes,
             &props,
-            &|t: &iceberg::table::Table| ledger::folded(t, name, &files.ledger),
+            &|t: &iceberg::table::Table, tombstones: &BTreeMap<i32, u64>| {
+                let mut props = ledger::folded(t, name, &files.ledger);
+                // A topic's own upsert table counts its tombstones for the audit.
+                if let Some(topic) = topic {
+                    props.extend(ledger::counted(t, topic, tombstones, |c, n| {
+                        c.tombstones = c.tombstones.saturating_add(n)
+                    }));
+                }
+                props
+            },
         )
         .await?;
         report.snapshot_id = done.snapshot_id;

@@ -94,6 +94,7 @@ pub async fn rewrite(
 ) -> Result<Rewritten> {
     let location = table.metadata().location().trim_end_matches('/');
     let mut kept: Vec<RecordBatch> = Vec::new();
+    let mut dropped: std::collections::BTreeMap<i32, u64> = Default::default();
     for input in &job.inputs {
         let path = input.file_path();
         let gone = deletes.positions.get(path);
@@ -116,6 +117,7 @@ pub async fn rewrite(
                     let keep = BooleanArray::from_iter(
                         (0..rows as u64).map(|r| Some(!g.contains(&(pos + r)))),
                     );
+                    count_dropped(&projected, &keep, &mut dropped);
                     arrow_select::filter::filter_record_batch(&projected, &keep)
                         .map_err(|e| Error::Internal(format!("{path}: {e}")))?
                 }
@@ -136,6 +138,7 @@ pub async fn rewrite(
         return Ok(Rewritten {
             removed,
             outputs: Vec::new(),
+            dropped,
         });
     }
     let all = arrow_select::concat::concat_batches(&layout.arrow_schema, &kept)
@@ -155,7 +158,36 @@ pub async fn rewrite(
             .map_err(|e| Error::iceberg(format!("write {}", f.location), e))?;
         outputs.push(f.data_file);
     }
-    Ok(Rewritten { removed, outputs })
+    Ok(Rewritten {
+        removed,
+        outputs,
+        dropped,
+    })
+}
+
+/// Adds the rows `keep` leaves out of `batch` to `dropped`, by their `kafka_partition` (-1: a
+/// row without one).
+fn count_dropped(
+    batch: &RecordBatch,
+    keep: &BooleanArray,
+    dropped: &mut std::collections::BTreeMap<i32, u64>,
+) {
+    let partitions = batch
+        .column_by_name(crate::kafka::PARTITION)
+        .and_then(|c| arrow_cast::cast(c, &arrow_schema::DataType::Int32).ok());
+    let partitions = partitions
+        .as_ref()
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::Int32Array>());
+    for i in 0..keep.len() {
+        if keep.value(i) {
+            continue;
+        }
+        let p = match partitions {
+            Some(a) if arrow_array::Array::is_valid(a, i) => a.value(i),
+            _ => -1,
+        };
+        *dropped.entry(p).or_default() += 1;
+    }
 }
 
 #[cfg(test)]

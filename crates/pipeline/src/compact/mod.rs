@@ -292,6 +292,7 @@ async fn compact_job(
         return Ok(None);
     }
     let outputs = rewritten.outputs;
+    let dropped = rewritten.dropped;
     let removed: HashSet<String> = rewritten.removed.into_iter().collect();
     let applied = match &job.deletes {
         Some(d) => replace::Deletes {
@@ -310,13 +311,30 @@ async fn compact_job(
         "streamtable.operation".to_string(),
         "compaction".to_string(),
     )]);
-    let outcome = replace::commit_replace_with(
+    // A topic's own upsert table counts the rows the rewrite dropped (superseded or deleted),
+    // in the replace's metadata commit: the audit accounts for every record it was delivered.
+    let counted_topic = def
+        .spec
+        .as_ref()
+        .filter(|s| {
+            s.upsert.is_some()
+                && tables.topic_tables.get(&s.topic).map(String::as_str) == Some(name)
+        })
+        .map(|s| s.topic.clone())
+        .filter(|_| !dropped.is_empty());
+    let outcome = replace::commit_replace_setting(
         &backend.catalog,
         ident,
         &removed,
         &applied,
         &outputs,
         &props,
+        &|t: &iceberg::table::Table| match &counted_topic {
+            Some(topic) => crate::commit::ledger::counted(t, topic, &dropped, |c, n| {
+                c.dropped = c.dropped.saturating_add(n)
+            }),
+            None => Vec::new(),
+        },
     )
     .await?;
     let snapshot_id = match outcome {

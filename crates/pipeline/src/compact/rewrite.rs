@@ -66,6 +66,8 @@ pub struct Rewritten {
     pub removed: Vec<String>,
     /// The files written.
     pub outputs: Vec<DataFile>,
+    /// Rows left out (deleted by position deletes), per Kafka partition.
+    pub dropped: std::collections::BTreeMap<i32, u64>,
 }
 
 /// Rewrites the job's inputs (live files of one partition, in order) into files of about

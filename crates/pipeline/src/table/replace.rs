@@ -80,6 +80,24 @@ pub async fn commit_replace_with(
     added: &[DataFile],
     properties: &HashMap<String, String>,
 ) -> Result<ReplaceOutcome> {
+    commit_replace_setting(catalog, ident, removed, deletes, added, properties, &|_| {
+        Vec::new()
+    })
+    .await
+}
+
+/// [`commit_replace_with`], setting in the same metadata commit the table properties
+/// `table_properties` gives for the table the replace builds on (what an upsert table counts
+/// of the rows a rewrite dropped).
+pub async fn commit_replace_setting(
+    catalog: &TableCatalog,
+    ident: &TableIdent,
+    removed: &HashSet<String>,
+    deletes: &Deletes,
+    added: &[DataFile],
+    properties: &HashMap<String, String>,
+    table_properties: &(dyn Fn(&Table) -> Vec<(String, String)> + Sync),
+) -> Result<ReplaceOutcome> {
     // Carried by the snapshot, so that an attempt whose outcome was unknown is recognised.
     let replace_id = uuid::Uuid::new_v4().to_string();
     let mut properties = properties.clone();
@@ -139,10 +157,17 @@ pub async fn commit_replace_with(
         )
         .await?;
         let snapshot_id = snapshot.snapshot_id();
-        let metadata = table
+        let set: HashMap<String, String> = table_properties(&table).into_iter().collect();
+        let mut builder = table
             .metadata()
             .clone()
-            .into_builder(Some(pointer.metadata_location.clone()))
+            .into_builder(Some(pointer.metadata_location.clone()));
+        if !set.is_empty() {
+            builder = builder
+                .set_properties(set)
+                .map_err(|e| Error::iceberg(format!("replace metadata of {ident}"), e))?;
+        }
+        let metadata = builder
             .add_snapshot(snapshot)
             .and_then(|b| {
                 b.set_ref(

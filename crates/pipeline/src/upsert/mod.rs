@@ -103,8 +103,9 @@ pub struct UpsertCommit {
 /// Commits `added` (the round's data files of the table) as upserts keyed by `key`, and
 /// `key_deletes` (files of the round's tombstones: location, size) as deletes of their keys,
 /// with the snapshot summary `properties` (the commit id among them); the same metadata commit
-/// sets the table properties `ledger_properties` gives for the table it builds on (the round's
-/// part of the ledger of delivered offsets, folded in) and records `key`
+/// sets the table properties `ledger_properties` gives for the table it builds on and the
+/// round's tombstones per Kafka partition (the round's part of the ledger of delivered offsets,
+/// folded in, and the tombstones counted) and records `key`
 /// ([`PRIMARY_KEY_PROPERTY`]).
 pub async fn commit_upsert(
     catalog: &TableCatalog,
@@ -113,7 +114,7 @@ pub async fn commit_upsert(
     added: &[DataFile],
     key_deletes: &[(String, u64)],
     properties: &HashMap<String, String>,
-    ledger_properties: &(dyn Fn(&Table) -> Vec<(String, String)> + Sync),
+    ledger_properties: &(dyn Fn(&Table, &BTreeMap<i32, u64>) -> Vec<(String, String)> + Sync),
 ) -> Result<UpsertCommit> {
     let commit_id = properties
         .get(COMMIT_ID_PROPERTY)
@@ -138,7 +139,9 @@ pub async fn commit_upsert(
         let built = build(&table, key, added, key_deletes, properties).await?;
         let snapshot_id = built.snapshot.snapshot_id();
         let mut table_properties: HashMap<String, String> =
-            ledger_properties(&table).into_iter().collect();
+            ledger_properties(&table, &built.tombstones)
+                .into_iter()
+                .collect();
         table_properties.insert(PRIMARY_KEY_PROPERTY.to_string(), key.join(","));
         let metadata = table
             .metadata()
@@ -205,6 +208,8 @@ struct Built {
     index: KeyIndex,
     runs: Vec<RunRef>,
     index_at: String,
+    /// The round's tombstones per Kafka partition.
+    tombstones: BTreeMap<i32, u64>,
 }
 
 /// A live data file of the snapshot built on.
@@ -304,8 +309,12 @@ async fn build(
         );
     }
     // Tombstones: a key's delete takes part in the round like a record of the key.
+    let mut tombstones: BTreeMap<i32, u64> = BTreeMap::new();
     for (path, size) in key_deletes {
         let rows = read::keyed_rows_complete(table, path, *size, &columns).await?;
+        for r in &rows {
+            *tombstones.entry(r.partition).or_default() += 1;
+        }
         round.extend(rows.into_iter().map(|r| (TOMBSTONE, r)));
     }
     report.keys_deleted = apply(&mut index, &round, &mut deletes);
@@ -410,6 +419,7 @@ async fn build(
             index,
             runs,
             index_at,
+            tombstones,
         }),
         Err(e) => {
             remove_written(table, &written).await;
