@@ -427,6 +427,39 @@ fn positions(
     Ok(())
 }
 
+/// The Kafka positions of every row of `table`'s live data files, rows its position deletes
+/// delete included (an upsert table's superseded rows are records it was delivered), per Kafka
+/// partition, unsorted; and the files that could not be read, each with why.
+pub async fn raw_positions(
+    table: &iceberg::table::Table,
+    topic: &str,
+) -> Result<(BTreeMap<i32, Vec<i64>>, Vec<String>)> {
+    let name = table.identifier().name().to_string();
+    let ids = field_ids(table, &name, &["kafka_partition", "kafka_offset"])?;
+    let files = crate::table::files::load_current(table).await?;
+    let mut found: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    for f in files.live() {
+        let (path, size) = (f.entry.file_path(), f.entry.file_size_in_bytes());
+        match read(table, path, size, &ids).await {
+            Ok(batches) => {
+                for (b, at) in batches {
+                    let (Some(p), Some(o)) = (at[0], at[1]) else {
+                        unreadable.push(format!("{path}: no Kafka columns"));
+                        break;
+                    };
+                    positions(topic, &b, p, o, None, &mut found)?;
+                }
+            }
+            Err(e) => unreadable.push(format!("{path}: {e}")),
+        }
+    }
+    Ok((
+        found.into_iter().map(|((_, p), o)| (p, o)).collect(),
+        unreadable,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,37 +502,4 @@ mod tests {
         check_partition("t-0", &[d(10, 14, 3)], &[10, 11, 12, 13], &mut out);
         assert_eq!(out.unexpected, 1);
     }
-}
-
-/// The Kafka positions of every row of `table`'s live data files, rows its position deletes
-/// delete included (an upsert table's superseded rows are records it was delivered), per Kafka
-/// partition, unsorted; and the files that could not be read, each with why.
-pub async fn raw_positions(
-    table: &iceberg::table::Table,
-    topic: &str,
-) -> Result<(BTreeMap<i32, Vec<i64>>, Vec<String>)> {
-    let name = table.identifier().name().to_string();
-    let ids = field_ids(table, &name, &["kafka_partition", "kafka_offset"])?;
-    let files = crate::table::files::load_current(table).await?;
-    let mut found: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
-    let mut unreadable = Vec::new();
-    for f in files.live() {
-        let (path, size) = (f.entry.file_path(), f.entry.file_size_in_bytes());
-        match read(table, path, size, &ids).await {
-            Ok(batches) => {
-                for (b, at) in batches {
-                    let (Some(p), Some(o)) = (at[0], at[1]) else {
-                        unreadable.push(format!("{path}: no Kafka columns"));
-                        break;
-                    };
-                    positions(topic, &b, p, o, None, &mut found)?;
-                }
-            }
-            Err(e) => unreadable.push(format!("{path}: {e}")),
-        }
-    }
-    Ok((
-        found.into_iter().map(|((_, p), o)| (p, o)).collect(),
-        unreadable,
-    ))
 }

@@ -100,6 +100,11 @@ pub struct UpsertCommit {
     pub index_warm: bool,
 }
 
+/// The table properties a round sets with its snapshot, given the table it builds on and the
+/// round's tombstones per Kafka partition.
+pub type RoundProperties<'a> =
+    dyn Fn(&Table, &BTreeMap<i32, u64>) -> Vec<(String, String)> + Sync + 'a;
+
 /// Commits `added` (the round's data files of the table) as upserts keyed by `key`, and
 /// `key_deletes` (files of the round's tombstones: location, size) as deletes of their keys,
 /// with the snapshot summary `properties` (the commit id among them); the same metadata commit
@@ -114,7 +119,7 @@ pub async fn commit_upsert(
     added: &[DataFile],
     key_deletes: &[(String, u64)],
     properties: &HashMap<String, String>,
-    ledger_properties: &(dyn Fn(&Table, &BTreeMap<i32, u64>) -> Vec<(String, String)> + Sync),
+    ledger_properties: &RoundProperties<'_>,
 ) -> Result<UpsertCommit> {
     let commit_id = properties
         .get(COMMIT_ID_PROPERTY)
