@@ -31,8 +31,9 @@ pub struct ProduceArgs {
     /// Records per second at most (0: as fast as the broker takes them).
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
-    /// Partitions of the topic when it is created (an existing topic keeps its own).
-    #[arg(long, default_value_t = 4)]
+    /// Partitions of the topic when it is created (an existing topic keeps its own), 1 to
+    /// 100,000.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=100_000))]
     pub partitions: i32,
     /// Every Nth record is a bad one (0: none).
     #[arg(long, default_value_t = 250)]
@@ -270,4 +271,35 @@ pub async fn run(args: &ProduceArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::ProduceArgs,
+    }
+
+    #[test]
+    fn a_topic_has_at_least_one_partition() {
+        for bad in ["--partitions=0", "--partitions=-3", "--partitions=100001"] {
+            let e = Cli::try_parse_from(["produce", "--bootstrap-servers", "b:9092", bad])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("--partitions"), "{bad}: {e}");
+        }
+        let ok = Cli::try_parse_from([
+            "produce",
+            "--bootstrap-servers",
+            "b:9092",
+            "--partitions",
+            "8",
+        ])
+        .expect("8 partitions");
+        assert_eq!(ok.args.partitions, 8);
+    }
 }

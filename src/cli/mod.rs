@@ -313,8 +313,8 @@ pub struct GenerateArgs {
     /// Number of records.
     #[arg(long, default_value_t = 100)]
     pub records: u64,
-    /// Kafka partitions to spread the records over.
-    #[arg(long, default_value_t = 1)]
+    /// Kafka partitions to spread the records over, 1 to 100,000.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=100_000))]
     pub partitions: i32,
     /// First offset in each partition.
     #[arg(long, default_value_t = 0)]

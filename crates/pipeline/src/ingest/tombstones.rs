@@ -201,9 +201,18 @@ impl KeyDeletes {
             .map_err(|_| bad("its key is not UTF-8 text (keys are read as JSON or text)".into()))?;
         use serde_json::Value;
         let object;
-        let parsed = serde_json::from_str::<Value>(text)
-            .ok()
-            .map(crate::decode::debezium::key_payload);
+        let parsed = match serde_json::from_str::<Value>(text) {
+            Ok(v) => Some(crate::decode::debezium::key_payload(v)),
+            // JSON nested past the parser's limit is no key, whatever the column: say so
+            // rather than read it as the column's text.
+            Err(e) if e.to_string().contains("recursion limit") => {
+                return Err(bad(
+                    "its key is JSON nested more than 128 levels deep; a key is a JSON object of the key's columns, or a column's value"
+                        .into(),
+                ));
+            }
+            Err(_) => None,
+        };
         let json = match (parsed, &self.single) {
             // Kafka Connect's JSON converter wraps the key with its schema: the payload is it.
             (Some(v @ Value::Object(_)), _) => {
@@ -354,6 +363,16 @@ columns = [
             "an array is no key"
         );
         assert!(plain.append(meta(Some(b"abc"))).is_err(), "not a long");
+        // A key nested 100,000 levels deep is refused as such, not as a string for a long.
+        let deep = "[".repeat(100_000);
+        let err = plain
+            .append(meta(Some(deep.as_bytes())))
+            .expect_err("too deep");
+        assert!(
+            err.message.contains("nested more than 128 levels"),
+            "{}",
+            err.message
+        );
         let framed = plain.append(meta(Some(&[0, 0, 0, 0, 5, 2, b'7'][..])));
         assert!(
             framed
