@@ -81,6 +81,16 @@ pub mod ingest {
                     "{}",
                     telemetry::failure_metrics("ingest", event.len(), cold_start, now)
                 );
+                if matches!(e, crate::error::Error::Recreated { .. }) {
+                    println!(
+                        "{}",
+                        telemetry::emf_line(
+                            "ingest",
+                            now,
+                            &[("RecreatedPartitions", 1.0, "Count")]
+                        )
+                    );
+                }
                 for line in telemetry::ingest_topic_metrics(event, now) {
                     println!("{line}");
                 }
