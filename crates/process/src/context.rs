@@ -381,7 +381,7 @@ impl SqlContext {
         let physical = self.physical_unchecked(expr, schema)?;
         check_expanded(&physical)?;
         guard::check_constants(&physical, self.limits)?;
-        guard::guard(physical, self.limits)
+        guard::guard(physical, self.limits, schema.as_arrow())
     }
 
     /// The physical expression of `expr` over `schema`, its types coerced first; not checked

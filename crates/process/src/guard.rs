@@ -91,6 +91,8 @@ pub(crate) enum Growth {
     /// `array_to_string(a, sep [, null])`: up to one copy of the later arguments per byte of
     /// the first.
     Product,
+    /// `levenshtein(a, b)`: work of the product of its arguments' lengths (weighed as bytes).
+    Quadratic,
     /// A function this release does not know: its numbers may ask for as many bytes each.
     Unknown,
 }
@@ -119,6 +121,7 @@ const GROWING: &[(&str, Growth)] = &[
     ("list_to_string", Growth::Product),
     ("array_join", Growth::Product),
     ("list_join", Growth::Product),
+    ("levenshtein", Growth::Quadratic),
 ];
 
 /// The functions of DataFusion's registry whose result is at most about the size of their
@@ -364,11 +367,46 @@ pub(crate) fn growth(name: &str) -> Growth {
     }
 }
 
-/// `expr` with every function call behind a guard.
-pub(crate) fn guard(expr: Arc<dyn PhysicalExpr>, limits: Limits) -> Result<Arc<dyn PhysicalExpr>> {
+/// Whether values of `t` vary in size (text, binary, nested): what an operator can grow.
+fn variable_size(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::List(_)
+            | DataType::LargeList(_)
+            | DataType::ListView(_)
+            | DataType::LargeListView(_)
+            | DataType::FixedSizeList(_, _)
+            | DataType::Struct(_)
+            | DataType::Map(_, _)
+            | DataType::Dictionary(_, _)
+    )
+}
+
+/// `expr` (over `schema`) with every function call behind a guard, and every other node that
+/// makes values of varying size (`a || b`, CASE, casts to text, …) weighed after it runs.
+pub(crate) fn guard(
+    expr: Arc<dyn PhysicalExpr>,
+    limits: Limits,
+    schema: &crate::df::arrow::datatypes::Schema,
+) -> Result<Arc<dyn PhysicalExpr>> {
+    use crate::df::physical_expr::expressions::Column;
     expr.transform_up(|e| {
         let Some(call) = e.as_any().downcast_ref::<ScalarFunctionExpr>() else {
-            return Ok(Transformed::no(e));
+            let leaf = e.as_any().is::<Column>()
+                || e.as_any().is::<Literal>()
+                || e.as_any().is::<Weighed>();
+            if leaf || !e.data_type(schema).is_ok_and(|t| variable_size(&t)) {
+                return Ok(Transformed::no(e));
+            }
+            return Ok(Transformed::yes(
+                Arc::new(Weighed { inner: e, limits }) as Arc<dyn PhysicalExpr>
+            ));
         };
         if call.fun().inner().as_any().is::<Guarded>() {
             return Ok(Transformed::no(e));
@@ -401,7 +439,7 @@ pub(crate) fn check_constants(expr: &Arc<dyn PhysicalExpr>, limits: Limits) -> R
                 |g| g.inner.name().to_string(),
             );
             let g = growth(&name);
-            if g != Growth::Bounded {
+            if !matches!(g, Growth::Bounded | Growth::Quadratic) {
                 let args: Vec<Arg> = call
                     .args()
                     .iter()
@@ -409,8 +447,7 @@ pub(crate) fn check_constants(expr: &Arc<dyn PhysicalExpr>, limits: Limits) -> R
                         Some(l) => Arg::of_scalar(l.value()),
                         None => Arg {
                             bytes: 1.0,
-                            number: 0.0,
-                            instant: None,
+                            ..Arg::default()
                         },
                     })
                     .collect();
@@ -431,6 +468,83 @@ pub(crate) fn check_constants(expr: &Arc<dyn PhysicalExpr>, limits: Limits) -> R
         Ok(crate::df::common::tree_node::TreeNodeRecursion::Continue)
     })
     .map(|_| ())
+}
+
+/// An operator whose values vary in size, weighed after it runs (a panic in it caught).
+#[derive(Debug)]
+struct Weighed {
+    inner: Arc<dyn PhysicalExpr>,
+    limits: Limits,
+}
+
+impl PartialEq for Weighed {
+    fn eq(&self, other: &Self) -> bool {
+        self.limits == other.limits && self.inner.as_ref() == other.inner.as_ref()
+    }
+}
+
+impl Eq for Weighed {}
+
+impl std::hash::Hash for Weighed {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inner.as_ref().hash(state);
+        self.limits.hash(state);
+    }
+}
+
+impl std::fmt::Display for Weighed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl PhysicalExpr for Weighed {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn data_type(&self, input_schema: &crate::df::arrow::datatypes::Schema) -> Result<DataType> {
+        self.inner.data_type(input_schema)
+    }
+
+    fn nullable(&self, input_schema: &crate::df::arrow::datatypes::Schema) -> Result<bool> {
+        self.inner.nullable(input_schema)
+    }
+
+    fn return_field(&self, input_schema: &crate::df::arrow::datatypes::Schema) -> Result<FieldRef> {
+        self.inner.return_field(input_schema)
+    }
+
+    fn evaluate(&self, batch: &crate::df::arrow::array::RecordBatch) -> Result<ColumnarValue> {
+        let out = contain(|| self.inner.evaluate(batch)).map_err(|panic| {
+            DataFusionError::Execution(format!("`{}` failed on this value ({panic})", self.inner))
+        })??;
+        weigh(
+            &format!("`{}`", self.inner),
+            &out,
+            batch.num_rows(),
+            self.limits,
+        )?;
+        Ok(out)
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        self.inner.children()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(Arc::new(Weighed {
+            inner: Arc::clone(&self.inner).with_new_children(children)?,
+            limits: self.limits,
+        }))
+    }
+
+    fn fmt_sql(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt_sql(f)
+    }
 }
 
 /// A function call behind the guard.
@@ -465,8 +579,24 @@ impl ScalarUDFImpl for Guarded {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let name = self.inner.name();
         let rows = args.number_rows;
-        if self.growth != Growth::Bounded {
+        {
             let (most, total) = asked(self.growth, &args.args, rows);
+            if self.growth == Growth::Quadratic {
+                // Work, not bytes: at most max_record_bytes steps a row, and the batch's calls
+                // (row by row included) share max_batch_bytes steps.
+                let per_row = self.limits.max_value_bytes as f64;
+                if most > per_row {
+                    return Err(DataFusionError::Execution(format!(
+                        "{name}(…) would take about {most:.1e} steps on this value (the product of its arguments' lengths), more than the {per_row:.1e} a row may take (max_record_bytes)"
+                    )));
+                }
+                if !spend_work(total, self.limits.max_batch_bytes as f64) {
+                    return Err(DataFusionError::Execution(format!(
+                        "{name}(…) on this batch would take more than the {:.1e} steps a batch may take (max_batch_bytes)",
+                        self.limits.max_batch_bytes as f64
+                    )));
+                }
+            }
             if most > self.limits.per_row_allocation() {
                 return Err(DataFusionError::Execution(format!(
                     "{name}(…) would make a value of about {}, more than the {} a value may have (max_record_bytes)",
@@ -474,7 +604,7 @@ impl ScalarUDFImpl for Guarded {
                     self.limits.max_value_bytes
                 )));
             }
-            if total > self.limits.max_batch_bytes as f64 {
+            if self.growth != Growth::Quadratic && total > self.limits.max_batch_bytes as f64 {
                 return Err(DataFusionError::Execution(format!(
                     "{name}(…) would make about {} for {rows} rows, more than the {} a call may make",
                     human_bytes(total),
@@ -494,6 +624,29 @@ thread_local! {
     /// How many [`contain`] calls this thread is inside: a panic there is caught and reported
     /// by the caller, not printed.
     static CONTAINED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// Work (steps) the quadratic calls of this thread's current batch have taken.
+    static WORK: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Starts a batch's evaluation on this thread: its quadratic calls share one budget of work,
+/// whether the batch is evaluated whole or row by row.
+pub(crate) fn start_batch() {
+    WORK.with(|w| w.set(0.0));
+}
+
+/// Takes `steps` of work from the batch's budget of `budget`; `false` when it is spent.
+fn spend_work(steps: f64, budget: f64) -> bool {
+    WORK.with(|w| {
+        let next = w.get() + steps;
+        if next > budget {
+            return false;
+        }
+        w.set(next);
+        true
+    })
 }
 
 /// Installs, once, a panic hook that stays quiet inside [`contain`] and otherwise does what
@@ -534,6 +687,11 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
 /// Refuses `out` (a call's result for `rows` rows) with a value over the value limit, or in all
 /// over the batch limit.
 fn weigh(name: &str, out: &ColumnarValue, rows: usize, limits: Limits) -> Result<()> {
+    let name = if name.len() > 80 {
+        format!("{}…", name.chars().take(80).collect::<String>())
+    } else {
+        name.to_string()
+    };
     let (most, total) = match out {
         ColumnarValue::Scalar(s) => {
             let b = scalar_bytes(s);
@@ -583,6 +741,8 @@ struct Arg {
     bytes: f64,
     /// Its magnitude, if a number (else 0).
     number: f64,
+    /// Its value with its sign, if a number (else 0).
+    signed: f64,
     /// As an instant or a duration in nanoseconds, if a date, time, timestamp or interval.
     instant: Option<f64>,
 }
@@ -605,10 +765,11 @@ impl Arg {
         if a.is_null(i) {
             return Arg::default();
         }
-        let number = number_at(a, i).unwrap_or(0.0).abs();
+        let signed = number_at(a, i).unwrap_or(0.0);
         Arg {
             bytes,
-            number,
+            number: signed.abs(),
+            signed,
             instant: instant_at(a, i),
         }
     }
@@ -660,7 +821,9 @@ fn estimate(growth: Growth, args: &[Arg]) -> f64 {
     let arg = |k: usize| args.get(k).copied().unwrap_or_default();
     let bytes: f64 = args.iter().map(|a| a.bytes).sum();
     match growth {
-        Growth::Bounded => 0.0,
+        // At most about its arguments (a few times, for text re-encoded): what it is given.
+        Growth::Bounded => bytes,
+        Growth::Quadratic => arg(0).bytes.max(1.0) * arg(1).bytes.max(1.0),
         Growth::Repeat => arg(1).number * arg(0).bytes.max(1.0),
         // A character is at most 4 bytes.
         Growth::Pad => arg(1).number * 4.0 + arg(0).bytes,
@@ -677,9 +840,8 @@ fn estimate(growth: Growth, args: &[Arg]) -> f64 {
                     (b - a).abs() / step
                 }
                 _ => {
-                    // Numbers may be negative: the span is at most the sum of magnitudes.
                     let step = step.map_or(1.0, |s| s.number).max(1.0);
-                    (start.number + stop.number) / step
+                    (stop.signed - start.signed).abs() / step
                 }
             };
             (count + 1.0) * 8.0
@@ -943,7 +1105,8 @@ mod tests {
         };
         let num = |n: f64| Arg {
             bytes: 8.0,
-            number: n,
+            number: n.abs(),
+            signed: n,
             instant: None,
         };
         assert_eq!(estimate(Growth::Repeat, &[text(10.0), num(1e8)]), 1e9);
@@ -954,6 +1117,15 @@ mod tests {
         assert!((32.0..=40.0).contains(&e), "{e}");
         // An unknown function's numbers count as bytes each.
         assert!(estimate(Growth::Unknown, &[text(10.0), num(1e9)]) > 1e10);
-        assert_eq!(estimate(Growth::Bounded, &[num(1e18)]), 0.0);
+        // A bounded function asks for about its arguments, whatever their values.
+        assert_eq!(estimate(Growth::Bounded, &[num(1e18), text(10.0)]), 18.0);
+        // range(n, n + 3) asks for 4 elements, wherever n is.
+        assert_eq!(
+            estimate(Growth::Series, &[num(1.5e6), num(1.5e6 + 3.0)]),
+            32.0
+        );
+        assert_eq!(estimate(Growth::Series, &[num(-5.0), num(5.0)]), 88.0);
+        // levenshtein's work is the product of its arguments' lengths.
+        assert_eq!(estimate(Growth::Quadratic, &[text(2e4), text(2e4)]), 4e8);
     }
 }

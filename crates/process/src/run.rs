@@ -34,6 +34,7 @@ pub(crate) fn evaluate(
     index: Option<&LookupIndex>,
     limits: Limits,
 ) -> Evaluated {
+    super::guard::start_batch();
     let whole = contain(|| evaluate_batch(plan, layout, source, index))
         .and_then(|r| r)
         .and_then(|rows| weigh(&rows, limits).map(|_| rows));

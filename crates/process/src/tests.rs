@@ -775,6 +775,54 @@ sql = """{sql}"""
     }
 
     #[test]
+    fn calls_of_many_arguments_and_chains_of_operators_are_bounded_too() {
+        let big = "x".repeat(4_000);
+        // concat of 5,000 copies of a 4 kB value: 20 MB asked for, refused before it is made.
+        let args = vec!["id"; 5_000].join(", ");
+        let (failures, rows) = derive(
+            &format!("SELECT length(concat({args})) AS l FROM orders"),
+            &[(big.as_str(), 1), ("a", 2)],
+        );
+        assert_eq!((rows, failures.len()), (1, 1), "{failures:?}");
+        assert!(
+            failures[0]
+                .1
+                .contains("concat(…) would make a value of about"),
+            "{failures:?}"
+        );
+        // `||` doubling a 100 kB value 12 times (400 MB): refused at the first value past
+        // max_record_bytes (1.6 MB), not made whole.
+        let mut e = "id".to_string();
+        for _ in 0..12 {
+            e = format!("({e} || {e})");
+        }
+        let big = "y".repeat(100_000);
+        let (failures, rows) = derive(
+            &format!("SELECT length({e}) AS l FROM orders"),
+            &[(big.as_str(), 1), ("a", 2)],
+        );
+        assert_eq!((rows, failures.len()), (1, 1), "{failures:?}");
+        assert!(
+            failures[0].1.contains("more than the 1048576"),
+            "{failures:?}"
+        );
+        // levenshtein's work grows with the product of its arguments: bounded per row.
+        let big = "z".repeat(20_000);
+        let (failures, rows) = derive(
+            "SELECT levenshtein(id, reverse(id)) AS l FROM orders",
+            &[(big.as_str(), 1), ("abc", 2)],
+        );
+        assert_eq!((rows, failures.len()), (1, 1), "{failures:?}");
+        assert!(failures[0].1.contains("steps"), "{failures:?}");
+        // range(n, n + 3) is 4 elements wherever n is.
+        let (failures, rows) = derive(
+            "SELECT id, cardinality(range(n, n + 3)) AS c FROM orders",
+            &[("a", 1_500_000), ("b", -7)],
+        );
+        assert_eq!((rows, failures.len()), (2, 0), "{failures:?}");
+    }
+
+    #[test]
     fn a_function_that_panics_fails_its_row_not_the_batch() {
         let (failures, rows) = derive(
             "SELECT id, overlay(id placing 'x' from n for 2) AS x FROM orders",

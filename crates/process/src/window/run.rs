@@ -292,6 +292,7 @@ pub(super) fn values(
     )
     .map_err(|e| e.to_string())?;
     // A panic evaluating the SQL fails the batch, then the row, as an error does.
+    crate::guard::start_batch();
     let guarded =
         |rows: &RecordBatch| crate::guard::contain(|| evaluate(plan, rows)).and_then(|r| r);
     match guarded(&input) {
