@@ -419,3 +419,89 @@ pub async fn a_recreated_topic_is_refused_until_the_partition_is_reset(h: &Harne
     );
     assert_eq!(h.next_offset("orders", 0).await, 40);
 }
+
+/// An interval join's SQL whose calls a record's values make explode (`repeat` by a number
+/// read from the payment): its round fails and is deferred (its log names the call), while the
+/// topics' own tables and the scheduled stage go on (it used to abort the process, every
+/// round, for good).
+pub async fn an_interval_join_whose_sql_explodes_fails_its_round_not_the_stage(h: &mut Harness) {
+    use streamtable::generate::SourceRecord;
+    const SPEC: &str = r#"
+[[tables]]
+name = "a"
+topic = "a"
+watermark = "ts - INTERVAL '1' SECOND"
+columns = [
+  { name = "id", type = "string", required = true },
+  { name = "s", type = "string" },
+  { name = "ts", type = "timestamp", required = true },
+]
+
+[[tables]]
+name = "b"
+topic = "b"
+watermark = "ts - INTERVAL '1' SECOND"
+columns = [
+  { name = "id", type = "string", required = true },
+  { name = "n", type = "long" },
+  { name = "ts", type = "timestamp", required = true },
+]
+
+[[derived_tables]]
+name = "ab"
+sql = """
+SELECT x.id, length(repeat(x.s, y.n)) AS l, x.ts
+FROM a x JOIN b y ON x.id = y.id AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' HOUR
+"""
+"#;
+    h.spec = streamtable::spec::PipelineSpec::parse(
+        SPEC,
+        std::path::Path::new("join.toml"),
+        &streamtable::process::Planner,
+    )
+    .expect("spec");
+    let record = |topic: &str, offset: i64, value: Value| SourceRecord {
+        topic: topic.into(),
+        partition: 0,
+        offset,
+        timestamp_ms: 1_795_946_400_000 + offset,
+        key: None,
+        value: Some(value.to_string().into_bytes()),
+        raw_value_field: None,
+    };
+    let a: Vec<SourceRecord> = (0..4)
+        .map(|o| {
+            record(
+                "a",
+                o,
+                json!({"id": format!("k{o}"), "s": "hello", "ts": 1_795_946_400_000i64 + o}),
+            )
+        })
+        .collect();
+    let b: Vec<SourceRecord> = (0..4)
+        .map(|o| {
+            record(
+                "b",
+                o,
+                json!({"id": format!("k{o}"), "n": 400_000_000, "ts": 1_795_946_400_000i64 + o + 5}),
+            )
+        })
+        .collect();
+    h.ingestor().handle(&event(&a)).await.expect("ingest a");
+    h.ingestor().handle(&event(&b)).await.expect("ingest b");
+    // The join's round fails (its log names the call) and is deferred, its rows kept in the
+    // join's backlog to be tried again; the process goes on.
+    let report = scheduled::run(&h.backend, &h.tables(), &sched())
+        .await
+        .expect("the scheduled stage runs");
+    let join = report
+        .commit
+        .tables
+        .iter()
+        .find(|t| t.table == "ab")
+        .and_then(|t| t.join.clone())
+        .expect("the join's round");
+    assert!(join.deferred, "{report:?}");
+    assert_eq!(super::count(h, "SELECT count(*) FROM a").await, 4);
+    assert_eq!(super::count(h, "SELECT count(*) FROM b").await, 4);
+}

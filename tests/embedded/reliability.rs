@@ -88,3 +88,11 @@ async fn the_audit_accounts_for_every_offset_and_names_each_fault() {
 async fn a_recreated_topic_is_refused_until_the_partition_is_reset() {
     r::a_recreated_topic_is_refused_until_the_partition_is_reset(&common::embedded().await).await;
 }
+
+#[tokio::test]
+async fn an_interval_join_whose_sql_explodes_fails_its_round_not_the_stage() {
+    r::an_interval_join_whose_sql_explodes_fails_its_round_not_the_stage(
+        &mut common::embedded().await,
+    )
+    .await;
+}

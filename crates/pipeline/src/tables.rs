@@ -47,6 +47,8 @@ pub struct TableSet {
     /// The spec, when some topic's partitions keep window state: the scheduled stage closes
     /// idle partitions' windows with it ([`crate::ingest::Ingestor::flush_idle`]).
     pub windowed_spec: Option<Arc<PipelineSpec>>,
+    /// The spec's `max_record_bytes`: what a value the interval joins make may have.
+    pub max_record_bytes: usize,
 }
 
 impl TableSet {
@@ -109,6 +111,7 @@ impl TableSet {
                 .iter()
                 .any(|d| d.view.is_some())
                 .then(|| Arc::new(spec.clone())),
+            max_record_bytes: spec.settings.max_record_bytes,
         })
     }
 

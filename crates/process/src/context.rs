@@ -407,6 +407,7 @@ impl SqlContext {
             for e in node.expressions() {
                 if let Ok(physical) = self.physical_unchecked(e, &schema) {
                     check_expanded(&physical)?;
+                    guard::check_constants(&physical, self.limits)?;
                 }
             }
             Ok(TreeNodeRecursion::Continue)

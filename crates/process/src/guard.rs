@@ -428,6 +428,27 @@ pub(crate) fn guard(
     .map(|t| t.data)
 }
 
+/// `functions` (a DataFusion session's) behind the guard, to register in place of them: what
+/// the commit stage's interval joins run their SQL with, so that a record's values cannot make
+/// a call allocate without bound there either (the round then fails, naming the call, and the
+/// join's other rounds are deferred rather than the scheduled stage aborted).
+pub fn guarded_functions(
+    functions: impl IntoIterator<Item = Arc<ScalarUDF>>,
+    limits: Limits,
+) -> Vec<ScalarUDF> {
+    functions
+        .into_iter()
+        .filter(|f| !f.inner().as_any().is::<Guarded>())
+        .map(|inner| {
+            ScalarUDF::new_from_impl(Guarded {
+                growth: growth(inner.name()),
+                inner,
+                limits,
+            })
+        })
+        .collect()
+}
+
 /// Refuses a call in `expr` whose constant arguments certainly ask for more than a value may
 /// hold (`repeat(x, 100000000)`), naming it: what `streamtable check` says before a batch meets
 /// it. Arguments that are not constants count as one byte.
@@ -562,6 +583,10 @@ impl ScalarUDFImpl for Guarded {
 
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
     }
 
     fn signature(&self) -> &Signature {

@@ -469,6 +469,16 @@ pub(super) async fn run_join(
     let left_on_time = filter_record_batch(&left.new, &not(&late_left)).map_err(arrow)?;
     let right_on_time = filter_record_batch(&right.new, &not(&late_right)).map_err(arrow)?;
     let ctx = SessionContext::new();
+    // The SQL's calls behind the guard, as a derived table's are in ingest: a record's values
+    // cannot make one allocate without bound.
+    let max_record_bytes = tables.max_record_bytes;
+    let builtin: Vec<_> = ctx.state().scalar_functions().values().cloned().collect();
+    for f in streamtable_process::guard::guarded_functions(
+        builtin,
+        streamtable_process::guard::Limits::for_records(max_record_bytes),
+    ) {
+        ctx.register_udf(f);
+    }
     register(&ctx, &join.left.table, &left.kept, &left_on_time)?;
     register(&ctx, &join.right.table, &right.kept, &right_on_time)?;
     let fail = |e: datafusion::error::DataFusionError| {
