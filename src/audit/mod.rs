@@ -429,6 +429,7 @@ pub async fn audit_with(
                 _ => None,
             };
             let counted_by = counts(backend, &t.topic, &t.name).await?;
+            let old_logs = resets(backend, &t.topic, &t.name).await?;
             let found = landed(
                 &engine,
                 &t.name,
@@ -437,6 +438,7 @@ pub async fn audit_with(
                 has_dead,
                 starts.as_ref(),
                 raw,
+                &old_logs,
             )
             .await?;
             let mut partitions: Vec<i32> = before
@@ -540,7 +542,9 @@ pub async fn audit_with(
                             .iter()
                             .map(|[a, b]| b.saturating_sub(*a).saturating_add(1))
                             .sum();
-                        let count = from.is_none().then(|| {
+                        // Counts are of the partition's whole history: not for one moved to
+                        // a new log (its old log's rows are not told apart here).
+                        let count = (from.is_none() && !old_logs.contains_key(&p)).then(|| {
                             let c = counted_by.get(&p).copied().unwrap_or_default();
                             expect::upsert_count(&v, &ledger, c.tombstones, c.dropped)
                         });
@@ -705,6 +709,31 @@ fn ledger_ranges(ledger: &Ledger) -> Vec<[i64; 2]> {
     r
 }
 
+/// Partitions of `topic` moved to a new log (`streamtable reset-partition`): the old log's
+/// checkpoint and latest timestamp, from the topic's table's properties.
+async fn resets(backend: &Backend, topic: &str, table: &str) -> Result<BTreeMap<i32, (i64, i64)>> {
+    let prefix = format!("{}{topic}-", crate::commit::ledger::RESET_PROPERTY_PREFIX);
+    let mut out = BTreeMap::new();
+    let Some((t, _)) = backend.catalog.load(&ident(backend, table)).await? else {
+        return Ok(out);
+    };
+    for (key, value) in t.metadata().properties() {
+        let Some(p) = key
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some((o, ms)) = value
+            .split_once('@')
+            .and_then(|(o, ms)| Some((o.parse::<i64>().ok()?, ms.parse::<i64>().ok()?)))
+        {
+            out.insert(p, (o, ms));
+        }
+    }
+    Ok(out)
+}
+
 /// What `topic`'s upsert table counted of its partitions' records other than rows
 /// ([`crate::ledger::Counted`]); counts that cannot be read count as none (the audit then
 /// finds those records unaccounted for).
@@ -843,6 +872,7 @@ struct Found {
 /// The Kafka positions of `table` (fed by `topic`) and of the topic's own dead letters, per
 /// partition: one query reading only the Kafka columns, each offset once with its rows in
 /// either, in order; the gaps and copies are found here in one pass.
+#[allow(clippy::too_many_arguments)]
 async fn landed(
     engine: &QueryEngine,
     table: &str,
@@ -851,10 +881,23 @@ async fn landed(
     has_dead: bool,
     starts: Option<&BTreeMap<i32, i64>>,
     raw: Option<BTreeMap<i32, Vec<i64>>>,
+    old_logs: &BTreeMap<i32, (i64, i64)>,
 ) -> Result<BTreeMap<i32, Found>> {
     // With a start per partition: the lowest pushed down, each applied below.
     let lowest = starts.and_then(|s| s.values().min().copied());
-    let above = lowest.map_or_else(String::new, |o| format!(" AND kafka_offset >= {o}"));
+    let mut above = lowest.map_or_else(String::new, |o| format!(" AND kafka_offset >= {o}"));
+    // Partitions moved to a new log: the old log's rows (below its checkpoint, stamped at or
+    // before its latest record) are not the new log's.
+    for (p, (checkpoint, newest)) in old_logs {
+        let stamped = if *newest >= 0 {
+            format!(" AND kafka_timestamp <= to_timestamp_millis({newest})")
+        } else {
+            String::new()
+        };
+        above.push_str(&format!(
+            " AND NOT (kafka_partition = {p} AND kafka_offset < {checkpoint}{stamped})"
+        ));
+    }
     let mut parts = Vec::new();
     if has_table {
         parts.push(format!(

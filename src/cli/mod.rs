@@ -217,6 +217,10 @@ pub struct ResetPartitionArgs {
     /// reset there is; ingest names it when it refuses the partition).
     #[arg(long)]
     pub recreated: bool,
+    /// The checkpoint the partition must be at (the one ingest named when it refused the new
+    /// log): a reset run again, or after the partition moved on, is refused.
+    #[arg(long)]
+    pub from: i64,
     /// The new log's first offset (where its event source mapping starts reading).
     #[arg(long, default_value_t = 0)]
     pub to: i64,
@@ -246,7 +250,9 @@ pub async fn reset_partition(config: &Config, args: &ResetPartitionArgs) -> Resu
     })?;
     let source = crate::checkpoint::SourcePartition::new(&args.topic, args.partition);
     let ingestor = Ingestor::connect(&spec, &backend).await?;
-    let reset = ingestor.reset_partition(&source, args.to).await?;
+    let reset = ingestor
+        .reset_partition(&source, args.from, args.to)
+        .await?;
     println!(
         "{}/{}: checkpoint {} → {}{}",
         args.topic,
@@ -265,7 +271,8 @@ pub async fn reset_partition(config: &Config, args: &ResetPartitionArgs) -> Resu
             table.name.clone(),
         );
         let now = backend.clock.now_ms();
-        if crate::commit::ledger::set_aside(&backend, &ident, &source, now).await? {
+        let old_end = Some((reset.from, reset.old_newest_ms));
+        if crate::commit::ledger::set_aside(&backend, &ident, &source, now, old_end).await? {
             println!(
                 "{}: the partition's ledger of delivered offsets set aside as streamtable.ledger-before.{source}.{now}; the table keeps the old log's rows (audit the new log with --since {})",
                 table.name,

@@ -389,18 +389,50 @@ pub async fn a_recreated_topic_is_refused_until_the_partition_is_reset(h: &Harne
         h.backend.state.pending().await.expect("pending").is_empty(),
         "no batch recorded"
     );
+    assert!(said.contains("--recreated --from 30"), "{said}");
+    // A batch of the old log still pending: the reset waits for its commit (its pending key
+    // would be the new log's).
+    h.ingestor()
+        .handle(&event(&records("orders", 0, 30..33)))
+        .await
+        .expect("the old log's last batch");
+    let e = h
+        .ingestor()
+        .reset_partition(&source, 33, 0)
+        .await
+        .expect_err("a batch is pending");
+    assert!(e.to_string().contains("not committed yet"), "{e}");
+    commit_pending(&h.backend, &h.tables())
+        .await
+        .expect("commit");
     // Reset to the new log: the checkpoint goes to its start, the ledger is set aside.
     let reset = h
         .ingestor()
-        .reset_partition(&source, 0)
+        .reset_partition(&source, 33, 0)
         .await
         .expect("reset");
-    assert_eq!((reset.from, reset.to), (30, 0));
+    assert_eq!((reset.from, reset.to), (33, 0));
+    // Run again (a retried runbook step), it changes nothing.
+    let e = h
+        .ingestor()
+        .reset_partition(&source, 33, 0)
+        .await
+        .expect_err("already reset");
+    assert!(
+        e.to_string().contains("its checkpoint is at 0, not 33"),
+        "{e}"
+    );
     let ident = h.tables().ident("orders");
     assert!(
-        streamtable::commit::ledger::set_aside(&h.backend, &ident, &source, 1)
-            .await
-            .expect("set aside"),
+        streamtable::commit::ledger::set_aside(
+            &h.backend,
+            &ident,
+            &source,
+            1,
+            Some((reset.from, reset.old_newest_ms))
+        )
+        .await
+        .expect("set aside"),
         "the partition had a ledger"
     );
     let s = h
@@ -414,10 +446,16 @@ pub async fn a_recreated_topic_is_refused_until_the_partition_is_reset(h: &Harne
         .expect("commit");
     assert_eq!(
         super::count(h, "SELECT count(*) FROM orders").await,
-        70,
-        "the old log's 30 and the new log's 40"
+        73,
+        "the old log's 33 and the new log's 40"
     );
     assert_eq!(h.next_offset("orders", 0).await, 40);
+    // The audit takes the partition from the new log on: the old log's rows, at the same
+    // offsets, are neither duplicates nor beyond the checkpoint.
+    let a = streamtable::audit::audit(&h.backend, &h.spec, Some("orders"))
+        .await
+        .expect("audit");
+    assert!(a.ok(), "{}", streamtable::cli::audit::render(&a));
 }
 
 /// An interval join's SQL whose calls a record's values make explode (`repeat` by a number

@@ -92,7 +92,8 @@ def produce(args):
     def send(n, key, value, kind, headers):
         while True:
             try:
-                producer.produce(topic, value=value, key=key, partition=n % partitions, headers=headers, on_delivery=delivered(kind, n))
+                extra = {"timestamp": plan["timestamp_ms"]} if plan.get("timestamp_ms") else {}
+                producer.produce(topic, value=value, key=key, partition=n % partitions, headers=headers, on_delivery=delivered(kind, n), **extra)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -97,7 +97,8 @@ pub struct Recreated {
 }
 
 /// The records of `records` (offset, Kafka timestamp in ms; -1 none) below `checkpoint` that
-/// it never took ([`Recreated`]), if any.
+/// it never took ([`Recreated`]), if any. Records below the first offset the partition took
+/// say nothing (the pipeline started after them: a LATEST start, a log read from later on).
 pub fn recreated(
     checkpoint: &Checkpoint,
     records: impl IntoIterator<Item = (i64, i64)>,
@@ -107,7 +108,10 @@ pub fn recreated(
     }
     let mut out: Option<Recreated> = None;
     for (offset, ts) in records {
-        if offset >= checkpoint.next_offset || ts <= checkpoint.newest_ms {
+        if offset >= checkpoint.next_offset
+            || offset < checkpoint.first_offset
+            || ts <= checkpoint.newest_ms
+        {
             continue;
         }
         let r = out.get_or_insert(Recreated {
@@ -513,6 +517,13 @@ mod tests {
                 stamped_ms: 6_001
             })
         );
+        // Below the first offset the partition took (it started after them): no evidence.
+        let started_late = Checkpoint {
+            first_offset: 5,
+            ..cp
+        };
+        assert_eq!(recreated(&started_late, [(0, 6_000), (4, 6_001)]), None);
+        assert!(recreated(&started_late, [(5, 6_000)]).is_some());
         // Nothing known of the stamps (an earlier release's checkpoint): no evidence.
         assert_eq!(recreated(&Checkpoint::at(3_000, 7), [(0, 6_000)]), None);
         // The advance keeps the latest stamp.

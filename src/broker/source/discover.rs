@@ -186,7 +186,9 @@ impl LocalEsm {
         let below: Vec<(String, i32, i64)> = sources
             .iter()
             .zip(checkpoints)
-            .filter(|(_, c)| c.version > 0 && c.newest_ms >= 0 && c.next_offset > 0)
+            .filter(|(_, c)| {
+                c.version > 0 && c.newest_ms >= 0 && c.next_offset > c.first_offset.max(0)
+            })
             .map(|(s, c)| (s.topic.clone(), s.partition, c.next_offset))
             .collect();
         if below.is_empty() {

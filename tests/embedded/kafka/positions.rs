@@ -127,7 +127,14 @@ fn a_recreated_topic_longer_than_the_checkpoint_stops_run_until_reset() {
         .env("STREAMTABLE_HOME", &home)
         .env("STREAMTABLE_PIPELINE", &spec)
         .env_remove("STREAMTABLE_BACKEND")
-        .args(["reset-partition", &topic, "0", "--recreated"])
+        .args([
+            "reset-partition",
+            &topic,
+            "0",
+            "--recreated",
+            "--from",
+            "60",
+        ])
         .output()
         .expect("run reset-partition");
     let said = String::from_utf8_lossy(&out.stdout);
@@ -143,6 +150,46 @@ fn a_recreated_topic_longer_than_the_checkpoint_stops_run_until_reset() {
     run_until_idle(&home, &spec, &bootstrap, &[], Duration::from_secs(60));
     let landed = keys(&home, &topic);
     assert_eq!(landed.len(), 210, "the old log's 60 and the new log's 150");
+}
+
+/// Records below where the pipeline started (a LATEST start) stamped after everything it
+/// took — producers' event times, a clock ahead — are no sign of a recreated topic: `run`
+/// used to stop on them, and the reset it advised then landed records twice.
+#[test]
+fn records_before_a_latest_start_stamped_ahead_are_no_recreated_topic() {
+    let bootstrap = broker();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let topic = unique("ahead");
+    let spec = write_spec(dir.path(), &[&topic], false);
+    client(
+        &bootstrap,
+        &["create", "--topic", &topic, "--partitions", "1"],
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    produce(
+        &bootstrap,
+        serde_json::json!({"topic": topic, "records": 5, "first": 0, "partitions": 1,
+            "timestamp_ms": now + 3_600_000}),
+    );
+    let latest = ["--starting-position", "latest"];
+    let (ok, stderr) = run_status(&home, &spec, &bootstrap, &latest);
+    assert!(ok, "{stderr}");
+    produce(
+        &bootstrap,
+        serde_json::json!({"topic": topic, "records": 3, "first": 5, "partitions": 1}),
+    );
+    for _ in 0..2 {
+        let (ok, stderr) = run_status(&home, &spec, &bootstrap, &latest);
+        assert!(ok, "{stderr}");
+    }
+    assert_eq!(
+        keys(&home, &topic).len(),
+        3,
+        "the 3 records after the start, once"
+    );
 }
 
 /// `--starting-position latest`: the partitions there are at the first start begin at their

@@ -146,36 +146,53 @@ pub(super) async fn assign(
     Ok(())
 }
 
+/// Table property of a topic-partition moved to a new log (`streamtable reset-partition`):
+/// `streamtable.reset.{topic}-{partition}` = `{old checkpoint}@{old log's latest timestamp}`.
+/// The old log's rows (below that checkpoint, stamped at or before that time) are not audited.
+pub const RESET_PROPERTY_PREFIX: &str = "streamtable.reset.";
+
 /// Sets the ledger of delivered offsets of `source` aside on `table` (a topic's own table):
 /// renamed `streamtable.ledger-before.{source}.{now_ms}`, so that the partition's ledger starts
-/// again with a new log (`streamtable reset-partition`). Returns whether there was one.
+/// again with a new log (`streamtable reset-partition`); records where the old log ended
+/// ([`RESET_PROPERTY_PREFIX`]: `old_checkpoint`, `old_newest_ms`). Returns whether the table
+/// had a ledger for it.
 pub async fn set_aside(
     backend: &crate::backend::Backend,
     ident: &iceberg::TableIdent,
     source: &SourcePartition,
     now_ms: i64,
+    old_end: Option<(i64, i64)>,
 ) -> Result<bool> {
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
     let Some((table, _)) = backend.catalog.load(ident).await? else {
         return Ok(false);
     };
     let key = format!("{LEDGER_PROPERTY_PREFIX}{source}");
-    let Some(fold) = table.metadata().properties().get(&key).cloned() else {
+    let fold = table.metadata().properties().get(&key).cloned();
+    if fold.is_none() && old_end.is_none() {
         return Ok(false);
-    };
+    }
     let tx = Transaction::new(&table);
-    let tx = tx
-        .update_table_properties()
-        .set(format!("streamtable.ledger-before.{source}.{now_ms}"), fold)
-        .remove(key)
-        .apply(tx)
-        .map_err(|e| {
-            crate::error::Error::iceberg(format!("set the ledger of {source} aside"), e)
-        })?;
+    let mut update = tx.update_table_properties();
+    if let Some((checkpoint, newest)) = old_end {
+        update = update.set(
+            format!("{RESET_PROPERTY_PREFIX}{source}"),
+            format!("{checkpoint}@{newest}"),
+        );
+    }
+    let had = fold.is_some();
+    if let Some(fold) = fold {
+        update = update
+            .set(format!("streamtable.ledger-before.{source}.{now_ms}"), fold)
+            .remove(key);
+    }
+    let tx = update.apply(tx).map_err(|e| {
+        crate::error::Error::iceberg(format!("set the ledger of {source} aside"), e)
+    })?;
     tx.commit(&backend.catalog).await.map_err(|e| {
         crate::error::Error::iceberg(format!("set the ledger of {source} aside"), e)
     })?;
-    Ok(true)
+    Ok(had)
 }
 
 /// The table properties of `table`'s counts ([`Counted`]) of `topic`'s partitions with `add`

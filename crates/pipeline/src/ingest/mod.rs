@@ -471,7 +471,7 @@ pub fn recreated_message(
     r: &crate::checkpoint::Recreated,
 ) -> String {
     format!(
-        "offsets {}..={} ({} records) are below the checkpoint {} yet stamped up to {}, after the latest record the partition took ({}): the topic was deleted and created again, its offsets restarting. Nothing of the partition lands until it is moved to the new log: `streamtable reset-partition {} {} --recreated` (README, \"A topic deleted and created again\")",
+        "offsets {}..={} ({} records) are below the checkpoint {} yet stamped up to {}, after the latest record the partition took ({}): the topic was deleted and created again, its offsets restarting. Nothing of the partition lands until it is moved to the new log: `streamtable reset-partition {} {} --recreated --from {}` (README, \"A topic deleted and created again\")",
         r.offsets[0],
         r.offsets[1],
         r.records,
@@ -479,6 +479,7 @@ pub fn recreated_message(
         crate::clock::rfc3339_ms(r.stamped_ms),
         crate::clock::rfc3339_ms(checkpoint.newest_ms),
         source.topic,
-        source.partition
+        source.partition,
+        checkpoint.next_offset
     )
 }

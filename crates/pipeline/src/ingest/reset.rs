@@ -20,17 +20,23 @@ pub struct PartitionReset {
     pub from: i64,
     /// The checkpoint after.
     pub to: i64,
+    /// The latest Kafka timestamp the old log's records had (ms, -1 unknown): the new log's
+    /// records below `from` are stamped after it.
+    pub old_newest_ms: i64,
     /// Whether the partition's window and dedup state moved with it.
     pub state_moved: bool,
 }
 
 impl Ingestor {
-    /// Moves `source`'s checkpoint to `to` (the new log's first offset), with its partition
-    /// state, in one conditional write; refused when the checkpoint moves meanwhile (run it
-    /// again) or `to` is negative.
+    /// Moves `source`'s checkpoint from `from` (where it must be: what the refusal of the
+    /// new log named) to `to` (the new log's first offset), with its partition state, in one
+    /// conditional write. Refused when the checkpoint is elsewhere (already reset, or moved
+    /// since: running it again changes nothing), while a batch of the partition is pending
+    /// (its pending key would be the new log's), or when the checkpoint moves meanwhile.
     pub async fn reset_partition(
         &self,
         source: &SourcePartition,
+        from: i64,
         to: i64,
     ) -> Result<PartitionReset> {
         if to < 0 {
@@ -39,6 +45,24 @@ impl Ingestor {
             )));
         }
         let checkpoint = self.state.checkpoint(source).await?;
+        if checkpoint.next_offset != from {
+            return Err(Error::Config(format!(
+                "reset of {source}: its checkpoint is at {}, not {from}: it was reset already, or has moved since; nothing changed",
+                checkpoint.next_offset
+            )));
+        }
+        let pending = self
+            .state
+            .pending()
+            .await?
+            .into_iter()
+            .filter(|b| b.ranges().any(|r| r.source == *source))
+            .count();
+        if pending > 0 {
+            return Err(Error::Config(format!(
+                "reset of {source}: {pending} batch(es) of the partition are not committed yet; run the scheduled stage (`streamtable scheduled`) first, then the reset"
+            )));
+        }
         let stored = self
             .state
             .partition_states(std::slice::from_ref(source))
@@ -90,6 +114,7 @@ impl Ingestor {
                 Ok(PartitionReset {
                     from: checkpoint.next_offset,
                     to,
+                    old_newest_ms: checkpoint.newest_ms,
                     state_moved: stored.is_some(),
                 })
             }
