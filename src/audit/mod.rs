@@ -134,6 +134,9 @@ pub struct TableAudit {
     pub partitions: Vec<PartitionAudit>,
     /// Why it was not audited, when it was not.
     pub skipped: Option<String>,
+    /// What the audit of it does differently from what was asked, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What `streamtable audit` found.
@@ -352,6 +355,7 @@ pub async fn audit_with(
             topic: t.topic.clone(),
             partitions: Vec::new(),
             skipped: None,
+            notes: Vec::new(),
         };
         if !t.land {
             audit.skipped = Some("land = false: the topic has no table of its own".into());
@@ -373,6 +377,16 @@ pub async fn audit_with(
             let has_table = listed.iter().any(|n| n == &t.name);
             let has_dead = listed.iter().any(|n| n == DEAD_LETTER_TABLE);
             let mut ledgers = ledgers(backend, &t.topic, &t.name).await?;
+            // An upsert table's counts are of whole partitions: audited whole, whatever --since.
+            let since_ms = match (since_ms, &t.upsert) {
+                (Some(_), Some(_)) => {
+                    audit.notes.push(
+                        "audited whole, not --since: an upsert table's records are counted (rows, tombstones, rows compaction dropped), and the counts are of whole partitions".into(),
+                    );
+                    None
+                }
+                (ms, _) => ms,
+            };
             let starts = match since_ms {
                 Some(ms) => {
                     let mut starts =

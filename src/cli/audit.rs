@@ -197,6 +197,9 @@ pub fn render(audit: &Audit) -> String {
     let mut out = String::new();
     for t in &audit.tables {
         let _ = writeln!(out, "table {} (topic {})", t.table, t.topic);
+        for n in &t.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
         if let Some(why) = &t.skipped {
             let _ = writeln!(out, "  not audited: {why}\n");
             continue;

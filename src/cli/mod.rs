@@ -135,6 +135,10 @@ pub struct ReplayArgs {
     /// mapping's Amazon S3 on-failure destination (or MSK event files).
     #[arg(required = true)]
     pub batches: Vec<String>,
+    /// Land a batch that starts past its partition's checkpoint: the offsets in between will
+    /// never be delivered (Kafka's own gaps: a transaction's marker, compacted records).
+    #[arg(long)]
+    pub after_gap: bool,
 }
 
 /// `streamtable replay`: feeds failed batches back through ingest, exactly once.
@@ -196,7 +200,10 @@ pub async fn replay(config: &Config, args: &ReplayArgs) -> Result<()> {
             }
         };
         let event = crate::replay::parse_failed_batch(&bytes, location)?;
-        for p in crate::replay::replay(&ingestor, &backend, &spec, &event).await? {
+        let options = crate::replay::ReplayOptions {
+            after_gap: args.after_gap,
+        };
+        for p in crate::replay::replay_with(&ingestor, &backend, &spec, &event, &options).await? {
             println!(
                 "{location}: {} records={} already_landed={} accepted={} dead_lettered={}",
                 p.source, p.records, p.already_landed, p.accepted, p.dead_lettered

@@ -543,3 +543,34 @@ FROM a x JOIN b y ON x.id = y.id AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' H
     assert_eq!(super::count(h, "SELECT count(*) FROM a").await, 4);
     assert_eq!(super::count(h, "SELECT count(*) FROM b").await, 4);
 }
+
+/// A replayed batch that starts past its partition's checkpoint would move the checkpoint past
+/// offsets not landed yet (which the event source would then deliver as already seen): refused,
+/// naming the gap, unless the replay says the gap is Kafka's own (`after_gap`).
+pub async fn a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap(h: &Harness) {
+    h.ingestor()
+        .handle(&event(&records("orders", 0, 0..10)))
+        .await
+        .expect("ingest");
+    let ahead = event(&records("orders", 0, 12..16));
+    let e = streamtable::replay::replay(&h.ingestor(), &h.backend, &h.spec, &ahead)
+        .await
+        .expect_err("ahead of the checkpoint");
+    assert!(
+        e.to_string()
+            .contains("the batch starts at offset 12, past the partition's checkpoint 10: offsets 10..=11 have not landed yet"),
+        "{e}"
+    );
+    assert_eq!(h.next_offset("orders", 0).await, 10, "nothing landed");
+    let done = streamtable::replay::replay_with(
+        &h.ingestor(),
+        &h.backend,
+        &h.spec,
+        &ahead,
+        &streamtable::replay::ReplayOptions { after_gap: true },
+    )
+    .await
+    .expect("a gap that is Kafka's own");
+    assert_eq!(done[0].accepted, 4);
+    assert_eq!(h.next_offset("orders", 0).await, 16);
+}

@@ -96,3 +96,8 @@ async fn an_interval_join_whose_sql_explodes_fails_its_round_not_the_stage() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap() {
+    r::a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap(&common::embedded().await).await;
+}

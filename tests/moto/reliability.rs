@@ -80,3 +80,8 @@ async fn the_audit_accounts_for_every_offset_and_names_each_fault() {
 async fn a_recreated_topic_is_refused_until_the_partition_is_reset() {
     r::a_recreated_topic_is_refused_until_the_partition_is_reset(&common::moto().await).await;
 }
+
+#[tokio::test]
+async fn a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap() {
+    r::a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap(&common::moto().await).await;
+}

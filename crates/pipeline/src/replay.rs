@@ -90,6 +90,25 @@ pub async fn replay(
     spec: &PipelineSpec,
     event: &EsmEvent,
 ) -> Result<Vec<PartitionReplay>> {
+    replay_with(ingestor, backend, spec, event, &ReplayOptions::default()).await
+}
+
+/// What a replay may do beyond the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplayOptions {
+    /// Land a batch that starts past its partition's checkpoint: the offsets in between will
+    /// never be delivered (Kafka's own gaps: a transaction's marker, compacted records).
+    pub after_gap: bool,
+}
+
+/// [`replay`] with `options`.
+pub async fn replay_with(
+    ingestor: &Ingestor,
+    backend: &Backend,
+    spec: &PipelineSpec,
+    event: &EsmEvent,
+    options: &ReplayOptions,
+) -> Result<Vec<PartitionReplay>> {
     let tables = TableSet::new(spec, &backend.namespace)?;
     let mut out = Vec::new();
     for (source, records) in group_by_partition(event)? {
@@ -108,7 +127,7 @@ pub async fn replay(
             });
         }
         let result = replay_partition(
-            ingestor, backend, spec, &tables, &source, &records, &lock, &holder,
+            ingestor, backend, spec, &tables, &source, &records, &lock, &holder, options,
         )
         .await;
         backend.state.unlock(&lock, &holder).await?;
@@ -127,6 +146,7 @@ async fn replay_partition(
     records: &[&EsmRecord],
     lock: &str,
     holder: &str,
+    options: &ReplayOptions,
 ) -> Result<PartitionReplay> {
     let mut report = PartitionReplay {
         source: source.to_string(),
@@ -139,11 +159,12 @@ async fn replay_partition(
         .partition(|r| r.offset < checkpoint.next_offset);
     if let Some(first) = ahead.iter().map(|r| r.offset).min()
         && first > checkpoint.next_offset
+        && !options.after_gap
     {
         // Landing it would move the checkpoint past offsets that have not landed yet, which
         // the event source would then deliver as already seen: lost.
         return Err(Error::Config(format!(
-            "replay of {source}: the batch starts at offset {first}, past the partition's checkpoint {}: offsets {}..={} have not landed yet, and landing this batch first would make them read as already seen; let the event source deliver them (or replay the batches that hold them) first, then replay this one",
+            "replay of {source}: the batch starts at offset {first}, past the partition's checkpoint {}: offsets {}..={} have not landed yet, and landing this batch first would make them read as already seen; let the event source deliver them (or replay the batches that hold them) first, then replay this one; if they will never be delivered (Kafka's own gaps: a transaction's marker, compacted records), replay with --after-gap",
             checkpoint.next_offset,
             checkpoint.next_offset,
             first - 1
