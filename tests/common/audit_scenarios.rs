@@ -76,6 +76,12 @@ pub async fn the_audit_accounts_for_every_offset_and_names_each_fault(h: &mut Ha
         &streamtable::process::Planner,
     )
     .expect("spec");
+    // Checkpoints in buckets, as on a new deployment.
+    h.backend
+        .state
+        .upgrade(streamtable::clock::now_ms())
+        .await
+        .expect("layout");
     let tables = h.tables();
     let ingest = |recs: Vec<streamtable::generate::SourceRecord>| {
         let ing = h.ingestor();

@@ -349,6 +349,12 @@ fn tables_ident(h: &Harness, table: &str) -> iceberg::TableIdent {
 /// the recovery, with nothing landed, while a true re-delivery is still taken as seen; after
 /// `reset_partition` (and the ledger set aside), the new log lands whole.
 pub async fn a_recreated_topic_is_refused_until_the_partition_is_reset(h: &Harness) {
+    // Checkpoints in buckets, as on a new deployment (on DynamoDB: the stamps in a map).
+    h.backend
+        .state
+        .upgrade(streamtable::clock::now_ms())
+        .await
+        .expect("layout");
     let source = streamtable::checkpoint::SourcePartition::new("orders", 0);
     let old = records("orders", 0, 0..30);
     let s = h

@@ -57,11 +57,20 @@ fn entry(item: &HashMap<String, AttributeValue>, partition: i32) -> Option<i64> 
         .ok()
 }
 
-/// The attribute of a bucket item holding the latest Kafka timestamp (ms) `partition` took
-/// (a top-level attribute per partition: a map would have to exist before a transaction sets
-/// an entry in it, and older items have none).
-fn stamp_attribute(partition: i32) -> String {
-    format!("ts{partition}")
+/// The map attribute of a bucket item holding, per partition, the latest Kafka timestamp (ms)
+/// it took: one entry set beside the next offset in the same clause count a map keeps (a
+/// top-level attribute per partition would add a name per partition to the expression). Older
+/// items lack it and are given an empty one when read ([`DynamoStateStore::read_checkpoints`]).
+const STAMPS: &str = "ts";
+
+/// The latest Kafka timestamp recorded for `partition` in a bucket item, -1 if none.
+fn stamp(item: &HashMap<String, AttributeValue>, partition: i32) -> i64 {
+    item.get(STAMPS)
+        .and_then(|m| m.as_m().ok())
+        .and_then(|m| m.get(&partition.to_string()))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// The attribute of a bucket item holding the first offset `partition` took.
@@ -250,6 +259,7 @@ impl DynamoStateStore {
                 .table_name(&self.table)
                 .set_item(Some(item_key(key.clone())))
                 .item(MAP, AttributeValue::M(HashMap::new()))
+                .item(STAMPS, AttributeValue::M(HashMap::new()))
                 .condition_expression("attribute_not_exists(pk)")
                 .send()
                 .await;
@@ -261,6 +271,75 @@ impl DynamoStateStore {
             }
         }
         Ok(())
+    }
+
+    /// Gives bucket item `key` an empty map of stamps if it has none.
+    async fn add_stamps(&self, key: &str) -> Result<()> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(item_key(key.to_string())))
+            .update_expression("SET #s = :empty")
+            .condition_expression("attribute_exists(pk) AND attribute_not_exists(#s)")
+            .expression_attribute_names("#s", STAMPS)
+            .expression_attribute_values(":empty", AttributeValue::M(HashMap::new()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let f = SdkFault::from_sdk(&e);
+                if f.code.as_deref() == Some("ConditionalCheckFailedException") {
+                    Ok(())
+                } else {
+                    Err(state_error(
+                        "add stamps to a checkpoint bucket",
+                        &self.table,
+                        f,
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Records the first offset of each partition of `advances` that had no checkpoint before
+    /// (an attribute `f{partition}` of its bucket, set if absent). After the transaction, not in
+    /// it: a bucket's transaction already names each partition twice, and a first offset not
+    /// recorded (a crash in between) is only not known, as for an earlier release's partition.
+    pub(super) async fn record_first_offsets(&self, advances: &[SourceAdvance]) {
+        let mut by_bucket: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        for a in advances {
+            let first = a.to().first_offset;
+            if a.from.version == 0 && first >= 0 {
+                by_bucket
+                    .entry(bucket_key(&a.source))
+                    .or_default()
+                    .push((a.source.partition, first));
+            }
+        }
+        for (key, firsts) in by_bucket {
+            let mut update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(item_key(key)));
+            let mut set = Vec::new();
+            for (i, (p, first)) in firsts.iter().enumerate() {
+                update = update
+                    .expression_attribute_names(format!("#f{i}"), first_attribute(*p))
+                    .expression_attribute_values(format!(":f{i}"), n(*first));
+                set.push(format!("#f{i}=if_not_exists(#f{i},:f{i})"));
+            }
+            if let Err(e) = update
+                .update_expression(format!("SET {}", set.join(",")))
+                .send()
+                .await
+            {
+                tracing::warn!(error = %SdkFault::from_sdk(&e).message,
+                    "the first offsets of new partitions were not recorded; the audit starts them at their ledger");
+            }
+        }
     }
 
     /// Sets the entry of `source` to `next_offset` if it has none (copies a frozen pre-0.3
@@ -348,6 +427,19 @@ impl DynamoStateStore {
                 .collect());
         }
         let mut buckets = self.buckets(sources).await?;
+        // Buckets an earlier release created have no map of stamps: given an empty one, so
+        // that a transaction can set an entry in it.
+        let unstamped: Vec<String> = buckets
+            .iter()
+            .filter(|(_, b)| !b.contains_key(STAMPS))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &unstamped {
+            self.add_stamps(key).await?;
+        }
+        if !unstamped.is_empty() {
+            buckets = self.buckets(sources).await?;
+        }
         let missing: Vec<&SourcePartition> = sources
             .iter()
             .filter(|s| {
@@ -393,7 +485,7 @@ impl DynamoStateStore {
                 Ok(Checkpoint {
                     next_offset: next,
                     version: u64::from(next > 0),
-                    newest_ms: bucket.map_or(-1, |b| number(b, &stamp_attribute(s.partition))),
+                    newest_ms: bucket.map_or(-1, |b| stamp(b, s.partition)),
                     first_offset: bucket.map_or(-1, |b| number(b, &first_attribute(s.partition))),
                 })
             })
@@ -469,30 +561,18 @@ impl DynamoStateStore {
                     .expression_attribute_values(format!(":o{i}"), n(a.from.next_offset));
                 set.push(format!("#m.#{i}=:n{i}"));
                 let newest = a.to().newest_ms;
-                if newest >= 0 {
-                    update = update
-                        .expression_attribute_names(
-                            format!("#t{i}"),
-                            stamp_attribute(a.source.partition),
-                        )
-                        .expression_attribute_values(format!(":t{i}"), n(newest));
-                    set.push(format!("#t{i}=:t{i}"));
-                }
-                let first = a.to().first_offset;
-                if a.from.version == 0 && first >= 0 {
-                    update = update
-                        .expression_attribute_names(
-                            format!("#f{i}"),
-                            first_attribute(a.source.partition),
-                        )
-                        .expression_attribute_values(format!(":f{i}"), n(first));
-                    set.push(format!("#f{i}=:f{i}"));
+                if newest >= 0 && mode == Mode::Buckets {
+                    update = update.expression_attribute_values(format!(":t{i}"), n(newest));
+                    set.push(format!("#s.#{i}=:t{i}"));
                 }
                 cond.push(match mode {
                     Mode::Buckets => format!("#m.#{i}=:o{i}"),
                     // The per-partition item decides; the bucket only must not be ahead.
                     Mode::Mirror => format!("(attribute_not_exists(#m.#{i}) OR #m.#{i}<=:o{i})"),
                 });
+            }
+            if set.iter().any(|c| c.starts_with("#s.")) {
+                update = update.expression_attribute_names("#s", STAMPS);
             }
             update = update
                 .update_expression(format!("SET {}", set.join(",")))

@@ -392,6 +392,7 @@ impl CheckpointStore for DynamoStateStore {
         match result {
             Ok(_) => {
                 self.states_written(advances);
+                self.record_first_offsets(advances).await;
                 Ok(Advance::Advanced)
             }
             Err(e) => {
