@@ -419,6 +419,7 @@ pub async fn audit_with(
                 }
                 None => None,
             };
+            let old_logs = resets(backend, &t.topic, &t.name).await?;
             // An upsert table's rows are read from its data files, the rows its position
             // deletes delete included: every record it was delivered is one of them (until
             // compaction drops it, counted), a tombstone (counted) or a dead letter.
@@ -430,7 +431,7 @@ pub async fn audit_with(
                         .await?
                         .ok_or_else(|| Error::Config(format!("table {} is gone", t.name)))?;
                     let (raw, unreadable) =
-                        crate::commit::audit::raw_positions(&table, &t.topic).await?;
+                        crate::commit::audit::raw_positions(&table, &t.topic, &old_logs).await?;
                     if !unreadable.is_empty() {
                         audit.skipped = Some(format!(
                             "{} data file(s) cannot be read: {}",
@@ -443,7 +444,6 @@ pub async fn audit_with(
                 _ => None,
             };
             let counted_by = counts(backend, &t.topic, &t.name).await?;
-            let old_logs = resets(backend, &t.topic, &t.name).await?;
             let found = landed(
                 &engine,
                 &t.name,

@@ -10,7 +10,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::{Connection, kafka_error};
-use crate::cli::{Disorder, synthetic_stream};
+use crate::cli::{Disorder, Timeline, synthetic_stream};
 use crate::error::{Error, Result};
 use crate::generate::{EventFactory, SourceRecord};
 
@@ -41,6 +41,19 @@ pub struct ProduceArgs {
     /// Compression of the record batches: none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "lz4")]
     pub compression: String,
+}
+
+/// The business ids (order numbers) of records produced into a cluster start here, past the
+/// embedded demo's (which count from 0 in its home): the orders of `demo` and of `demo
+/// --bootstrap-servers` or `produce` are never taken for each other's producer retries by a
+/// dedup. A topic's next ids continue from the sum of its partitions' ends, so `produce
+/// --topic orders` then `produce --topic payments` of as many records pay the same orders.
+pub const CLUSTER_IDS: u64 = 1_000_000_000;
+
+/// The first business id of records produced into a topic whose partitions' ends sum to
+/// `ends`.
+pub fn first_cluster_id(ends: i64) -> u64 {
+    CLUSTER_IDS + ends.max(0) as u64
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists; returns its partitions.
@@ -156,7 +169,6 @@ pub async fn send(
         .create()
         .map_err(|e| kafka_error("create the producer", e))?;
     let started = Instant::now();
-    let now_ms = crate::clock::now_ms();
     let mut delivered = 0u64;
     let mut sends = futures::stream::iter(records.into_iter().enumerate())
         .map(|(i, r)| {
@@ -172,10 +184,9 @@ pub async fn send(
                 };
                 let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.topic)
                     .partition(r.partition)
-                    // A broker refuses a record stamped more than an hour ahead
-                    // (`log.message.timestamp.after.max.ms`): the generator's late-retried
-                    // payments are, so their Kafka timestamps are now at most.
-                    .timestamp(r.timestamp_ms.min(now_ms));
+                    // Never ahead of the clock (a broker refuses a record stamped more than
+                    // an hour ahead, `log.message.timestamp.after.max.ms`).
+                    .timestamp(r.timestamp_ms.min(crate::clock::now_ms()));
                 if let Some(k) = r.key.as_deref() {
                     record = record.key(k);
                 }
@@ -206,18 +217,18 @@ pub async fn send(
 
 /// The demo's records for `topic` (the demo topic its name contains), `count` of them over
 /// `partitions`, ids from `first_id`, every `bad_every`-th bad, a producer retry's copy now
-/// and then: an hour of event time ending now, out of order by up to 10 s.
+/// and then, event times on `timeline`, out of order by up to 10 s.
 pub fn demo_records(
     topic: &str,
     count: u64,
     partitions: i32,
     first_id: u64,
     bad_every: u64,
+    timeline: &Timeline,
 ) -> Vec<SourceRecord> {
     let base = crate::cli::demo_kind(topic);
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
     let mut offsets = vec![0i64; partitions.max(1) as usize];
-    let disorder = Disorder::demo(count);
     let mut records = synthetic_stream(
         &mut factory,
         base,
@@ -225,8 +236,8 @@ pub fn demo_records(
         &mut offsets,
         first_id,
         bad_every,
-        crate::clock::now_ms() - 3_600_000,
-        &disorder,
+        timeline,
+        &Disorder::demo(),
     );
     for r in &mut records {
         r.topic = topic.to_string();
@@ -234,16 +245,66 @@ pub fn demo_records(
     records
 }
 
+/// The latest Kafka timestamp (ms) of the last records of `topic`'s partitions, `None` when
+/// they are empty: where a generator's next run continues.
+pub fn latest_stamp(connection: &Connection, topic: &str, partitions: i32) -> Result<Option<i64>> {
+    let ends: Vec<(String, i32, i64)> = (0..partitions.max(1))
+        .map(|p| (topic.to_string(), p, i64::MAX))
+        .collect();
+    let stamps =
+        tokio::task::block_in_place(|| crate::broker::log::stamps_below(connection, &ends, 4))?;
+    Ok(stamps.values().flatten().map(|(_, ts)| *ts).max())
+}
+
+/// Where `produce`'s records lie in event time: at `--rate`, each when it is due to be sent
+/// (so a stamp is never ahead of the clock, and a slow run keeps time); at full speed, a
+/// millisecond apart up to now. Either continues after the topic's latest record.
+pub fn produce_timeline(
+    now_ms: i64,
+    first_id: u64,
+    records: u64,
+    rate: u64,
+    after: Option<i64>,
+) -> Timeline {
+    if rate == 0 {
+        return Timeline::ending(
+            now_ms,
+            first_id,
+            records,
+            crate::cli::synthetic::plain_span_ms(records),
+            after,
+        );
+    }
+    // The demo's jitter is ±10 s: starting 10 s back keeps every stamp behind its send time.
+    let start = (now_ms - 10_000).max(after.map_or(i64::MIN, |a| a.saturating_add(1)));
+    Timeline {
+        origin: first_id,
+        start_ms: start,
+        step_us: i64::try_from(1_000_000 / rate.max(1)).unwrap_or(1),
+        end_ms: i64::MAX,
+    }
+}
+
 /// `streamtable produce`.
 pub async fn run(args: &ProduceArgs) -> Result<()> {
     let partitions = ensure_topic(&args.connection, &args.topic, args.partitions).await?;
-    let (_, first_id) = watermarks(&args.connection, &args.topic)?;
+    let (_, ends) = watermarks(&args.connection, &args.topic)?;
+    let first_id = first_cluster_id(ends);
+    let after = latest_stamp(&args.connection, &args.topic, partitions)?;
+    let timeline = produce_timeline(
+        crate::clock::now_ms(),
+        first_id,
+        args.records,
+        args.rate,
+        after,
+    );
     let records = demo_records(
         &args.topic,
         args.records,
         partitions,
-        first_id as u64,
+        first_id,
         args.bad_every,
+        &timeline,
     );
     let total = records.len() as u64;
     let bar = indicatif::ProgressBar::new(total);
@@ -265,10 +326,16 @@ pub async fn run(args: &ProduceArgs) -> Result<()> {
     )
     .await?;
     bar.finish_and_clear();
+    let copies = sent.saturating_sub(args.records);
+    let bad = args.records.checked_div(args.bad_every).unwrap_or(0);
     println!(
-        "{}: {sent} records produced to {partitions} partitions in {:.1} s",
+        "{}: {sent} records produced to {partitions} partitions in {:.1} s: the {} asked \
+         for ({bad} of them bad on purpose) and {copies} producer-retry copies; event times \
+         from {}",
         args.topic,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        args.records,
+        crate::clock::rfc3339_ms(timeline.start_ms),
     );
     Ok(())
 }

@@ -93,6 +93,19 @@ pub async fn query(config: &Config, args: &QueryArgs) -> Result<()> {
     let engine = QueryEngine::new(&backend, travel).await?;
     let batches = engine.query(&args.sql).await?;
     println!("{}", format(&batches, args.format)?);
+    for (table, first) in engine.empty_as_of(&args.sql) {
+        eprintln!(
+            "note: {table} had no snapshot yet at the --as-of time: read as empty ({})",
+            if first >= 0 {
+                format!(
+                    "its first snapshot was committed at {}",
+                    crate::clock::rfc3339_ms(first)
+                )
+            } else {
+                "it has no snapshot yet".to_string()
+            }
+        );
+    }
     Ok(())
 }
 

@@ -12,7 +12,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::backend::{Backend, BackendConfig};
 use crate::checkpoint::SourcePartition;
-use crate::cli::{Disorder, synthetic_stream};
+use crate::cli::local_events::{LocalEvents, newest_in_home};
+use crate::cli::synthetic::HOUR_MS;
+use crate::cli::{Disorder, Timeline, synthetic_stream};
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -100,12 +102,14 @@ fn bar(multi: &MultiProgress, len: u64, prefix: &str) -> ProgressBar {
 const AVRO_TOPIC: &str = "readings";
 
 /// Sends `events` events of `topic` through the handler, in ESM batches (written as Avro by
-/// `avro` when given).
+/// `avro` when given), their event times over the hour before `now_ms` or from `after_ms` on.
+#[allow(clippy::too_many_arguments)]
 async fn feed(
     ingestor: Arc<Ingestor>,
     backend: Backend,
     topic: String,
     args: (u64, u64, i32),
+    (now_ms, after_ms): (i64, Option<i64>),
     avro: Option<Arc<AvroProducer>>,
     pb: ProgressBar,
 ) -> Result<IngestSummary> {
@@ -122,8 +126,8 @@ async fn feed(
     }
     let first_id: u64 = offsets.iter().map(|o| *o as u64).sum();
     let mut factory = EventFactory::new(first_id ^ topic.len() as u64);
-    let start_ms = now_ms() - 3_600_000;
-    let disorder = Disorder::demo(events);
+    let timeline = Timeline::ending(now_ms, first_id, events, HOUR_MS, after_ms);
+    let disorder = Disorder::demo();
     let mut total = IngestSummary::default();
     let (mut sent, mut n) = (0u64, 0u64);
     while sent < events {
@@ -136,7 +140,7 @@ async fn feed(
             &mut offsets,
             first_id + sent,
             BAD_EVERY,
-            start_ms,
+            &timeline,
             &disorder,
         );
         for r in &mut records {
@@ -183,12 +187,12 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     }
     let tables = TableSet::new(&spec, &backend.namespace)?;
     seed_currency_rates(&backend, &tables).await?;
-    let (avro, registries) = avro_topic(config, &mut spec, args)?;
-    let ingestor = Arc::new(
-        Ingestor::connect(&spec, &backend)
-            .await?
-            .with_registries(registries),
-    );
+    let topics: Vec<String> = spec.tables.iter().map(|t| t.topic.clone()).collect();
+    let notes = LocalEvents::open(config)?;
+    // Event time continues after the latest event the home's partitions took, over the hour
+    // before now at most: a second run never stamps ahead of the clock or behind the first.
+    let now = now_ms();
+    let after = newest_in_home(&backend, &topics, args.partitions).await?;
 
     println!(
         "1. ingest: {} events per topic, ESM batches of {}",
@@ -198,28 +202,55 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     let multi = MultiProgress::new();
     let mut tasks = Vec::new();
     if let Some(bootstrap) = &args.bootstrap_servers {
-        total = through_broker(bootstrap, &spec, &avro, ingestor.clone(), &backend, args).await?;
-    }
-    for t in spec
-        .tables
-        .iter()
-        .filter(|_| args.bootstrap_servers.is_none())
-    {
-        let pb = bar(&multi, args.events, &t.topic);
-        let producer = (t.format == Format::Avro).then(|| avro.clone());
-        let job = feed(
-            ingestor.clone(),
-            backend.clone(),
-            t.topic.clone(),
-            (
-                args.events,
-                args.batch_size.clamp(1, 10_000),
-                args.partitions.max(1),
-            ),
-            producer,
-            pb,
+        // The spec's formats as they are: a plain `run` on the same cluster reads them.
+        let ingestor = Arc::new(Ingestor::connect(&spec, &backend).await?);
+        let run = (ingestor, notes);
+        total = through_broker(bootstrap, &spec, run, &backend, args, (now, after)).await?;
+    } else {
+        let (avro, registries) = avro_topic(config, &mut spec)?;
+        let ingestor = Arc::new(
+            Ingestor::connect(&spec, &backend)
+                .await?
+                .with_registries(registries),
         );
-        tasks.push((t.name.clone(), tokio::spawn(job)));
+        if let Some(mut notes) = notes {
+            // These checkpoints count the demo's own events, not a cluster's log: never those
+            // of partitions a cluster feeds.
+            let sources: Vec<SourcePartition> = topics
+                .iter()
+                .flat_map(|t| (0..args.partitions.max(1)).map(move |p| SourcePartition::new(t, p)))
+                .collect();
+            let fed = notes.cluster_fed(&sources);
+            if !fed.is_empty() {
+                return Err(Error::Config(format!(
+                    "a Kafka cluster feeds partitions of this home ({}): the demo's own events \
+                     would take offsets of those logs, and `streamtable run` would then skip \
+                     the cluster's records at them. Run the demo through the cluster \
+                     (`streamtable demo --bootstrap-servers HOST:PORT`) or in another home \
+                     (`--home DIR`)",
+                    fed.join(", ")
+                )));
+            }
+            notes.note_local(&sources)?;
+        }
+        for t in &spec.tables {
+            let pb = bar(&multi, args.events, &t.topic);
+            let producer = (t.format == Format::Avro).then(|| avro.clone());
+            let job = feed(
+                ingestor.clone(),
+                backend.clone(),
+                t.topic.clone(),
+                (
+                    args.events,
+                    args.batch_size.clamp(1, 10_000),
+                    args.partitions.max(1),
+                ),
+                (now, after),
+                producer,
+                pb,
+            );
+            tasks.push((t.name.clone(), tokio::spawn(job)));
+        }
     }
     for (name, task) in tasks {
         let s = task
@@ -228,18 +259,24 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
         total.add(&s);
     }
     println!("   {}", total.line());
-    let kinds: Vec<String> = total
-        .dead_letters_by_kind
-        .iter()
-        .map(|(k, n)| format!("{k}={n}"))
-        .collect();
-    println!(
-        "   dead letters: {}",
-        if kinds.is_empty() {
-            "none".into()
+    let kinds = |m: &std::collections::BTreeMap<String, u64>| {
+        if m.is_empty() {
+            "none".to_string()
         } else {
-            kinds.join(" ")
+            m.iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         }
+    };
+    println!(
+        "   dead letters: {} (records that did not land in their table)",
+        kinds(&total.dead_letters_by_kind)
+    );
+    println!(
+        "   derived tables' dead letters: {} (records in their topic's table that a derived \
+         table could not take: too late for its window, or its SQL failed on them)",
+        kinds(&total.derived_dead_letters_by_kind)
     );
 
     println!("2. commit, compact, maintain (the scheduled compaction Lambda)");
@@ -277,40 +314,41 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-/// The demo's events through a Kafka cluster: produced into the spec's topics (the Avro topic
-/// as Avro), then read back by the local event source mapping into the handler, until caught
-/// up.
+/// The demo's events through a Kafka cluster: produced into the spec's topics (in the
+/// spec's formats, so that a plain `streamtable run` reads them too), then read back by the
+/// local event source mapping into the handler, until caught up. Event time continues after
+/// the latest of the home's partitions and the topics' logs.
 async fn through_broker(
     bootstrap: &str,
     spec: &crate::spec::PipelineSpec,
-    avro: &Arc<AvroProducer>,
-    ingestor: Arc<Ingestor>,
+    (ingestor, notes): (Arc<Ingestor>, Option<LocalEvents>),
     backend: &Backend,
     args: &DemoArgs,
+    (now, after): (i64, Option<i64>),
 ) -> Result<IngestSummary> {
     use crate::broker::source::{LocalEsm, RunArgs, Stop, spec_topics};
     use crate::broker::{Connection, produce};
     let connection = Connection::plaintext(bootstrap);
     let multi = MultiProgress::new();
+    let mut topics = Vec::new();
+    let mut after = after;
     for t in &spec.tables {
         let partitions = produce::ensure_topic(&connection, &t.topic, args.partitions).await?;
-        let (_, first_id) = produce::watermarks(&connection, &t.topic)?;
-        let mut records = produce::demo_records(
-            &t.topic,
+        let (_, ends) = produce::watermarks(&connection, &t.topic)?;
+        after = after.max(produce::latest_stamp(&connection, &t.topic, partitions)?);
+        topics.push((t.topic.clone(), partitions, produce::first_cluster_id(ends)));
+    }
+    for (topic, partitions, first_id) in topics {
+        let timeline = Timeline::ending(now, first_id, args.events, HOUR_MS, after);
+        let records = produce::demo_records(
+            &topic,
             args.events,
             partitions,
-            first_id as u64,
+            first_id,
             BAD_EVERY,
+            &timeline,
         );
-        if t.format == Format::Avro {
-            for r in &mut records {
-                let json = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok());
-                if let Some(value) = json.and_then(|j| avro.encode_json(j).ok()) {
-                    r.value = Some(value);
-                }
-            }
-        }
-        let pb = bar(&multi, records.len() as u64, &t.topic);
+        let pb = bar(&multi, records.len() as u64, &topic);
         produce::send(&connection, "lz4", records, 0, |n| pb.set_position(n)).await?;
         pb.finish_with_message(format!("produced to {bootstrap}"));
     }
@@ -328,7 +366,8 @@ async fn through_broker(
         backend.clone(),
         None,
         Stop::on_signals(),
-    )?;
+    )?
+    .with_local_events(notes, spec);
     let report = esm.run().await?;
     Ok(report.ingest)
 }
@@ -339,14 +378,17 @@ async fn through_broker(
 fn avro_topic(
     config: &Config,
     spec: &mut crate::spec::PipelineSpec,
-    args: &DemoArgs,
 ) -> Result<(Arc<AvroProducer>, Registries)> {
-    let topic = format!("{}{AVRO_TOPIC}", args.topic_prefix.as_deref().unwrap_or(""));
     let table = spec
         .tables
         .iter_mut()
-        .find(|t| t.topic == topic)
-        .ok_or_else(|| Error::Config(format!("the demo needs a table for topic {topic}")))?;
+        .find(|t| crate::cli::demo_kind(&t.topic) == AVRO_TOPIC)
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "the demo needs a table whose topic's name contains {AVRO_TOPIC}"
+            ))
+        })?;
+    let topic = table.topic.clone();
     table.format = Format::Avro;
     let producer = Arc::new(AvroProducer::new(table, 1));
     let dir = match &config.backend {

@@ -8,15 +8,20 @@ pub mod audit;
 pub mod check;
 pub mod dashboard;
 pub mod demo;
+pub mod local_events;
 pub mod status;
+pub mod synthetic;
 pub mod table_list;
+
+pub use synthetic::{
+    Disorder, GenerateArgs, Timeline, demo_kind, generate, synthetic_records, synthetic_stream,
+};
 
 use std::path::{Path, PathBuf};
 
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::generate::{EventFactory, ORDER_STATUS_TOPIC, Rng, SourceRecord, esm_event};
 use crate::ingest::Ingestor;
 
 /// Exit code for a retryable fault (EX_TEMPFAIL): run the command again later.
@@ -50,14 +55,50 @@ pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
     })
 }
 
-/// `streamtable ingest --event FILE...`: one summary line per file.
+/// `streamtable ingest --event FILE...`: one summary line per file, and where records were
+/// already seen, the checkpoints they are below.
 pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     let backend = Backend::connect(&config.backend).await?;
+    let state = backend.state.clone();
     let ingestor = crate::ingest::LiveIngestor::from_config(config, backend);
+    let mut notes = local_events::LocalEvents::open(config)?;
     for path in events {
         let event = read_event(path)?;
+        let mut sources: Vec<crate::checkpoint::SourcePartition> = event
+            .records
+            .values()
+            .flatten()
+            .filter_map(|r| {
+                let p = i32::try_from(r.partition).ok()?;
+                Some(crate::checkpoint::SourcePartition::new(
+                    r.topic.as_deref()?,
+                    p,
+                ))
+            })
+            .collect();
+        sources.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        sources.dedup();
+        if let Some(notes) = notes.as_mut() {
+            notes.note_local(&sources)?;
+        }
         let summary = ingestor.handle(&event).await?;
         println!("{}: {}", path.display(), summary.line());
+        if summary.already_seen > 0 {
+            let checkpoints = state.checkpoints(&sources).await?;
+            let at: Vec<String> = sources
+                .iter()
+                .zip(&checkpoints)
+                .filter(|(_, c)| c.version > 0)
+                .map(|(s, c)| format!("{s} at {}", c.next_offset))
+                .collect();
+            println!(
+                "  already_seen={}: their offsets are below their partitions' checkpoints ({}): \
+                 they landed before (each offset lands once; an earlier `ingest`, the demo or \
+                 `run` took them), and were skipped",
+                summary.already_seen,
+                at.join(", ")
+            );
+        }
     }
     Ok(())
 }
@@ -109,7 +150,8 @@ pub async fn run(config: &Config, args: &crate::broker::source::RunArgs) -> Resu
         backend,
         Some(tables),
         Stop::on_signals(),
-    )?;
+    )?
+    .with_local_events(local_events::LocalEvents::open(config)?, &spec);
     let report = esm.run().await?;
     println!(
         "{} records fetched, {} batches landed ({} invocations failed and were retried): {}",
@@ -257,21 +299,60 @@ pub async fn reset_partition(config: &Config, args: &ResetPartitionArgs) -> Resu
     })?;
     let source = crate::checkpoint::SourcePartition::new(&args.topic, args.partition);
     let ingestor = Ingestor::connect(&spec, &backend).await?;
-    let reset = ingestor
-        .reset_partition(&source, args.from, args.to)
-        .await?;
-    println!(
-        "{}/{}: checkpoint {} → {}{}",
-        args.topic,
-        args.partition,
-        reset.from,
-        reset.to,
-        if reset.state_moved {
-            " (window and dedup state moved with it)"
-        } else {
-            ""
-        }
-    );
+    let moved = move_to_new_log(&backend, table, &ingestor, &source, args.from, args.to).await?;
+    println!("{}", moved.line());
+    if let Some(at) = moved.set_aside_at {
+        println!(
+            "{}: the partition's ledger of delivered offsets set aside as streamtable.ledger-before.{source}.{at}; the table keeps the old log's rows (audit the new log with --since {})",
+            table.name,
+            crate::clock::rfc3339_ms(at)
+        );
+    }
+    Ok(())
+}
+
+/// A partition moved to a new log ([`move_to_new_log`]).
+#[derive(Debug, Clone)]
+pub struct MovedPartition {
+    /// The partition.
+    pub source: crate::checkpoint::SourcePartition,
+    /// What the checkpoint's move did.
+    pub reset: crate::ingest::PartitionReset,
+    /// When its table's ledger for the partition was set aside (ms), if it had one.
+    pub set_aside_at: Option<i64>,
+}
+
+impl MovedPartition {
+    /// `orders/0: checkpoint 3000 → 0 (window and dedup state moved with it)`.
+    pub fn line(&self) -> String {
+        format!(
+            "{}/{}: checkpoint {} → {}{}",
+            self.source.topic,
+            self.source.partition,
+            self.reset.from,
+            self.reset.to,
+            if self.reset.state_moved {
+                " (window and dedup state moved with it)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// Moves `source` (of `table`'s topic) to a new log: its checkpoint from `from` to `to` with
+/// its window and dedup state, in one conditional write, then its ledger of delivered offsets
+/// on the table set aside (the audit leaves the old log's rows out). The table keeps its rows.
+pub async fn move_to_new_log(
+    backend: &Backend,
+    table: &crate::spec::TableSpec,
+    ingestor: &Ingestor,
+    source: &crate::checkpoint::SourcePartition,
+    from: i64,
+    to: i64,
+) -> Result<MovedPartition> {
+    let reset = ingestor.reset_partition(source, from, to).await?;
+    let mut set_aside_at = None;
     if table.land {
         let ident = iceberg::TableIdent::new(
             iceberg::NamespaceIdent::new(backend.namespace.clone()),
@@ -279,15 +360,15 @@ pub async fn reset_partition(config: &Config, args: &ResetPartitionArgs) -> Resu
         );
         let now = backend.clock.now_ms();
         let old_end = Some((reset.from, reset.old_newest_ms));
-        if crate::commit::ledger::set_aside(&backend, &ident, &source, now, old_end).await? {
-            println!(
-                "{}: the partition's ledger of delivered offsets set aside as streamtable.ledger-before.{source}.{now}; the table keeps the old log's rows (audit the new log with --since {})",
-                table.name,
-                crate::clock::rfc3339_ms(now)
-            );
+        if crate::commit::ledger::set_aside(backend, &ident, source, now, old_end).await? {
+            set_aside_at = Some(now);
         }
     }
-    Ok(())
+    Ok(MovedPartition {
+        source: source.clone(),
+        reset,
+        set_aside_at,
+    })
 }
 
 /// Arguments of `streamtable scheduled`.
@@ -316,212 +397,6 @@ pub async fn scheduled(config: &Config, args: &ScheduledArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Arguments of `streamtable generate`.
-#[derive(Debug, clap::Args)]
-pub struct GenerateArgs {
-    /// Topic: orders, payments, readings or order_status.
-    #[arg(long, default_value = "orders")]
-    pub topic: String,
-    /// Number of records.
-    #[arg(long, default_value_t = 100)]
-    pub records: u64,
-    /// Kafka partitions to spread the records over, 1 to 100,000.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=100_000))]
-    pub partitions: i32,
-    /// First offset in each partition.
-    #[arg(long, default_value_t = 0)]
-    pub start_offset: i64,
-    /// Make every Nth record a bad one (0: none).
-    #[arg(long, default_value_t = 0)]
-    pub bad_every: u64,
-    /// Random seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Output file (default: standard output).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-}
-
-/// How a stream's event times and copies deviate from a clean feed (the demo's streams).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Disorder {
-    /// Event time advances by this per business id, ms (0: the plain feed's hour-long cycle).
-    pub step_ms: i64,
-    /// Event times are shifted by up to ± half of this, ms (out of order).
-    pub jitter_ms: i64,
-    /// Every n-th record is late: alternately by `late_by_ms` and by a third of it (0: none).
-    pub late_every: u64,
-    /// How late those records are, ms.
-    pub late_by_ms: i64,
-    /// Every n-th record is re-sent at the next offset, as a producer retry does (0: none).
-    pub duplicate_every: u64,
-}
-
-impl Disorder {
-    /// The demo's streams: an hour of event time over `events` records, out of order by up to
-    /// 10 s either way, one in 997 late (alternately 7 minutes, past the windows' allowed
-    /// lateness, and 2 minutes: a correction), one in 211 re-sent by its producer.
-    pub fn demo(events: u64) -> Disorder {
-        Disorder {
-            step_ms: (3_600_000 / events.max(1) as i64).max(1),
-            jitter_ms: 20_000,
-            late_every: 997,
-            late_by_ms: 420_000,
-            duplicate_every: 211,
-        }
-    }
-}
-
-/// The demo topic `topic` carries: `orders`, `payments`, `readings` or `order_status` when its
-/// name contains one (a prefixed topic such as `demo-payments`), else `topic` itself (which
-/// the generator makes orders of).
-pub fn demo_kind(topic: &str) -> &str {
-    [ORDER_STATUS_TOPIC, "orders", "payments", "readings"]
-        .into_iter()
-        .find(|b| topic.contains(b))
-        .unwrap_or(topic)
-}
-
-/// Records for one topic, spread round-robin over the partitions whose next offsets are in
-/// `next_offsets` (advanced as records are made), every `bad_every`-th one bad. `first_id`
-/// numbers the business ids.
-pub fn synthetic_records(
-    factory: &mut EventFactory,
-    topic: &str,
-    count: u64,
-    next_offsets: &mut [i64],
-    first_id: u64,
-    bad_every: u64,
-    start_ms: i64,
-) -> Vec<SourceRecord> {
-    synthetic_stream(
-        factory,
-        topic,
-        count,
-        next_offsets,
-        first_id,
-        bad_every,
-        start_ms,
-        &Disorder::default(),
-    )
-}
-
-/// [`synthetic_records`] with event times and producer retries as `disorder` says.
-#[allow(clippy::too_many_arguments)]
-pub fn synthetic_stream(
-    factory: &mut EventFactory,
-    topic: &str,
-    count: u64,
-    next_offsets: &mut [i64],
-    first_id: u64,
-    bad_every: u64,
-    start_ms: i64,
-    disorder: &Disorder,
-) -> Vec<SourceRecord> {
-    let partitions = next_offsets.len().max(1);
-    let mut rng = Rng::new(first_id ^ count);
-    let mut out = Vec::with_capacity(count as usize);
-    for i in 0..count {
-        let n = first_id + i;
-        let mut at = if disorder.step_ms > 0 {
-            start_ms
-                + n as i64 * disorder.step_ms
-                + rng.below(disorder.jitter_ms.max(1) as u64) as i64
-                - disorder.jitter_ms / 2
-        } else {
-            start_ms + (n as i64 % 3_600) * 1_000 + rng.below(1000) as i64
-        };
-        if topic == "payments" && disorder.step_ms > 0 {
-            // A payment follows its order by 20 s to 40 min; one in 50 is retried two hours
-            // later (outside the order's hour: no match in an interval join).
-            at += 20_000 + rng.below(2_400_000) as i64;
-            if n % 50 == 49 {
-                at += 7_200_000;
-            }
-        }
-        if disorder.late_every > 0 && n % disorder.late_every == disorder.late_every - 1 {
-            let k = n / disorder.late_every;
-            at -= if k.is_multiple_of(2) {
-                disorder.late_by_ms
-            } else {
-                disorder.late_by_ms / 3
-            };
-        }
-        // Readings are keyed by their sensor, as a producer keying by sensor_id would: a
-        // sensor's readings share a partition (sessions per sensor are exact).
-        // Order status changes are keyed by their order: an order's changes share a
-        // partition, and the last one wins in the upsert table.
-        let status = (topic == ORDER_STATUS_TOPIC).then(|| crate::generate::status_event(n));
-        let p = if topic == "readings" {
-            (crate::generate::sensor_of(n, at) % partitions as u64) as usize
-        } else if let Some((k, _)) = status {
-            crate::generate::order_partition(k, partitions as u64) as usize
-        } else {
-            (i % partitions as u64) as usize
-        };
-        let offset = next_offsets.get(p).copied().unwrap_or(0);
-        if let Some(o) = next_offsets.get_mut(p) {
-            *o += 1;
-        }
-        let record = SourceRecord {
-            topic: topic.to_string(),
-            partition: p as i32,
-            offset,
-            timestamp_ms: at + 250,
-            key: Some(match status {
-                Some((k, _)) => crate::generate::order_id(k).into_bytes(),
-                None => format!("k-{}", n % 997).into_bytes(),
-            }),
-            value: match status {
-                Some((k, step)) => factory.status_change(k, step, at).map(String::into_bytes),
-                None => Some(factory.event(topic, n, at).into_bytes()),
-            },
-            raw_value_field: None,
-        };
-        let record = if bad_every > 0 && i % bad_every == bad_every - 1 {
-            factory.bad_record(n / bad_every, record)
-        } else {
-            record
-        };
-        if disorder.duplicate_every > 0 && n.is_multiple_of(disorder.duplicate_every) {
-            let mut copy = record.clone();
-            if let Some(o) = next_offsets.get_mut(p) {
-                copy.offset = *o;
-                *o += 1;
-            }
-            out.push(record);
-            out.push(copy);
-        } else {
-            out.push(record);
-        }
-    }
-    out
-}
-
-/// `streamtable generate`.
-pub fn generate(args: &GenerateArgs) -> Result<()> {
-    let mut factory = EventFactory::new(args.seed);
-    let start_ms = crate::clock::now_ms() - 3_600_000;
-    let mut offsets = vec![args.start_offset; args.partitions.max(1) as usize];
-    let records = synthetic_records(
-        &mut factory,
-        &args.topic,
-        args.records,
-        &mut offsets,
-        args.start_offset as u64 * args.partitions.max(1) as u64,
-        args.bad_every,
-        start_ms,
-    );
-    let json = esm_event(&records);
-    match &args.out {
-        Some(path) => std::fs::write(path, json).map_err(|e| Error::io("write event", path, e)),
-        None => {
-            println!("{json}");
-            Ok(())
-        }
-    }
 }
 
 /// Arguments of `streamtable register`.

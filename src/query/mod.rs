@@ -6,6 +6,7 @@
 //! selected. DDL, DML and other statements are refused, so a query never writes.
 
 mod clock;
+pub mod metadata;
 mod sketches;
 
 use std::sync::Arc;
@@ -39,6 +40,13 @@ pub enum TimeTravel {
 /// A SQL session over the tables of one namespace.
 pub struct QueryEngine {
     ctx: SessionContext,
+    /// The namespace's schema, where metadata tables are registered when a query names them.
+    schema: Arc<MemorySchemaProvider>,
+    /// Every table at its current metadata, for its metadata tables.
+    current: std::collections::BTreeMap<String, Table>,
+    /// Tables read as empty because they did not exist yet at the `--as-of` time, with when
+    /// their first snapshot was committed (ms).
+    not_yet: Vec<(String, i64)>,
 }
 
 impl QueryEngine {
@@ -55,6 +63,8 @@ impl QueryEngine {
         let names = backend.catalog.pointers().list_tables(&ns).await?;
         let mut found_snapshot = false;
         let mut views = Vec::new();
+        let mut current = std::collections::BTreeMap::new();
+        let mut not_yet = Vec::new();
         for name in names {
             let ident = TableIdent::new(NamespaceIdent::new(ns.clone()), name.clone());
             let Some((table, _)) = backend.catalog.load(&ident).await? else {
@@ -67,6 +77,7 @@ impl QueryEngine {
             ) {
                 views.push((view.clone(), sql.clone()));
             }
+            current.insert(name.clone(), table.clone());
             let provider: Arc<dyn datafusion::catalog::TableProvider> =
                 match travel {
                     TimeTravel::Current => Arc::new(static_provider(table, None).await?),
@@ -78,6 +89,13 @@ impl QueryEngine {
                     TimeTravel::AsOf(ms) => match snapshot_as_of(&table, ms) {
                         Some(id) => Arc::new(static_provider(table, Some(id)).await?),
                         None => {
+                            let first = table
+                                .metadata()
+                                .history()
+                                .iter()
+                                .map(|e| e.timestamp_ms)
+                                .min();
+                            not_yet.push((name.clone(), first.unwrap_or(-1)));
                             let arrow = iceberg::arrow::schema_to_arrow_schema(
                                 table.metadata().current_schema(),
                             )
@@ -118,7 +136,46 @@ impl QueryEngine {
                 .register_table(name.clone(), view)
                 .map_err(|e| Error::Internal(format!("register view {name}: {e}")))?;
         }
-        Ok(QueryEngine { ctx })
+        Ok(QueryEngine {
+            ctx,
+            schema,
+            current,
+            not_yet,
+        })
+    }
+
+    /// Tables the query reads as empty because they had no snapshot yet at the `--as-of`
+    /// time, with when their first snapshot came (ms, -1: none yet), among those `sql` names.
+    pub fn empty_as_of(&self, sql: &str) -> Vec<(String, i64)> {
+        let lower = sql.to_lowercase();
+        self.not_yet
+            .iter()
+            .filter(|(name, _)| names(&lower, name))
+            .cloned()
+            .collect()
+    }
+
+    /// Registers the metadata tables (`"orders$snapshots"`…) that `sql` names.
+    async fn register_metadata_tables(&self, sql: &str) -> Result<()> {
+        if !sql.contains('$') {
+            return Ok(());
+        }
+        let lower = sql.to_lowercase();
+        for (name, table) in &self.current {
+            for kind in metadata::KINDS {
+                let full = format!("{name}${kind}");
+                if !lower.contains(&full) || self.schema.table_exist(&full) {
+                    continue;
+                }
+                let batch = metadata::of(table, kind).await?;
+                let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])
+                    .map_err(|e| Error::Internal(format!("{full}: {e}")))?;
+                self.schema
+                    .register_table(full.clone(), Arc::new(mem))
+                    .map_err(|e| Error::Internal(format!("register {full}: {e}")))?;
+            }
+        }
+        Ok(())
     }
 
     /// The tables (and views) the engine reads, as they were when it was made.
@@ -137,6 +194,7 @@ impl QueryEngine {
 
     /// Runs one read-only query. A SQL error says where in the statement it is.
     pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        self.register_metadata_tables(sql).await?;
         let options = SQLOptions::new()
             .with_allow_ddl(false)
             .with_allow_dml(false)
@@ -162,6 +220,16 @@ async fn static_provider(
         None => IcebergStaticTableProvider::try_new_from_table(table).await,
     };
     provider.map_err(|e| Error::iceberg(format!("open {name} for reading"), e))
+}
+
+/// Whether lower-case `sql` names table `name` (as a whole word).
+fn names(sql: &str, name: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    sql.match_indices(name).any(|(at, _)| {
+        let before = sql[..at].chars().next_back();
+        let after = sql[at + name.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
 }
 
 /// The snapshot that was current at `ms` (from the snapshot log), if any.

@@ -75,7 +75,8 @@ pub(super) async fn kafka(config: &Config, args: &KafkaBenchArgs) -> Result<()> 
     let stamp = crate::clock::now_ms();
     let topic = format!("bench-orders-{stamp}");
     let partitions = produce::ensure_topic(&connection, &topic, args.partitions).await?;
-    let records = produce::demo_records(&topic, args.records, partitions, 0, 0);
+    let timeline = crate::cli::Timeline::ending(stamp, 0, args.records, 3_600_000, None);
+    let records = produce::demo_records(&topic, args.records, partitions, 0, 0, &timeline);
     let n = records.len() as u64;
     let mb = bytes_of(&records) as f64 / 1e6;
     println!(
@@ -197,7 +198,10 @@ pub(super) async fn kafka(config: &Config, args: &KafkaBenchArgs) -> Result<()> 
         stop.clone(),
     )?;
     let task = tokio::spawn(esm.run());
-    let steady = produce::demo_records(&topic, args.rate * args.seconds, partitions, 0, 0);
+    let steady_count = args.rate * args.seconds;
+    let timeline =
+        produce::produce_timeline(crate::clock::now_ms(), 0, steady_count, args.rate, None);
+    let steady = produce::demo_records(&topic, steady_count, partitions, 0, 0, &timeline);
     let sent = produce::send(&connection, "lz4", steady, args.rate, |_| {}).await?;
     let stopped = Instant::now();
     let (_, end) = produce::watermarks(&connection, &topic)?;

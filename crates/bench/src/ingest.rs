@@ -33,21 +33,18 @@ pub(super) fn orders_event(records: u64, partitions: i32, start_offset: i64) -> 
 pub(super) fn orders_stream_event(records: u64, partitions: i32, start_offset: i64) -> String {
     let mut factory = EventFactory::new(42);
     let mut offsets = vec![start_offset; partitions.max(1) as usize];
-    let disorder = crate::cli::Disorder {
-        step_ms: 36,
-        jitter_ms: 20_000,
-        late_every: 997,
-        late_by_ms: 420_000,
-        duplicate_every: 211,
-    };
+    let disorder = crate::cli::Disorder::demo();
+    let first_id = start_offset.max(0) as u64 * partitions.max(1) as u64;
+    // 100,000 orders an hour, as before the timeline ended at the clock.
+    let timeline = crate::cli::Timeline::from(now_ms() - 3_600_000, 36_000);
     let recs = crate::cli::synthetic_stream(
         &mut factory,
         "orders",
         records,
         &mut offsets,
-        start_offset.max(0) as u64 * partitions.max(1) as u64,
+        first_id,
         0,
-        now_ms() - 3_600_000,
+        &timeline,
         &disorder,
     );
     esm_event(&recs)

@@ -169,20 +169,29 @@ impl ScheduledReport {
             out.push("  the commit lease was taken over between rounds: the rounds stopped".into());
         }
         for t in &self.commit.tables {
-            out.push(format!(
-                "  {:<16} +{} files, +{} rows",
-                t.table, t.files, t.rows
-            ));
+            out.push(match &t.upsert {
+                // An upsert table's new rows replace older ones of their keys: say how many,
+                // so that the table's size adds up.
+                Some(u) => format!(
+                    "  {:<16} +{} files, +{} rows written; {} rows superseded or deleted ({} keys deleted by tombstones); {} keys live",
+                    t.table, t.files, t.rows, u.rows_deleted, u.keys_deleted, u.keys
+                ),
+                None => format!("  {:<16} +{} files, +{} rows", t.table, t.files, t.rows),
+            });
             match &t.join {
                 Some(j) if j.deferred => out.push(format!(
                     "  {:<16} interval join round deferred: its rows wait in the join's backlog (the log says why)",
                     ""
                 )),
                 Some(j) => out.push(format!(
-                    "  {:<16} interval join keeps {} rows ({} bytes){}{}",
+                    "  {:<16} interval join keeps {} rows for later matches ({}){}{}",
                     "",
                     j.kept_rows,
-                    j.state_bytes,
+                    if j.state_bytes > 0 {
+                        format!("{} bytes of state written", j.state_bytes)
+                    } else {
+                        "no new state written".to_string()
+                    },
                     if j.evicted_rows > 0 {
                         format!("; {} forgotten past the bound", j.evicted_rows)
                     } else {

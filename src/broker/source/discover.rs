@@ -67,7 +67,41 @@ impl LocalEsm {
             .iter()
             .map(|(t, p)| SourcePartition::new(t, *p))
             .collect();
-        let checkpoints = self.backend.state.checkpoints(&sources).await?;
+        let mut checkpoints = self.backend.state.checkpoints(&sources).await?;
+        if let Some((notes, spec)) = self.local_events.as_mut() {
+            let moves = notes.to_move(&sources, &checkpoints);
+            if !moves.is_empty() {
+                let consumer = &self.consumer;
+                let (backend, tables, options) = (&self.backend, &self.tables, &self.scheduled);
+                let start = |topic: &str, p: i32| {
+                    tokio::task::block_in_place(|| {
+                        consumer.fetch_watermarks(topic, p, Duration::from_secs(10))
+                    })
+                    .map(|(low, _)| low.max(0))
+                    .map_err(|e| kafka_error(&format!("read the start of {topic}/{p}"), e))
+                };
+                let land_pending = async || -> Result<()> {
+                    let Some(tables) = tables else {
+                        return Err(Error::Config(
+                            "batches of local events are pending: run `streamtable scheduled` first"
+                                .into(),
+                        ));
+                    };
+                    eprintln!("landing the pending batches of local events first");
+                    crate::scheduled::run(backend, tables, options)
+                        .await
+                        .map(|_| ())
+                };
+                for line in notes
+                    .move_to_cluster(backend, spec, moves, start, land_pending)
+                    .await?
+                {
+                    eprintln!("{line}");
+                }
+                checkpoints = self.backend.state.checkpoints(&sources).await?;
+            }
+            notes.note_cluster(&sources)?;
+        }
         self.check_logs(&sources, &checkpoints)?;
         // LATEST, as a new mapping's: where a run before this one started (kept in the group's
         // offsets), else the end of the log now, kept in the group's offsets at once so that a

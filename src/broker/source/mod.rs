@@ -122,6 +122,12 @@ pub struct LocalEsm {
     /// Topics whose partitions are paused (their buffer is full while a batch is in flight).
     paused: std::collections::BTreeSet<String>,
     stop: Stop,
+    /// The embedded home's note of partitions local events fed, with the spec: such a
+    /// partition moves to the cluster's log before it is read ([`crate::cli::local_events`]).
+    local_events: Option<(
+        crate::cli::local_events::LocalEvents,
+        crate::spec::PipelineSpec,
+    )>,
 }
 
 impl LocalEsm {
@@ -171,7 +177,19 @@ impl LocalEsm {
             discovered: false,
             paused: Default::default(),
             stop,
+            local_events: None,
         })
+    }
+
+    /// Moves the partitions `notes` says local events fed (the embedded demo's, event files)
+    /// to the cluster's logs before reading them; `spec` names their tables.
+    pub fn with_local_events(
+        mut self,
+        notes: Option<crate::cli::local_events::LocalEvents>,
+        spec: &crate::spec::PipelineSpec,
+    ) -> LocalEsm {
+        self.local_events = notes.map(|n| (n, spec.clone()));
+        self
     }
 
     /// After a landed batch: the positions, and the consumer group's offsets.

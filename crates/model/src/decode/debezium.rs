@@ -76,6 +76,9 @@ pub(crate) fn refuse(why: impl Into<String>) -> Rejection {
 
 /// Reads a Debezium change event (UTF-8 JSON).
 pub fn change(value: &[u8]) -> Result<Change, Rejection> {
+    if let Some(framed) = super::framing::not_json_but_framed(value) {
+        return Err(framed);
+    }
     let text = std::str::from_utf8(value)
         .map_err(|e| Rejection::new(RejectKind::InvalidUtf8, format!("value is not UTF-8: {e}")))?;
     let parsed: Value = serde_json::from_str(text)

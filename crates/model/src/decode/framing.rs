@@ -93,6 +93,26 @@ pub fn frame(value: &[u8]) -> Result<Framed<'_>, Rejection> {
     }
 }
 
+/// A JSON topic's value that starts with a schema registry's header (JSON never starts with
+/// byte 0 or 3): the rejection that says so and names the fix.
+pub fn not_json_but_framed(value: &[u8]) -> Option<Rejection> {
+    let framed = match value.first() {
+        Some(&CONFLUENT_MAGIC) | Some(&GLUE_HEADER_VERSION) => frame(value).ok()?,
+        _ => return None,
+    };
+    let header = match framed.id {
+        SchemaId::Confluent(id) => format!("a Confluent schema registry header (schema id {id})"),
+        SchemaId::Glue(id) => format!("a Glue Schema Registry header (schema version {id})"),
+    };
+    Some(Rejection::new(
+        RejectKind::NotJson,
+        format!(
+            "value ({} bytes) is not JSON: it starts with {header}, so it looks registry-framed: set format = \"avro\" (or \"protobuf\") for the topic's table, with its registry",
+            value.len()
+        ),
+    ))
+}
+
 /// Decompresses a zlib body into `out`, refusing more than `max_bytes`.
 pub(super) fn inflate(body: &[u8], out: &mut Vec<u8>, max_bytes: usize) -> Result<(), Rejection> {
     out.clear();

@@ -210,6 +210,9 @@ impl Decoder {
     ) -> Result<Vec<Cell<'a>>, Rejection> {
         match self {
             Decoder::Json(d) => {
+                if let Some(framed) = framing::not_json_but_framed(value) {
+                    return Err(framed);
+                }
                 let json = std::str::from_utf8(value).map_err(|e| {
                     Rejection::new(RejectKind::InvalidUtf8, format!("value is not UTF-8: {e}"))
                 })?;

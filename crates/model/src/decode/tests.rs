@@ -404,3 +404,39 @@ columns = [
         assert_eq!(headers_of(&b), [None, None, None]);
     }
 }
+
+#[test]
+fn a_json_topic_says_when_its_values_look_registry_framed() {
+    let spec =
+        PipelineSpec::parse(SPEC, Path::new("test.toml"), &crate::spec::NoSql).expect("valid");
+    let json = Decoder::new(&spec.tables[0]);
+    let mut scratch = Vec::new();
+    // An Avro value behind a Confluent header (magic 0, schema id 1), and behind Glue's.
+    let confluent = [0u8, 0, 0, 0, 1, 2, b'x', 0xff];
+    let e = json
+        .decode(&confluent, &mut scratch, 1 << 20)
+        .expect_err("not JSON");
+    assert_eq!(e.kind, RejectKind::NotJson);
+    assert!(
+        e.message.contains("schema id 1") && e.message.contains("set format = \"avro\""),
+        "{}",
+        e.message
+    );
+    let mut glue = vec![3u8, 0];
+    glue.extend([7u8; 16]);
+    glue.extend(b"body");
+    let e = json
+        .decode(&glue, &mut scratch, 1 << 20)
+        .expect_err("not JSON");
+    assert!(
+        e.message.contains("Glue Schema Registry header"),
+        "{}",
+        e.message
+    );
+    assert!(debezium::change(&confluent).is_err_and(|e| e.message.contains("registry-framed")));
+    // Plain bytes that are not UTF-8 stay what they were.
+    let e = json
+        .decode(&[b'{', 0xff, b'}'], &mut scratch, 1 << 20)
+        .expect_err("not UTF-8");
+    assert_eq!(e.kind, RejectKind::InvalidUtf8);
+}

@@ -380,11 +380,16 @@ impl EventFactory {
 
     /// A payment attempt for order `n` at `at_ms`.
     pub fn payment(&mut self, n: u64, at_ms: i64) -> String {
+        self.payment_for(n, &format!("ord-{n:010}"), at_ms)
+    }
+
+    /// Payment `n`, an attempt to pay order `order_id` at `at_ms`.
+    pub fn payment_for(&mut self, n: u64, order_id: &str, at_ms: i64) -> String {
         let cents = 500 + self.rng.below(49_500);
         let m = self.rng.below(METHODS.len() as u64) as usize;
         let ok = self.rng.below(1000) < METHOD_SUCCESS[m];
         format!(
-            r#"{{"payment_id":"pay-{n:010}","order_id":"ord-{n:010}","amount":{}.{:02},"method":"{}","status":"{}","attempted_at":{at_ms}}}"#,
+            r#"{{"payment_id":"pay-{n:010}","order_id":"{order_id}","amount":{}.{:02},"method":"{}","status":"{}","attempted_at":{at_ms}}}"#,
             cents / 100,
             cents % 100,
             METHODS[m],

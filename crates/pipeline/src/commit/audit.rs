@@ -429,13 +429,21 @@ fn positions(
 
 /// The Kafka positions of every row of `table`'s live data files, rows its position deletes
 /// delete included (an upsert table's superseded rows are records it was delivered), per Kafka
-/// partition, unsorted; and the files that could not be read, each with why.
+/// partition, unsorted; and the files that could not be read, each with why. Rows of a
+/// partition moved to a new log that are the old log's (in `old_logs`: partition → the old
+/// log's checkpoint and latest Kafka timestamp, ms, -1 unknown) are left out: below that
+/// checkpoint and stamped no later than that timestamp.
 pub async fn raw_positions(
     table: &iceberg::table::Table,
     topic: &str,
+    old_logs: &BTreeMap<i32, (i64, i64)>,
 ) -> Result<(BTreeMap<i32, Vec<i64>>, Vec<String>)> {
     let name = table.identifier().name().to_string();
-    let ids = field_ids(table, &name, &["kafka_partition", "kafka_offset"])?;
+    let mut columns = vec!["kafka_partition", "kafka_offset"];
+    if !old_logs.is_empty() {
+        columns.push("kafka_timestamp");
+    }
+    let ids = field_ids(table, &name, &columns)?;
     let files = crate::table::files::load_current(table).await?;
     let mut found: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
     let mut unreadable = Vec::new();
@@ -448,7 +456,11 @@ pub async fn raw_positions(
                         unreadable.push(format!("{path}: no Kafka columns"));
                         break;
                     };
-                    positions(topic, &b, p, o, None, &mut found)?;
+                    let keep = match at.get(2) {
+                        Some(ts) => Some(new_log_rows(&b, p, o, *ts, old_logs)?),
+                        None => None,
+                    };
+                    positions(topic, &b, p, o, keep.as_deref(), &mut found)?;
                 }
             }
             Err(e) => unreadable.push(format!("{path}: {e}")),
@@ -458,6 +470,58 @@ pub async fn raw_positions(
         found.into_iter().map(|((_, p), o)| (p, o)).collect(),
         unreadable,
     ))
+}
+
+/// Which rows of `b` are not an old log's (see [`raw_positions`]); `ts`: the Kafka timestamp
+/// column, if the file has it (without it, a row below an old log's checkpoint is the old
+/// log's).
+fn new_log_rows(
+    b: &RecordBatch,
+    p: usize,
+    o: usize,
+    ts: Option<usize>,
+    old_logs: &BTreeMap<i32, (i64, i64)>,
+) -> Result<Vec<bool>> {
+    let int = |at: usize, to: &arrow_schema::DataType, what: &str| {
+        arrow_cast::cast(b.column(at), to).map_err(|e| Error::Internal(format!("{what}: {e}")))
+    };
+    let p = int(p, &arrow_schema::DataType::Int32, "kafka_partition")?;
+    let o = int(o, &arrow_schema::DataType::Int64, "kafka_offset")?;
+    let ts = match ts {
+        Some(at) => Some(int(
+            at,
+            &arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None),
+            "kafka_timestamp",
+        )?),
+        None => None,
+    };
+    let ts = match &ts {
+        Some(t) => Some(
+            arrow_cast::cast(t, &arrow_schema::DataType::Int64)
+                .map_err(|e| Error::Internal(format!("kafka_timestamp: {e}")))?,
+        ),
+        None => None,
+    };
+    let (Some(p), Some(o)) = (
+        p.as_any().downcast_ref::<Int32Array>(),
+        o.as_any().downcast_ref::<Int64Array>(),
+    ) else {
+        return Err(Error::Internal("the Kafka columns are not integers".into()));
+    };
+    let ts = ts
+        .as_ref()
+        .and_then(|t| t.as_any().downcast_ref::<Int64Array>());
+    Ok((0..b.num_rows())
+        .map(|i| {
+            let Some((checkpoint, newest)) = old_logs.get(&p.value(i)) else {
+                return true;
+            };
+            let below = o.value(i) < *checkpoint;
+            let stamped_before =
+                *newest < 0 || ts.is_none_or(|t| t.is_null(i) || t.value(i) <= *newest);
+            !(below && stamped_before)
+        })
+        .collect())
 }
 
 #[cfg(test)]

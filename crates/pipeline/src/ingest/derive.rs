@@ -103,7 +103,7 @@ pub(super) async fn derived_files(
                 &mut value_buf,
                 &mut key_buf,
             );
-            counts.reject(kind);
+            counts.reject_derived(kind);
         }
     }
     Ok(files)

@@ -27,6 +27,7 @@ mod pending;
 mod records;
 mod replayed;
 mod reset;
+pub use reset::PartitionReset;
 mod schemas;
 mod state_files;
 mod summary;
@@ -302,6 +303,12 @@ impl Ingestor {
                         .sum();
                     summary.dead_letters_by_kind = counts
                         .rejected_by_kind
+                        .iter()
+                        .map(|(k, n)| (k.as_str().to_string(), *n))
+                        .collect();
+                    summary.derived_dead_lettered = counts.derived_rejected;
+                    summary.derived_dead_letters_by_kind = counts
+                        .derived_rejected_by_kind
                         .iter()
                         .map(|(k, n)| (k.as_str().to_string(), *n))
                         .collect();

@@ -27,6 +27,9 @@ pub(super) struct Counts {
     pub deduplicated: u64,
     /// Tombstones of upsert tables taken as deletes of their keys.
     pub key_deletes: u64,
+    /// Records derived tables dead-lettered (they landed in their topic's table).
+    pub derived_rejected: u64,
+    pub derived_rejected_by_kind: Vec<(RejectKind, u64)>,
 }
 
 impl Counts {
@@ -35,6 +38,19 @@ impl Counts {
         match self.rejected_by_kind.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, n)) => *n += 1,
             None => self.rejected_by_kind.push((kind, 1)),
+        }
+    }
+
+    /// A record a derived table dead-lettered.
+    pub(super) fn reject_derived(&mut self, kind: RejectKind) {
+        self.derived_rejected += 1;
+        match self
+            .derived_rejected_by_kind
+            .iter_mut()
+            .find(|(k, _)| *k == kind)
+        {
+            Some((_, n)) => *n += 1,
+            None => self.derived_rejected_by_kind.push((kind, 1)),
         }
     }
 }

@@ -115,13 +115,7 @@ pub fn ingest_metrics(
     duration_ms: f64,
     cold_start: bool,
 ) -> String {
-    let of_kind = |kind: crate::decode::RejectKind| {
-        summary
-            .dead_letters_by_kind
-            .get(kind.as_str())
-            .copied()
-            .unwrap_or(0) as f64
-    };
+    let of_kind = |kind: crate::decode::RejectKind| summary.dead_letters_of(kind.as_str()) as f64;
     let lag = summary
         .newest_timestamp_ms
         .map_or(0.0, |t| (now_ms - t).max(0) as f64);
@@ -132,7 +126,12 @@ pub fn ingest_metrics(
             ("RecordsIn", summary.records as f64, "Count"),
             ("RecordsAccepted", summary.accepted as f64, "Count"),
             ("RecordsAlreadySeen", summary.already_seen as f64, "Count"),
-            ("RecordsDeadLettered", summary.dead_lettered as f64, "Count"),
+            // Every dead letter written: the topics' records and the derived tables'.
+            (
+                "RecordsDeadLettered",
+                (summary.dead_lettered + summary.derived_dead_lettered) as f64,
+                "Count",
+            ),
             (
                 "RecordsFailedTransform",
                 of_kind(crate::decode::RejectKind::Transform),
