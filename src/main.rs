@@ -119,6 +119,13 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     let result = async {
         let config = config(&args)?;
+        // Which spec the command runs with, where it reads one.
+        if !matches!(
+            &args.command,
+            Command::Produce(_) | Command::Generate(_) | Command::Query(_) | Command::Dashboard(_)
+        ) {
+            eprintln!("{}", cli::spec_line(&config));
+        }
         match &args.command {
             Command::Ingest { events } => cli::ingest(&config, events).await,
             Command::Scheduled(c) => cli::scheduled(&config, c).await,

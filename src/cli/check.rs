@@ -289,9 +289,20 @@ pub fn render(spec: &PipelineSpec, processor: &Processor) -> String {
         };
         if t.land {
             let _ = writeln!(out, "table {} <- topic {}{feeds}", t.name, t.topic);
+            let lands = match &t.upsert {
+                None => "lands as is (append)".to_string(),
+                Some(u) => format!(
+                    "upsert: keeps the current row per key ({}){}, a tombstone deletes its key; superseded rows are deleted by the commit",
+                    u.key.join(", "),
+                    match u.envelope {
+                        Some(e) => format!(", records in the {e:?} envelope").to_lowercase(),
+                        None => String::new(),
+                    }
+                ),
+            };
             let _ = writeln!(
                 out,
-                "  runs: decoded from {} in the ingest function, lands as is; {}",
+                "  runs: decoded from {} in the ingest function, {lands}; {}",
                 format(t.format, spec),
                 partitioning(&t.partition_by)
             );

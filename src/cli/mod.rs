@@ -44,6 +44,27 @@ pub fn config_from_flags(
     })
 }
 
+/// Which pipeline spec `config` runs with, for a command's first line (on stderr): a file,
+/// or the built-in copy — with a word when a `pipeline.toml` in the working directory is not
+/// the one read.
+pub fn spec_line(config: &Config) -> String {
+    match &config.pipeline {
+        Some(path) => format!("spec: {}", path.display()),
+        None => {
+            let stray = Path::new("pipeline.toml");
+            format!(
+                "spec: the built-in copy of infra/pipeline.toml (no --pipeline, \
+                 STREAMTABLE_PIPELINE or ./infra/pipeline.toml){}",
+                if stray.exists() {
+                    "; ./pipeline.toml is not read: pass --pipeline pipeline.toml"
+                } else {
+                    ""
+                }
+            )
+        }
+    }
+}
+
 /// Reads and parses an ESM event file.
 pub fn read_event(path: &Path) -> Result<crate::esm::EsmEvent> {
     let bytes = std::fs::read(path).map_err(|e| Error::io("read event", path, e))?;

@@ -120,7 +120,7 @@ impl References {
                 Ok(Loaded::Missing) => {
                     if known.as_ref().is_none_or(|v| v.is_some()) {
                         tracing::warn!(table = %spec.name,
-                            "reference table does not exist; lookups into it find nothing until it is created");
+                            "reference table does not exist yet; lookups into it find nothing until it is created (`streamtable scheduled`, the scheduled function, creates it empty; fill it with Athena's INSERT INTO)");
                     }
                     let empty = RecordBatch::new_empty(nullable(layout));
                     cache.insert(

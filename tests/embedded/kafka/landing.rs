@@ -525,10 +525,10 @@ fn invocations_have_the_esm_shape_and_a_failed_batch_is_retried_whole() {
     }
 }
 
-/// `streamtable produce` of the demo's payments, some stamped hours ahead (retried payments):
-/// the broker refuses a record more than an hour ahead (`log.message.timestamp.after.max.ms`),
-/// so their Kafka timestamps are clamped to now and every record is delivered; `run` with a
-/// spec naming a topic that does not exist still finishes (`--until-idle`: nothing to read).
+/// `streamtable produce` of the demo's payments: every record is delivered (none stamped ahead
+/// of the clock, which a broker refuses past an hour, `log.message.timestamp.after.max.ms`);
+/// `run` with a spec naming a topic that does not exist still finishes (`--until-idle`:
+/// nothing to read).
 #[test]
 fn produce_delivers_records_stamped_ahead_and_run_finishes_beside_a_missing_topic() {
     let bootstrap = broker();
@@ -563,8 +563,8 @@ fn produce_delivers_records_stamped_ahead_and_run_finishes_beside_a_missing_topi
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
-/// `streamtable demo --bootstrap-servers`: the whole demo through the broker (the Avro topic
-/// included). Every record of each demo topic is in its table (once) or a dead letter.
+/// `streamtable demo --bootstrap-servers`: the whole demo through the broker, in the spec's
+/// formats. Every record of each demo topic is in its table (once) or a dead letter.
 #[test]
 fn the_demo_runs_through_the_broker() {
     let bootstrap = broker();

@@ -244,3 +244,4 @@ impl Lcg {
 /// `streamtable run` is killed with SIGKILL at random moments and restarted: every committed
 mod landing;
 mod positions;
+mod readme;

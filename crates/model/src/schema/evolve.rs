@@ -400,10 +400,13 @@ impl Planner<'_> {
         } else {
             Type::Primitive(primitive(c.column_type))
         };
-        self.changes.push(Change::Add {
-            name: shown.to_string(),
-            ty: show_type(&ty),
-        });
+        // A refused column is shown once, as refused, not also as added.
+        if !c.required {
+            self.changes.push(Change::Add {
+                name: shown.to_string(),
+                ty: show_type(&ty),
+            });
+        }
         NestedField::optional(id, &c.name, ty)
     }
 

@@ -152,6 +152,11 @@ fn incompatible_changes_are_refused_with_what_to_do() {
             "{want:?} not in {got:?}"
         );
         assert!(p.evolved.is_none(), "{got:?}");
+        // A refused new column is not also listed as added.
+        assert!(
+            !got.iter().any(|l| l.starts_with("+ column new")),
+            "{got:?}"
+        );
         let e = p.refusal_error("t").expect("refused").to_string();
         assert!(e.starts_with("table t: schema change refused: !"), "{e}");
     }

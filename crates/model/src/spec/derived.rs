@@ -224,7 +224,14 @@ pub(super) fn parse_derived(
                     }
                     None => (line, 1),
                 };
-                at_line(l, c, format!("derived table {name:?}: {}", e.message))
+                at_line(
+                    l,
+                    c,
+                    format!(
+                        "derived table {name:?}: {}",
+                        without_sql_position(&e.message)
+                    ),
+                )
             })?;
         if let (Some(_), Some(raw)) = (&inferred.join, &d.dedup) {
             return Err(at(
@@ -420,6 +427,25 @@ fn parse_dedup(
     })
 }
 
+/// A SQL error's message without the parser's `at Line: L, Column: C` (counted in the SQL
+/// string): the error names the spec's line and column instead.
+fn without_sql_position(message: &str) -> String {
+    let Some(at) = message.find(" at Line: ") else {
+        return message.to_string();
+    };
+    let rest = &message[at + " at Line: ".len()..];
+    let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let line_len = digits(rest);
+    let Some(after) = rest[line_len..].strip_prefix(", Column: ") else {
+        return message.to_string();
+    };
+    let col_len = digits(after);
+    if line_len == 0 || col_len == 0 {
+        return message.to_string();
+    }
+    format!("{}{}", &message[..at], &after[col_len..])
+}
+
 /// Line of the `sql = …` value, and the line its first character of SQL is on (a multi-line
 /// string's first newline is not part of the value).
 fn sql_position(text: &str, span: Range<usize>) -> (usize, usize) {
@@ -428,4 +454,22 @@ fn sql_position(text: &str, span: Range<usize>) -> (usize, usize) {
     let skips_newline =
         (raw.starts_with("\"\"\"") || raw.starts_with("'''")) && raw[3..].starts_with(['\n', '\r']);
     (line, line + usize::from(skips_newline))
+}
+
+#[cfg(test)]
+mod position_tests {
+    #[test]
+    fn the_parsers_position_in_the_sql_gives_way_to_the_specs() {
+        assert_eq!(
+            super::without_sql_position(
+                "ParserError(\"Expected: end of statement, found: . at Line: 1, Column: 20\")"
+            ),
+            "ParserError(\"Expected: end of statement, found: .\")"
+        );
+        assert_eq!(super::without_sql_position("no position"), "no position");
+        assert_eq!(
+            super::without_sql_position("odd at Line: x, Column: 2"),
+            "odd at Line: x, Column: 2"
+        );
+    }
 }

@@ -94,15 +94,18 @@ impl IngestSummary {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        let mut line = format!(
-            "records={} accepted={} already_seen={} dead_lettered={}",
-            self.records, self.accepted, self.already_seen, self.dead_lettered
-        );
-        if !self.dead_letters_by_kind.is_empty() {
-            line.push_str(&format!(" ({})", kinds(&self.dead_letters_by_kind)));
-        }
+        // Each record is one of: accepted, an upsert table's key delete, already seen, a
+        // dead letter.
+        let mut line = format!("records={} accepted={}", self.records, self.accepted);
         if self.key_deletes > 0 {
             line.push_str(&format!(" key_deletes={}", self.key_deletes));
+        }
+        line.push_str(&format!(
+            " already_seen={} dead_lettered={}",
+            self.already_seen, self.dead_lettered
+        ));
+        if !self.dead_letters_by_kind.is_empty() {
+            line.push_str(&format!(" ({})", kinds(&self.dead_letters_by_kind)));
         }
         line.push_str(&format!(
             " files_written={} bytes_written={} partitions={}",
@@ -128,7 +131,7 @@ mod tests {
     #[test]
     fn the_line_keeps_the_topics_dead_letters_apart_from_the_derived_tables() {
         let mut s = IngestSummary {
-            records: 10_000,
+            records: 10_003,
             accepted: 9_794,
             dead_lettered: 206,
             derived_rows: 9_000,
@@ -140,7 +143,7 @@ mod tests {
         s.derived_dead_letters_by_kind.insert("late".into(), 5_922);
         let line = s.line();
         assert!(
-            line.starts_with("records=10000 accepted=9794 already_seen=0 dead_lettered=206 (invalid_json=206) key_deletes=3 "),
+            line.starts_with("records=10003 accepted=9794 key_deletes=3 already_seen=0 dead_lettered=206 (invalid_json=206) "),
             "{line}"
         );
         assert!(
@@ -149,7 +152,7 @@ mod tests {
             ),
             "{line}"
         );
-        assert_eq!(s.accepted + s.dead_lettered, s.records);
+        assert_eq!(s.accepted + s.key_deletes + s.dead_lettered, s.records);
         assert_eq!(s.dead_letters_of("late"), 5_922);
     }
 }
