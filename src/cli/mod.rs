@@ -44,6 +44,25 @@ pub fn config_from_flags(
     })
 }
 
+/// When more than 1% of the records came too late for a derived table's window or join, what
+/// that means and where to look: the records landed in their topic's table, but their event
+/// time was behind the watermark by more than the allowed lateness.
+pub fn late_hint(summary: &crate::ingest::IngestSummary) -> Option<String> {
+    let late = summary
+        .derived_dead_letters_by_kind
+        .get("late")
+        .copied()
+        .unwrap_or(0);
+    (late > 0 && late * 100 > summary.records).then(|| {
+        format!(
+            "late={late}: records whose event time was behind a window's watermark by more than \
+             its allowed lateness (a producer's clock behind, or old data sent again): they are \
+             in their topic's table, not in the window; see `streamtable query \"SELECT \
+             error_message, count(*) FROM dead_letters WHERE error_kind = 'late' GROUP BY 1\"`"
+        )
+    })
+}
+
 /// Which pipeline spec `config` runs with, for a command's first line (on stderr): a file,
 /// or the built-in copy — with a word when a `pipeline.toml` in the working directory is not
 /// the one read.
@@ -104,6 +123,9 @@ pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
         }
         let summary = ingestor.handle(&event).await?;
         println!("{}: {}", path.display(), summary.line());
+        if let Some(hint) = late_hint(&summary) {
+            println!("  {hint}");
+        }
         if summary.already_seen > 0 {
             let checkpoints = state.checkpoints(&sources).await?;
             let at: Vec<String> = sources
@@ -181,6 +203,9 @@ pub async fn run(config: &Config, args: &crate::broker::source::RunArgs) -> Resu
         report.failed_invocations,
         report.ingest.line()
     );
+    if let Some(hint) = late_hint(&report.ingest) {
+        println!("{hint}");
+    }
     for ((topic, partition), next) in &report.next_offsets {
         if *next >= 0 {
             println!("{topic}/{partition}: next offset {next}");

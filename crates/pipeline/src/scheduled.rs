@@ -192,10 +192,15 @@ impl ScheduledReport {
                     } else {
                         "no new state written".to_string()
                     },
-                    if j.evicted_rows > 0 {
-                        format!("; {} forgotten past the bound", j.evicted_rows)
-                    } else {
-                        String::new()
+                    match (j.evicted_rows, j.late_rows) {
+                        (0, 0) => String::new(),
+                        (e, 0) => format!("; {e} forgotten past the bound"),
+                        (0, l) => format!(
+                            "; {l} new rows too late to join (behind their side's watermark: dead letters of kind late)"
+                        ),
+                        (e, l) => format!(
+                            "; {e} forgotten past the bound; {l} new rows too late to join (dead letters of kind late)"
+                        ),
                     },
                     if j.idle_partitions > 0 {
                         format!("; {} idle partitions not holding it back", j.idle_partitions)

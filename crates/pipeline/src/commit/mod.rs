@@ -144,6 +144,9 @@ pub struct JoinStats {
     pub new_rows: u64,
     /// Rows forgotten because a side kept more than `join_max_kept_rows`.
     pub evicted_rows: u64,
+    /// New rows that came too late to be joined (behind their side's watermark), written as
+    /// dead letters of kind `late`.
+    pub late_rows: u64,
     /// Partitions that stopped holding their side's watermark (idle past `idle_timeout`).
     pub idle_partitions: u64,
     /// Files of the join's backlog that were gone when the round read them (their rows are
@@ -554,6 +557,7 @@ async fn commit_joins(
             state_rows_written: round.state_rows_written,
             new_rows: round.new_rows,
             evicted_rows: round.evicted_rows,
+            late_rows: round.late.data_files.iter().map(|f| f.record_count()).sum(),
             idle_partitions: round.idle_partitions,
             backlog_files_lost: round.backlog_files_lost,
             deferred: false,
