@@ -135,7 +135,7 @@ async fn main() -> ExitCode {
                 cli::check::run(&config, *allow_state_reset).await
             }
             Command::Run(r) => cli::run(&config, r).await,
-            Command::Produce(p) => streamtable::broker::produce::run(p).await,
+            Command::Produce(p) => streamtable::broker::produce::run(p, &config).await,
             Command::Generate(g) => cli::generate(g),
             Command::Demo(d) => demo::run(&config, d).await,
             Command::Query(q) => analyst::query(&config, q).await,

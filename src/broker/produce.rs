@@ -275,8 +275,11 @@ pub fn produce_timeline(
             after,
         );
     }
-    // The demo's jitter is ±10 s: starting 10 s back keeps every stamp behind its send time.
-    let start = (now_ms - 10_000).max(after.map_or(i64::MIN, |a| a.saturating_add(1)));
+    // The demo's jitter is ±10 s: starting 10 s back keeps every stamp behind its send time;
+    // never ahead of the clock, whatever the topic's latest record says.
+    let start = (now_ms - 10_000)
+        .max(after.map_or(i64::MIN, |a| a.saturating_add(1)))
+        .min(now_ms);
     Timeline {
         origin: first_id,
         start_ms: start,
@@ -285,12 +288,31 @@ pub fn produce_timeline(
     }
 }
 
+/// The latest Kafka timestamp the embedded home's checkpoints of `topic` took, when there is
+/// a home (its state.db): `produce` continues after it, so that what it produces is newer than
+/// what the home's windows and the audit already saw (the demo's events included).
+async fn newest_in_home(
+    config: &crate::config::Config,
+    topic: &str,
+    partitions: i32,
+) -> Result<Option<i64>> {
+    let crate::backend::BackendConfig::Embedded { home } = &config.backend else {
+        return Ok(None);
+    };
+    if !home.join("state.db").exists() {
+        return Ok(None);
+    }
+    let backend = crate::backend::Backend::connect(&config.backend).await?;
+    crate::cli::local_events::newest_in_home(&backend, &[topic.to_string()], partitions).await
+}
+
 /// `streamtable produce`.
-pub async fn run(args: &ProduceArgs) -> Result<()> {
+pub async fn run(args: &ProduceArgs, config: &crate::config::Config) -> Result<()> {
     let partitions = ensure_topic(&args.connection, &args.topic, args.partitions).await?;
     let (_, ends) = watermarks(&args.connection, &args.topic)?;
     let first_id = first_cluster_id(ends);
-    let after = latest_stamp(&args.connection, &args.topic, partitions)?;
+    let after = latest_stamp(&args.connection, &args.topic, partitions)?
+        .max(newest_in_home(config, &args.topic, partitions).await?);
     let timeline = produce_timeline(
         crate::clock::now_ms(),
         first_id,

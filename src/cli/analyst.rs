@@ -93,6 +93,11 @@ pub async fn query(config: &Config, args: &QueryArgs) -> Result<()> {
     let engine = QueryEngine::new(&backend, travel).await?;
     let batches = engine.query(&args.sql).await?;
     println!("{}", format(&batches, args.format)?);
+    if travel != TimeTravel::Current && engine.reads_metadata(&args.sql) {
+        eprintln!(
+            "note: metadata tables ($snapshots, $history, $files, $partitions) show the current metadata; --as-of and --snapshot apply to the tables' rows"
+        );
+    }
     for (table, first) in engine.empty_as_of(&args.sql) {
         eprintln!(
             "note: {table} had no snapshot yet at the --as-of time: read as empty ({})",

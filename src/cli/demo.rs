@@ -202,6 +202,17 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
     let multi = MultiProgress::new();
     let mut tasks = Vec::new();
     if let Some(bootstrap) = &args.bootstrap_servers {
+        // Batches of local events still pending would keep their partitions from moving to
+        // the cluster's logs: committed first, before anything is produced.
+        if !backend.state.pending().await?.is_empty() {
+            println!("   committing the pending batches first (the scheduled stage)");
+            crate::scheduled::run(
+                &backend,
+                &tables,
+                &crate::scheduled::ScheduledOptions::default(),
+            )
+            .await?;
+        }
         // The spec's formats as they are: a plain `run` on the same cluster reads them.
         let ingestor = Arc::new(Ingestor::connect(&spec, &backend).await?);
         let run = (ingestor, notes);
@@ -220,7 +231,7 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
                 .iter()
                 .flat_map(|t| (0..args.partitions.max(1)).map(move |p| SourcePartition::new(t, p)))
                 .collect();
-            let fed = notes.cluster_fed(&sources);
+            let fed = notes.cluster_fed(&sources)?;
             if !fed.is_empty() {
                 return Err(Error::Config(format!(
                     "a Kafka cluster feeds partitions of this home ({}): the demo's own events \
@@ -231,7 +242,8 @@ pub async fn run(config: &Config, args: &DemoArgs) -> Result<()> {
                     fed.join(", ")
                 )));
             }
-            notes.note_local(&sources)?;
+            let checkpoints = backend.state.checkpoints(&sources).await?;
+            notes.note_local(&sources, &checkpoints)?;
         }
         for t in &spec.tables {
             let pb = bar(&multi, args.events, &t.topic);
@@ -332,13 +344,17 @@ async fn through_broker(
     let multi = MultiProgress::new();
     let mut topics = Vec::new();
     let mut after = after;
+    // One first id for every topic (the highest), so that payment n pays order n even after
+    // more orders than payments were produced.
+    let mut first_id = 0;
     for t in &spec.tables {
         let partitions = produce::ensure_topic(&connection, &t.topic, args.partitions).await?;
         let (_, ends) = produce::watermarks(&connection, &t.topic)?;
         after = after.max(produce::latest_stamp(&connection, &t.topic, partitions)?);
-        topics.push((t.topic.clone(), partitions, produce::first_cluster_id(ends)));
+        first_id = first_id.max(produce::first_cluster_id(ends));
+        topics.push((t.topic.clone(), partitions));
     }
-    for (topic, partitions, first_id) in topics {
+    for (topic, partitions) in topics {
         let timeline = Timeline::ending(now, first_id, args.events, HOUR_MS, after);
         let records = produce::demo_records(
             &topic,

@@ -70,6 +70,23 @@ impl LocalEvents {
         Ok(Some(LocalEvents { path, notes }))
     }
 
+    /// The note as the file holds it now (another command may have changed it since this
+    /// one read it: each change reads, changes and writes the file).
+    fn reload(&mut self) -> Result<()> {
+        self.notes = match std::fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                Error::Config(format!(
+                    "{}: not a note of local events ({e}); delete it if no partition of this \
+                     home was fed by `streamtable demo` or `ingest --event`",
+                    self.path.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Notes::default(),
+            Err(e) => return Err(Error::io("read the note of local events", &self.path, e)),
+        };
+        Ok(())
+    }
+
     fn save(&self) -> Result<()> {
         let json = serde_json::to_vec_pretty(&self.notes)
             .map_err(|e| Error::Internal(format!("the note of local events: {e}")))?;
@@ -83,15 +100,20 @@ impl LocalEvents {
             .map_err(|e| Error::io("write the note of local events", &self.path, e))
     }
 
-    /// Notes `sources` as fed by local events, but those a cluster fed.
-    pub fn note_local<'a>(
+    /// Notes `sources` (with their `checkpoints`) as fed by local events, before local events
+    /// advance them: only a partition with no checkpoint yet, or one local events fed already.
+    /// A partition with a checkpoint of unknown origin (a cluster's, in a home from before the
+    /// note) is never taken for local, nor is one a cluster fed.
+    pub fn note_local(
         &mut self,
-        sources: impl IntoIterator<Item = &'a SourcePartition>,
+        sources: &[SourcePartition],
+        checkpoints: &[Checkpoint],
     ) -> Result<()> {
+        self.reload()?;
         let before = self.notes.local.len();
-        for s in sources {
+        for (s, c) in sources.iter().zip(checkpoints) {
             let k = key(s);
-            if !self.notes.cluster.contains(&k) {
+            if c.version == 0 && !self.notes.cluster.contains(&k) {
                 self.notes.local.insert(k);
             }
         }
@@ -102,31 +124,34 @@ impl LocalEvents {
     }
 
     /// The partitions among `sources` a cluster fed (`topic/partition`).
-    pub fn cluster_fed(&self, sources: &[SourcePartition]) -> Vec<String> {
-        sources
+    pub fn cluster_fed(&mut self, sources: &[SourcePartition]) -> Result<Vec<String>> {
+        self.reload()?;
+        Ok(sources
             .iter()
             .map(key)
             .filter(|k| self.notes.cluster.contains(k))
-            .collect()
+            .collect())
     }
 
-    /// Whether local events fed `source` (and no cluster since).
+    /// Whether local events fed `source` (and no cluster ever).
     pub fn is_local(&self, source: &SourcePartition) -> bool {
-        self.notes.local.contains(&key(source))
+        let k = key(source);
+        self.notes.local.contains(&k) && !self.notes.cluster.contains(&k)
     }
 
     /// The local partitions among `sources` with a checkpoint: what a cluster's run must move.
     pub fn to_move(
-        &self,
+        &mut self,
         sources: &[SourcePartition],
         checkpoints: &[Checkpoint],
-    ) -> Vec<(SourcePartition, Checkpoint)> {
-        sources
+    ) -> Result<Vec<(SourcePartition, Checkpoint)>> {
+        self.reload()?;
+        Ok(sources
             .iter()
             .zip(checkpoints)
             .filter(|(s, c)| c.version > 0 && self.is_local(s))
             .map(|(s, c)| (s.clone(), *c))
-            .collect()
+            .collect())
     }
 
     /// Notes `sources` as fed by a cluster from now on.
@@ -134,6 +159,7 @@ impl LocalEvents {
         &mut self,
         sources: impl IntoIterator<Item = &'a SourcePartition>,
     ) -> Result<()> {
+        self.reload()?;
         let mut changed = false;
         for s in sources {
             let k = key(s);
@@ -243,24 +269,65 @@ mod tests {
             SourcePartition::new("orders", 0),
             SourcePartition::new("orders", 1),
         );
-        let mut notes = events(dir.path());
-        notes.note_local([&a, &b]).expect("note");
-        assert!(events(dir.path()).is_local(&a), "kept in the home");
-        notes.note_cluster([&a]).expect("note");
-        notes.note_local([&a]).expect("note");
-        let again = events(dir.path());
-        assert!(!again.is_local(&a));
-        assert!(again.is_local(&b));
+        let fresh = Checkpoint::INITIAL;
         let c = Checkpoint {
             next_offset: 5,
             version: 1,
             ..Checkpoint::INITIAL
         };
-        let moves = again.to_move(&[a.clone(), b.clone()], &[c, c]);
+        let mut notes = events(dir.path());
+        notes
+            .note_local(&[a.clone(), b.clone()], &[fresh, fresh])
+            .expect("note");
+        assert!(events(dir.path()).is_local(&a), "kept in the home");
+        notes.note_cluster([&a]).expect("note");
+        notes
+            .note_local(std::slice::from_ref(&a), &[fresh])
+            .expect("note");
+        let mut again = events(dir.path());
+        assert!(!again.is_local(&a));
+        assert!(again.is_local(&b));
+        let moves = again
+            .to_move(&[a.clone(), b.clone()], &[c, c])
+            .expect("moves");
         assert_eq!(moves.len(), 1);
         assert_eq!(moves[0].0, b);
         // A partition without a checkpoint has nothing to move.
-        assert!(again.to_move(&[b], &[Checkpoint::INITIAL]).is_empty());
+        assert!(
+            again
+                .to_move(std::slice::from_ref(&b), &[fresh])
+                .expect("moves")
+                .is_empty()
+        );
+        // A partition with a checkpoint of unknown origin (a cluster's, before the note) is
+        // never taken for local: moving it would land its log twice.
+        let d = SourcePartition::new("orders", 2);
+        again
+            .note_local(std::slice::from_ref(&d), &[c])
+            .expect("note");
+        assert!(!events(dir.path()).is_local(&d));
+        // A note naming a partition both local and a cluster's: the cluster's.
+        std::fs::write(
+            dir.path().join(FILE),
+            r#"{"local": ["orders/3"], "cluster": ["orders/3"]}"#,
+        )
+        .expect("write");
+        let e = SourcePartition::new("orders", 3);
+        assert!(
+            events(dir.path())
+                .to_move(&[e], &[c])
+                .expect("moves")
+                .is_empty()
+        );
+        // Another command's change is kept (each change reads the file first).
+        let mut one = events(dir.path());
+        let mut two = events(dir.path());
+        let f = SourcePartition::new("orders", 4);
+        one.note_local(std::slice::from_ref(&f), &[fresh])
+            .expect("note");
+        two.note_cluster([&SourcePartition::new("orders", 5)])
+            .expect("note");
+        assert!(events(dir.path()).is_local(&f));
     }
 
     #[test]

@@ -104,22 +104,35 @@ pub async fn ingest(config: &Config, events: &[PathBuf]) -> Result<()> {
     let mut notes = local_events::LocalEvents::open(config)?;
     for path in events {
         let event = read_event(path)?;
+        // The partitions the event holds (a record's topic, else its group's `topic-partition`).
         let mut sources: Vec<crate::checkpoint::SourcePartition> = event
             .records
-            .values()
-            .flatten()
-            .filter_map(|r| {
+            .iter()
+            .flat_map(|(group, records)| records.iter().map(move |r| (group, r)))
+            .filter_map(|(group, r)| {
                 let p = i32::try_from(r.partition).ok()?;
-                Some(crate::checkpoint::SourcePartition::new(
-                    r.topic.as_deref()?,
-                    p,
-                ))
+                let topic = match r.topic.as_deref() {
+                    Some(t) => t,
+                    None => group.rsplit_once('-')?.0,
+                };
+                Some(crate::checkpoint::SourcePartition::new(topic, p))
             })
             .collect();
         sources.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         sources.dedup();
         if let Some(notes) = notes.as_mut() {
-            notes.note_local(&sources)?;
+            let checkpoints = state.checkpoints(&sources).await?;
+            let fed = notes.cluster_fed(&sources)?;
+            if !fed.is_empty() {
+                eprintln!(
+                    "warning: a Kafka cluster feeds {} (`streamtable run`): the event's records \
+                     take those offsets of its log, and the cluster's records at them will be \
+                     taken for already seen; for batches the event source gave up on, use \
+                     `streamtable replay`",
+                    fed.join(", ")
+                );
+            }
+            notes.note_local(&sources, &checkpoints)?;
         }
         let summary = ingestor.handle(&event).await?;
         println!("{}: {}", path.display(), summary.line());

@@ -199,7 +199,9 @@ pub fn synthetic_stream(
     for i in 0..count {
         let n = first_id + i;
         let base = timeline.at(n);
-        let mut at = base + rng.below(jitter as u64) as i64 - jitter / 2;
+        // Business id n's jitter is its own (the same in every topic): payment n follows
+        // order n by the payment delay exactly.
+        let mut at = base + Rng::new(n ^ 0x6a17).below(jitter as u64) as i64 - jitter / 2;
         if topic == "payments" {
             at += PAYMENT_DELAY_MS + rng.below(PAYMENT_SPREAD_MS) as i64;
         }
@@ -227,7 +229,10 @@ pub fn synthetic_stream(
         // partition, and the last one wins in the upsert table.
         let status = (topic == ORDER_STATUS_TOPIC).then(|| crate::generate::status_event(n));
         let p = if topic == "readings" {
-            (crate::generate::sensor_of(n, at) % partitions as u64) as usize
+            // By the sensor's hash, as Kafka's partitioner hashes the key: every partition
+            // gets sensors, however short the run's span (a slot's sensors share a residue).
+            let sensor = crate::generate::sensor_of(n, at);
+            (Rng::new(sensor ^ 0x5e45).next_u64() % partitions as u64) as usize
         } else if let Some((k, _)) = status {
             crate::generate::order_partition(k, partitions as u64) as usize
         } else {
@@ -306,12 +311,12 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
     );
     let json = esm_event(&records);
     let summary = format!(
-        "{} records of topic {} over {partitions} partition(s), offsets {}..{} in each, event \
-         times {} to {}",
+        "{} records of topic {} over {partitions} partition(s), offsets from {} to at most {} \
+         in each, event times {} to {}",
         records.len(),
         args.topic,
         args.start_offset,
-        offsets.iter().max().copied().unwrap_or(args.start_offset),
+        offsets.iter().max().copied().unwrap_or(args.start_offset) - 1,
         crate::clock::rfc3339_ms(timeline.start_ms),
         crate::clock::rfc3339_ms(timeline.end_ms),
     );
@@ -425,6 +430,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_payment_follows_its_order_by_20_to_25_seconds_and_readings_reach_every_partition() {
+        let now = 1_800_000_000_000;
+        let t = Timeline::ending(now, 0, 5_000, HOUR_MS, None);
+        let orders: std::collections::HashMap<String, i64> = stream("orders", &t, 5_000, 4)
+            .iter()
+            .filter_map(|r| {
+                let v: serde_json::Value = serde_json::from_slice(r.value.as_deref()?).ok()?;
+                Some((v["order_id"].as_str()?.to_string(), event_ms(r)))
+            })
+            .collect();
+        let mut checked = 0;
+        for r in stream("payments", &t, 5_000, 4) {
+            let v: serde_json::Value =
+                serde_json::from_slice(r.value.as_deref().unwrap_or(b"{}")).unwrap_or_default();
+            let at = event_ms(&r);
+            let Some(placed) = v["order_id"].as_str().and_then(|o| orders.get(o)) else {
+                continue;
+            };
+            if at == now {
+                continue; // held at the clock
+            }
+            let after = at - placed;
+            assert!(
+                (20_000..25_000).contains(&after),
+                "{v}: {after} ms after its order"
+            );
+            checked += 1;
+        }
+        assert!(checked > 4_500, "{checked}");
+        // A run packed into a few seconds still spreads readings over every partition.
+        let short = Timeline::ending(now, 0, 2_000, 3_000, None);
+        let partitions: std::collections::BTreeSet<i32> = stream("readings", &short, 2_000, 4)
+            .iter()
+            .map(|r| r.partition)
+            .collect();
+        assert_eq!(partitions.len(), 4, "{partitions:?}");
     }
 
     #[test]

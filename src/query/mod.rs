@@ -47,6 +47,8 @@ pub struct QueryEngine {
     /// Tables read as empty because they did not exist yet at the `--as-of` time, with when
     /// their first snapshot was committed (ms).
     not_yet: Vec<(String, i64)>,
+    /// Views (windowed tables' merging views) by name, with the table of their partial rows.
+    views: std::collections::BTreeMap<String, String>,
 }
 
 impl QueryEngine {
@@ -65,6 +67,7 @@ impl QueryEngine {
         let mut views = Vec::new();
         let mut current = std::collections::BTreeMap::new();
         let mut not_yet = Vec::new();
+        let mut view_tables = std::collections::BTreeMap::new();
         for name in names {
             let ident = TableIdent::new(NamespaceIdent::new(ns.clone()), name.clone());
             let Some((table, _)) = backend.catalog.load(&ident).await? else {
@@ -76,6 +79,7 @@ impl QueryEngine {
                 props.get(crate::tables::VIEW_SQL_PROPERTY),
             ) {
                 views.push((view.clone(), sql.clone()));
+                view_tables.insert(view.clone(), name.clone());
             }
             current.insert(name.clone(), table.clone());
             let provider: Arc<dyn datafusion::catalog::TableProvider> =
@@ -141,7 +145,39 @@ impl QueryEngine {
             schema,
             current,
             not_yet,
+            views: view_tables,
         })
+    }
+
+    /// The `name$kind` references in lower-case `sql`: each `$` between identifier characters.
+    fn dollar_names(sql: &str) -> Vec<(String, String)> {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        let mut out = Vec::new();
+        for (at, _) in sql.match_indices('$') {
+            let name: String = sql[..at]
+                .chars()
+                .rev()
+                .take_while(|c| word(*c))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            let kind: String = sql[at + 1..].chars().take_while(|c| word(*c)).collect();
+            if !name.is_empty() && !kind.is_empty() {
+                out.push((name, kind));
+            }
+        }
+        out
+    }
+
+    /// Whether `sql` reads a metadata table (which shows the current metadata, whatever
+    /// `--as-of` or `--snapshot` say).
+    pub fn reads_metadata(&self, sql: &str) -> bool {
+        Self::dollar_names(&sql.to_lowercase())
+            .iter()
+            .any(|(name, kind)| {
+                self.current.contains_key(name) && metadata::KINDS.contains(&kind.as_str())
+            })
     }
 
     /// Tables the query reads as empty because they had no snapshot yet at the `--as-of`
@@ -161,19 +197,31 @@ impl QueryEngine {
             return Ok(());
         }
         let lower = sql.to_lowercase();
-        for (name, table) in &self.current {
-            for kind in metadata::KINDS {
-                let full = format!("{name}${kind}");
-                if !lower.contains(&full) || self.schema.table_exist(&full) {
-                    continue;
+        for (name, kind) in Self::dollar_names(&lower) {
+            let full = format!("{name}${kind}");
+            let kinds = metadata::KINDS.map(|k| format!("${k}")).join(", ");
+            let Some(table) = self.current.get(&name) else {
+                if let Some(partials) = self.views.get(&name) {
+                    return Err(Error::Query(format!(
+                        "{name} is a view (merging the partial rows of table {partials}): it has no metadata tables; its table's are \"{partials}${kind}\""
+                    )));
                 }
-                let batch = metadata::of(table, kind).await?;
-                let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])
-                    .map_err(|e| Error::Internal(format!("{full}: {e}")))?;
-                self.schema
-                    .register_table(full.clone(), Arc::new(mem))
-                    .map_err(|e| Error::Internal(format!("register {full}: {e}")))?;
+                continue;
+            };
+            if !metadata::KINDS.contains(&kind.as_str()) {
+                return Err(Error::Query(format!(
+                    "no metadata table \"{full}\": a table has {kinds}"
+                )));
             }
+            if self.schema.table_exist(&full) {
+                continue;
+            }
+            let batch = metadata::of(table, &kind).await?;
+            let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])
+                .map_err(|e| Error::Internal(format!("{full}: {e}")))?;
+            self.schema
+                .register_table(full.clone(), Arc::new(mem))
+                .map_err(|e| Error::Internal(format!("register {full}: {e}")))?;
         }
         Ok(())
     }

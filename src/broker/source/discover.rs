@@ -69,7 +69,7 @@ impl LocalEsm {
             .collect();
         let mut checkpoints = self.backend.state.checkpoints(&sources).await?;
         if let Some((notes, spec)) = self.local_events.as_mut() {
-            let moves = notes.to_move(&sources, &checkpoints);
+            let moves = notes.to_move(&sources, &checkpoints)?;
             if !moves.is_empty() {
                 let consumer = &self.consumer;
                 let (backend, tables, options) = (&self.backend, &self.tables, &self.scheduled);

@@ -164,9 +164,9 @@ fn the_readme_sequence_works_in_one_home_through_a_real_broker() {
         "{joined_before} → {joined_demo}"
     );
 
-    // `produce` orders and payments, then `run`: the orders land as orders, the join gains
-    // the pairs, and the printed counts add up.
-    for t in ["orders", "payments"] {
+    // `produce` orders (at a rate) and payments (at full speed), then `run`: the orders land
+    // as orders, the join gains the pairs, and the printed counts add up.
+    for (t, rate) in [("orders", "5000"), ("payments", "0")] {
         let out = ok(
             &home,
             &spec,
@@ -179,7 +179,7 @@ fn the_readme_sequence_works_in_one_home_through_a_real_broker() {
                 "--records",
                 "5000",
                 "--rate",
-                "5000",
+                rate,
             ],
         );
         assert!(

@@ -104,10 +104,22 @@ pub fn not_json_but_framed(value: &[u8]) -> Option<Rejection> {
         SchemaId::Confluent(id) => format!("a Confluent schema registry header (schema id {id})"),
         SchemaId::Glue(id) => format!("a Glue Schema Registry header (schema version {id})"),
     };
+    // JSON behind the header: a JSON Schema serializer's framing, which no format here reads.
+    let json_body = !framed.zlib
+        && framed
+            .body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| matches!(b, b'{' | b'['));
+    let fix = if json_body {
+        "its body is JSON, as a JSON Schema serializer frames it: that framing is not read (format = \"json\" takes plain JSON values; have the producer write plain JSON)"
+    } else {
+        "set format = \"avro\" (or \"protobuf\") for the topic's table, with its registry"
+    };
     Some(Rejection::new(
         RejectKind::NotJson,
         format!(
-            "value ({} bytes) is not JSON: it starts with {header}, so it looks registry-framed: set format = \"avro\" (or \"protobuf\") for the topic's table, with its registry",
+            "value ({} bytes) is not JSON: it starts with {header}, so it looks registry-framed: {fix}",
             value.len()
         ),
     ))

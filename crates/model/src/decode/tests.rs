@@ -434,6 +434,17 @@ fn a_json_topic_says_when_its_values_look_registry_framed() {
         e.message
     );
     assert!(debezium::change(&confluent).is_err_and(|e| e.message.contains("registry-framed")));
+    // A JSON Schema serializer's framing (JSON behind the header): not told to use Avro.
+    let mut json_schema = vec![0u8, 0, 0, 0, 9];
+    json_schema.extend(br#"{"order_id":"o-1"}"#);
+    let e = json
+        .decode(&json_schema, &mut scratch, 1 << 20)
+        .expect_err("framed");
+    assert!(
+        e.message.contains("JSON Schema serializer") && !e.message.contains("\"avro\""),
+        "{}",
+        e.message
+    );
     // Plain bytes that are not UTF-8 stay what they were.
     let e = json
         .decode(&[b'{', 0xff, b'}'], &mut scratch, 1 << 20)
