@@ -186,7 +186,14 @@ impl QueryEngine {
         let lower = sql.to_lowercase();
         self.not_yet
             .iter()
-            .filter(|(name, _)| names(&lower, name))
+            .filter(|(name, _)| {
+                // The table, or a view over it (a windowed table's merging view).
+                names(&lower, name)
+                    || self
+                        .views
+                        .iter()
+                        .any(|(view, table)| table == name && names(&lower, view))
+            })
             .cloned()
             .collect()
     }

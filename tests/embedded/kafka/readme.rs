@@ -276,4 +276,18 @@ fn the_readme_sequence_works_in_one_home_through_a_real_broker() {
         err.contains("orders had no snapshot yet at the --as-of time"),
         "{err}"
     );
+    // A metadata table that does not exist, and a view's, are said so.
+    for (sql, says) in [
+        (
+            "SELECT * FROM \"orders$manifests\"",
+            "no metadata table \"orders$manifests\"",
+        ),
+        (
+            "SELECT * FROM \"orders_per_minute$files\"",
+            "\"orders_per_minute_partials$files\"",
+        ),
+    ] {
+        let (success, _, err) = step(&home, &spec, &["query", sql]);
+        assert!(!success && err.contains(says), "{sql}: {err}");
+    }
 }
