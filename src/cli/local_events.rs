@@ -55,19 +55,12 @@ impl LocalEvents {
         let BackendConfig::Embedded { home } = &config.backend else {
             return Ok(None);
         };
-        let path = home.join(FILE);
-        let notes = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                Error::Config(format!(
-                    "{}: not a note of local events ({e}); delete it if no partition of this \
-                     home was fed by `streamtable demo` or `ingest --event`",
-                    path.display()
-                ))
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Notes::default(),
-            Err(e) => return Err(Error::io("read the note of local events", &path, e)),
+        let mut notes = LocalEvents {
+            path: home.join(FILE),
+            notes: Notes::default(),
         };
-        Ok(Some(LocalEvents { path, notes }))
+        notes.reload()?;
+        Ok(Some(notes))
     }
 
     /// The note as the file holds it now (another command may have changed it since this
