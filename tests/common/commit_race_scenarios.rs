@@ -68,6 +68,17 @@ async fn commit_ids(h: &Harness, table: &str) -> HashMap<String, usize> {
     out
 }
 
+/// Every commit id is in each of `tables`' histories at most once.
+async fn each_commit_id_once(h: &Harness, tables: &[&str]) {
+    for table in tables {
+        let ids = commit_ids(h, table).await;
+        assert!(
+            ids.values().all(|n| *n == 1),
+            "{table}: a commit id landed twice: {ids:?}"
+        );
+    }
+}
+
 pub async fn a_held_committer_and_an_overlapping_one_land_each_commit_once(mut h: Harness) {
     h.spec = super::shipped_spec();
     h.spec
@@ -115,13 +126,7 @@ pub async fn a_held_committer_and_an_overlapping_one_land_each_commit_once(mut h
     .expect("committer A");
     assert!(!a.lease_busy);
 
-    for table in ["orders", "payments", "order_payments"] {
-        let ids = commit_ids(&h, table).await;
-        assert!(
-            ids.values().all(|n| *n == 1),
-            "{table}: a commit id landed twice: {ids:?}"
-        );
-    }
+    each_commit_id_once(&h, &["orders", "payments", "order_payments"]).await;
     assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, N);
     assert_eq!(super::count(&h, "SELECT COUNT(*) FROM payments").await, N);
     assert_eq!(
@@ -227,4 +232,55 @@ pub async fn a_committer_waits_for_the_lease_and_gives_up_at_its_deadline(mut h:
         .expect("commit");
     assert!(!done.lease_busy);
     assert_eq!(done.batches, 1);
+}
+
+/// Rounds bounded by bytes (here: one batch each) whose units — each table's part and the
+/// interval join — run in parallel, 4 at a time: every batch is committed in a round of its
+/// own, every commit id lands once per table, every order and payment once, each order joined
+/// to its payment once, and the rounds' audits find every delivered record once.
+pub async fn rounds_bounded_by_bytes_with_parallel_units_land_each_batch_once(mut h: Harness) {
+    h.spec = super::shipped_spec();
+    h.spec
+        .retain_tables(|t| t.name == "orders" || t.name == "payments");
+    h.backend.clock = ManualClock::new(NOW_MS);
+    let tables = h.tables();
+    const N: i64 = 300;
+    let records = orders_and_payments(N);
+    // Three deliveries of both topics.
+    for chunk in records.chunks(records.len() / 3) {
+        h.ingestor().handle(&event(chunk)).await.expect("ingest");
+    }
+    let pending = h.backend.state.pending().await.expect("pending").len() as u64;
+    assert!(pending >= 3, "at least a batch per delivery: {pending}");
+    let mut options = CommitOptions {
+        max_round_bytes: 1,
+        ..CommitOptions::default()
+    };
+    options.runner = streamtable::scheduled::runner::Runner::new(4);
+    let report = commit_pending_with(
+        &h.backend,
+        &tables,
+        &options,
+        Some(std::time::Instant::now() + std::time::Duration::from_secs(120)),
+    )
+    .await
+    .expect("commit");
+    assert_eq!(report.rounds, pending, "one batch per round: {report:?}");
+    assert_eq!(report.batches, pending);
+    assert!(report.audit.ok(), "{:?}", report.audit);
+    assert_eq!(report.audit.rounds, pending);
+    assert_eq!(report.audit.delivered, 2 * N as u64);
+    each_commit_id_once(&h, &["orders", "payments", "order_payments"]).await;
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, N);
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(DISTINCT order_id) FROM orders").await,
+        N
+    );
+    assert_eq!(super::count(&h, "SELECT COUNT(*) FROM payments").await, N);
+    assert_eq!(
+        super::count(&h, "SELECT COUNT(*) FROM order_payments").await,
+        N,
+        "each order joined its payment once"
+    );
+    assert!(h.backend.state.pending().await.expect("pending").is_empty());
 }

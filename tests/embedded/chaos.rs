@@ -71,8 +71,10 @@ fn first_copies(partition: i32) -> Vec<(i32, i64)> {
         .collect()
 }
 
-fn eager() -> ScheduledOptions {
-    ScheduledOptions {
+/// Options that compact and expire at once; by seed, 1 to 4 units of work at a time, and every
+/// third schedule rounds of a few batches (bounded by bytes).
+fn eager(seed: u64) -> ScheduledOptions {
+    let mut o = ScheduledOptions {
         compaction: CompactOptions {
             min_input_files: 2,
             ..Default::default()
@@ -84,7 +86,12 @@ fn eager() -> ScheduledOptions {
             ..Default::default()
         },
         ..Default::default()
+    };
+    o.set_concurrency(1 + (seed % 4) as usize);
+    if seed.is_multiple_of(3) {
+        o.commit.max_round_bytes = 16 * 1024;
     }
+    o
 }
 
 /// A windowed table over orders in three versions that keep its columns: v2 drops the `WHERE`
@@ -227,9 +234,9 @@ async fn schedule(seed: u64) -> u64 {
                 let options = ScheduledOptions {
                     maintenance: MaintenanceOptions {
                         orphan_grace_ms: 600_000,
-                        ..eager().maintenance
+                        ..eager(seed).maintenance
                     },
-                    ..eager()
+                    ..eager(seed)
                 };
                 let (a, b) = futures::join!(
                     scheduled::run(&faulty, &tables, &options),
@@ -240,7 +247,7 @@ async fn schedule(seed: u64) -> u64 {
                 }
             }
             _ => {
-                if let Ok(r) = scheduled::run(&faulty, &tables, &eager()).await {
+                if let Ok(r) = scheduled::run(&faulty, &tables, &eager(seed)).await {
                     rounds_landed_once(seed, &r);
                 }
             }
@@ -259,7 +266,7 @@ async fn schedule(seed: u64) -> u64 {
         }
     }
     for _ in 0..10 {
-        let r = scheduled::run(&faulty, &tables, &eager())
+        let r = scheduled::run(&faulty, &tables, &eager(seed))
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: final run: {e}"));
         assert!(r.failures.is_empty(), "seed {seed}: {:?}", r.failures);

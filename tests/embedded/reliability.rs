@@ -101,3 +101,11 @@ async fn an_interval_join_whose_sql_explodes_fails_its_round_not_the_stage() {
 async fn a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap() {
     r::a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap(&common::embedded().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_bounded_by_bytes_with_parallel_units_land_each_batch_once() {
+    common::commit_race_scenarios::rounds_bounded_by_bytes_with_parallel_units_land_each_batch_once(
+        common::embedded().await,
+    )
+    .await;
+}

@@ -85,3 +85,11 @@ async fn a_recreated_topic_is_refused_until_the_partition_is_reset() {
 async fn a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap() {
     r::a_replay_ahead_of_the_checkpoint_is_refused_naming_the_gap(&common::moto().await).await;
 }
+
+#[tokio::test]
+async fn rounds_bounded_by_bytes_with_parallel_units_land_each_batch_once() {
+    common::commit_race_scenarios::rounds_bounded_by_bytes_with_parallel_units_land_each_batch_once(
+        common::moto().await,
+    )
+    .await;
+}

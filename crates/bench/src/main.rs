@@ -12,6 +12,7 @@ mod freshness;
 mod ingest;
 mod process;
 mod reference;
+mod scale;
 mod state;
 mod system;
 mod upsert;
@@ -214,6 +215,30 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000_000)]
         records: u64,
     },
+    /// Scale of the scheduled stage: for each backlog, that many ESM batches of each of the
+    /// shipped spec's order topics (orders, payments, order_status), then ONE scheduled run in a
+    /// fresh process: wall time, CPU, peak RSS and throughput in MB/s of event JSON.
+    Scale {
+        /// Backlogs to measure, in ESM batches per topic (one fresh home each).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![30, 60])]
+        backlogs: Vec<u64>,
+        /// Records per batch.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Kafka partitions of each topic.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        /// Keep each home (its path is printed).
+        #[arg(long)]
+        keep: bool,
+    },
+    /// One scheduled run on HOME, printed as a JSON line (used by `bench scale`).
+    #[command(hide = true)]
+    ScaleOnce {
+        /// Home of the embedded backend with the backlog.
+        #[arg(long)]
+        home: PathBuf,
+    },
     /// Time to commit many pending files on the embedded backend.
     Commit {
         /// Pending files to commit.
@@ -361,6 +386,13 @@ async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             json,
         } => compact::compact_once(home, *target_mb, *reencode, *json).await,
         BenchCommand::Commit { files } => compact::commit(config, *files).await,
+        BenchCommand::Scale {
+            backlogs,
+            records,
+            partitions,
+            keep,
+        } => scale::scale(config, backlogs, *records, *partitions, *keep).await,
+        BenchCommand::ScaleOnce { home } => scale::scale_once(config, home).await,
         BenchCommand::Audit { records } => audit::audit(*records).await,
         BenchCommand::Upsert {
             records,

@@ -96,7 +96,7 @@ pub(super) async fn audit_round(
     tables: &TableSet,
     selector: &mut Selector<'_>,
     batches: &[PendingBatch],
-    by_table: &BTreeMap<String, TableFiles>,
+    by_table: &super::RoundFiles,
 ) -> RoundAudit {
     let started = std::time::Instant::now();
     let mut out = audit_files(tables, selector, batches, by_table).await;
@@ -108,7 +108,7 @@ async fn audit_files(
     tables: &TableSet,
     selector: &mut Selector<'_>,
     batches: &[PendingBatch],
-    by_table: &BTreeMap<String, TableFiles>,
+    by_table: &super::RoundFiles,
 ) -> RoundAudit {
     let mut out = RoundAudit {
         rounds: 1,
@@ -281,9 +281,10 @@ async fn read_table(
         .data_files
         .iter()
         .map(|f| (f.file_path().to_string(), f.file_size_in_bytes()))
-        .chain(files.key_deletes.iter().cloned());
-    for (path, size) in paths {
-        let batches = match read(&table, &path, size, &ids).await {
+        .chain(files.key_deletes.iter().cloned())
+        .collect();
+    for (path, read) in read_all(&selector.options().runner, &table, paths, &ids).await {
+        let batches = match read {
             Ok(b) => b,
             Err(e) => {
                 out.unreadable += 1;
@@ -327,9 +328,13 @@ async fn read_dead_letters(
         DEAD_LETTER_TABLE,
         &["kafka_partition", "kafka_offset", "topic", "error_kind"],
     )?;
-    for f in &files.data_files {
-        let path = f.file_path();
-        let batches = match read(&table, path, f.file_size_in_bytes(), &ids).await {
+    let paths = files
+        .data_files
+        .iter()
+        .map(|f| (f.file_path().to_string(), f.file_size_in_bytes()))
+        .collect();
+    for (path, read) in read_all(&selector.options().runner, &table, paths, &ids).await {
+        let batches = match read {
             Ok(b) => b,
             Err(e) => {
                 out.unreadable += 1;
@@ -370,6 +375,33 @@ fn field_ids(table: &iceberg::table::Table, name: &str, columns: &[&str]) -> Res
                 .field_by_name(c)
                 .map(|f| f.id)
                 .ok_or_else(|| Error::Internal(format!("table {name} has no column {c}")))
+        })
+        .collect()
+}
+
+/// The columns `ids` of each of `paths` (with their sizes), read in parallel, in their order.
+async fn read_all(
+    runner: &crate::scheduled::runner::Runner,
+    table: &iceberg::table::Table,
+    paths: Vec<(String, u64)>,
+    ids: &[i32],
+) -> Vec<(String, Result<Vec<(RecordBatch, Vec<Option<usize>>)>>)> {
+    let names: Vec<String> = paths.iter().map(|(p, _)| p.clone()).collect();
+    let ids: std::sync::Arc<[i32]> = ids.into();
+    let results = runner
+        .run(paths, |(path, size)| {
+            let (table, ids) = (table.clone(), ids.clone());
+            async move { read(&table, &path, size, &ids).await }
+        })
+        .await;
+    names
+        .into_iter()
+        .zip(results)
+        .map(|(path, r)| {
+            (
+                path,
+                r.unwrap_or_else(|panic| Err(Error::Internal(panic.to_string()))),
+            )
         })
         .collect()
 }

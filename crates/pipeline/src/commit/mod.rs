@@ -33,6 +33,7 @@ pub mod select;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 use iceberg::table::Table;
@@ -45,6 +46,7 @@ use crate::error::{Error, Result};
 use crate::store::CommitIntent;
 #[cfg(feature = "sql")]
 use crate::table::JOIN_STATE_PROPERTY;
+use crate::table::lock::Turns;
 use crate::table::{COMMIT_ID_PROPERTY, OFFSET_PROPERTY_PREFIX};
 use crate::tables::TableSet;
 pub use ledger::{RoundLedger, round_ledger};
@@ -53,6 +55,9 @@ use select::{Selector, TableFiles};
 
 /// Default of [`CommitOptions::join_max_kept_rows`].
 pub const DEFAULT_JOIN_MAX_KEPT_ROWS: usize = 1_000_000;
+
+/// Default of [`CommitOptions::max_round_bytes`].
+pub const DEFAULT_MAX_ROUND_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Knobs of the commit stage. `Default` gives the documented defaults.
 #[derive(Debug, Clone)]
@@ -63,6 +68,9 @@ pub struct CommitOptions {
     pub max_batches_per_round: usize,
     /// Most bytes of batch keys one commit intent holds (a DynamoDB item holds 400 KB).
     pub max_intent_bytes: usize,
+    /// Most bytes of files one round covers (at least one batch): what a round holds in
+    /// memory (its audit, its carried rows) depends on this, never on the backlog.
+    pub max_round_bytes: u64,
     /// Least time between two commits triggered by landed batches ([`trigger`]).
     pub min_interval: std::time::Duration,
     /// Most rows an interval join keeps per side between rounds; past it the oldest are
@@ -71,6 +79,8 @@ pub struct CommitOptions {
     /// Whether each round's files are read back and checked against what its batches were
     /// delivered ([`audit`]).
     pub audit_rounds: bool,
+    /// Runs a round's units (each table's part, each interval join) in parallel.
+    pub runner: crate::scheduled::runner::Runner,
 }
 
 impl Default for CommitOptions {
@@ -79,9 +89,11 @@ impl Default for CommitOptions {
             max_rounds: 20,
             max_batches_per_round: 2_000,
             max_intent_bytes: 300 * 1024,
+            max_round_bytes: DEFAULT_MAX_ROUND_BYTES,
             min_interval: trigger::DEFAULT_INTERVAL,
             join_max_kept_rows: DEFAULT_JOIN_MAX_KEPT_ROWS,
             audit_rounds: true,
+            runner: crate::scheduled::runner::Runner::per_core(),
         }
     }
 }
@@ -331,6 +343,7 @@ pub(crate) async fn commit_rounds(
             report.audit.add(audited);
         }
         landings::record_committed(backend, &landed).await;
+        selector.forget_round();
         report.rounds += 1;
         report.batches += intent.batches.len() as u64;
         report.resumed += u64::from(resumed);
@@ -356,11 +369,7 @@ async fn commit_intent(
     tables: &TableSet,
     selector: &mut Selector<'_>,
     intent: &CommitIntent,
-) -> Result<(
-    Vec<TableCommitReport>,
-    Vec<PendingBatch>,
-    BTreeMap<String, TableFiles>,
-)> {
+) -> Result<(Vec<TableCommitReport>, Vec<PendingBatch>, RoundFiles)> {
     let page = backend.state.batches(&intent.batches).await?;
     if let Some((key, why)) = page.unreadable.first() {
         return Err(Error::State {
@@ -407,28 +416,122 @@ async fn commit_intent(
         }
     }
     ledger::assign(tables, selector, &page.batches, &mut by_table).await?;
-    let mut out = Vec::new();
-    for (table, files) in &by_table {
-        let id = format!("{}/{table}", intent.id);
-        let t = selector.table(table).await?;
-        out.push(commit_table(backend, tables, t, table, &id, files).await?);
+    let by_table: RoundFiles = by_table
+        .into_iter()
+        .map(|(name, files)| (name, Arc::new(files)))
+        .collect();
+    // The round's units: each table's part, each interval join with rows in the round. The
+    // coordinator (this selector) loads their tables; the units run in parallel.
+    let mut units = Vec::new();
+    for (name, files) in &by_table {
+        let table = selector.table(name).await?;
+        units.push(RoundUnit::Table {
+            name: name.clone(),
+            table: Box::new(table),
+            files: files.clone(),
+        });
     }
     #[cfg(feature = "sql")]
-    out.extend(commit_joins(backend, tables, selector, intent, &by_table).await?);
+    units.extend(join_units(tables, selector, &by_table).await?);
+    let context = UnitContext {
+        backend: backend.clone(),
+        tables: Arc::new(tables.clone()),
+        intent: intent.clone(),
+        join_max_kept_rows: selector.options().join_max_kept_rows,
+        turns: Turns::default(),
+    };
+    let results = selector
+        .options()
+        .runner
+        .run(units, |unit| {
+            let context = context.clone();
+            async move { unit.run(&context).await }
+        })
+        .await;
+    let mut out = Vec::new();
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(Ok(reports)) => out.extend(reports),
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(panic) => {
+                first_error.get_or_insert(Error::Internal(panic.to_string()));
+            }
+        }
+    }
+    // One unit failed: the intent stays, and the next attempt resumes it (the tables that
+    // landed their part are found by their commit ids).
+    if let Some(e) = first_error {
+        return Err(e);
+    }
     Ok((out, page.batches, by_table))
 }
 
-/// Runs and commits each interval join whose sides the intent lands rows of (see [`join`]):
-/// the late rows to `dead_letters` first, then the joined rows with the join's new state, so
-/// that the join table's commit id alone says whether the round landed.
+/// A round's files, by table.
+type RoundFiles = BTreeMap<String, Arc<TableFiles>>;
+
+/// What every unit of a round shares (cheap to clone).
+#[derive(Clone)]
+struct UnitContext {
+    backend: Backend,
+    tables: Arc<TableSet>,
+    intent: CommitIntent,
+    join_max_kept_rows: usize,
+    /// Units that commit to one table take turns.
+    turns: Turns,
+}
+
+/// A unit of work of a commit round.
+enum RoundUnit {
+    /// A table's part: its files appended (or upserted) under the commit id
+    /// `{intent}/{table}`.
+    Table {
+        name: String,
+        table: Box<Table>,
+        files: Arc<TableFiles>,
+    },
+    /// An interval join's round over the sides' files.
+    #[cfg(feature = "sql")]
+    Join(Box<JoinUnit>),
+}
+
+impl RoundUnit {
+    async fn run(self, c: &UnitContext) -> Result<Vec<TableCommitReport>> {
+        match self {
+            RoundUnit::Table { name, table, files } => {
+                let id = format!("{}/{name}", c.intent.id);
+                Ok(vec![
+                    commit_table(&c.backend, &c.tables, &c.turns, *table, &name, &id, &files)
+                        .await?,
+                ])
+            }
+            #[cfg(feature = "sql")]
+            RoundUnit::Join(j) => commit_join(c, *j).await,
+        }
+    }
+}
+
+/// An interval join's part of a round.
 #[cfg(feature = "sql")]
-async fn commit_joins(
-    backend: &Backend,
+struct JoinUnit {
+    name: String,
+    join: crate::spec::IntervalJoin,
+    table: Table,
+    /// The dead-letter table, for the rows that come too late to join.
+    dead_letters: Result<Table>,
+    left: Vec<iceberg::spec::DataFile>,
+    right: Vec<iceberg::spec::DataFile>,
+}
+
+/// The interval joins whose sides the round lands rows of, with their tables.
+#[cfg(feature = "sql")]
+async fn join_units(
     tables: &TableSet,
     selector: &mut Selector<'_>,
-    intent: &CommitIntent,
-    by_table: &BTreeMap<String, TableFiles>,
-) -> Result<Vec<TableCommitReport>> {
+    by_table: &RoundFiles,
+) -> Result<Vec<RoundUnit>> {
     let mut out = Vec::new();
     for (name, j) in &tables.joins {
         let lands = |t: &str| by_table.get(t).filter(|f| !f.lands_nothing());
@@ -436,144 +539,170 @@ async fn commit_joins(
         if left.is_none() && right.is_none() {
             continue;
         }
-        let id = format!("{}/{name}", intent.id);
-        let t = selector.table(name).await?;
-        let t = match backend.catalog.load(&tables.ident(name)).await? {
-            Some((t, _)) => t,
-            None => t,
-        };
-        if let Some(snapshot) = find_commit(&t, &id) {
-            out.push(TableCommitReport {
-                table: name.clone(),
-                snapshot_id: Some(snapshot),
-                already_committed: true,
+        let files =
+            |f: Option<&Arc<TableFiles>>| f.map(|f| f.data_files.clone()).unwrap_or_default();
+        out.push(RoundUnit::Join(Box::new(JoinUnit {
+            name: name.clone(),
+            join: j.clone(),
+            table: selector.table(name).await?,
+            dead_letters: selector.table(crate::spec::DEAD_LETTER_TABLE).await,
+            left: files(left),
+            right: files(right),
+        })));
+    }
+    Ok(out)
+}
+
+/// Runs and commits an interval join whose sides the intent lands rows of (see [`join`]):
+/// the late rows to `dead_letters` first, then the joined rows with the join's new state, so
+/// that the join table's commit id alone says whether the round landed.
+#[cfg(feature = "sql")]
+async fn commit_join(c: &UnitContext, unit: JoinUnit) -> Result<Vec<TableCommitReport>> {
+    let (backend, tables, intent) = (&c.backend, &*c.tables, &c.intent);
+    let JoinUnit {
+        name,
+        join: j,
+        table: t,
+        dead_letters,
+        left: left_files,
+        right: right_files,
+    } = unit;
+    let name = &name;
+    let mut out = Vec::new();
+    let id = format!("{}/{name}", intent.id);
+    let t = match backend.catalog.load(&tables.ident(name)).await? {
+        Some((t, _)) => t,
+        None => t,
+    };
+    if let Some(snapshot) = find_commit(&t, &id) {
+        out.push(TableCommitReport {
+            table: name.clone(),
+            snapshot_id: Some(snapshot),
+            already_committed: true,
+            ..Default::default()
+        });
+        return Ok(out);
+    }
+    let now_ms = intent.created_at_ms;
+    // A round that cannot run must not hold the other tables back: after it failed (or
+    // crashed the process) twice for this intent, or while a deferred backlog waits for
+    // its retry, its files go to the join's backlog in an empty snapshot under its commit
+    // id, and the intent finishes.
+    let attempts = join_attempts(backend, name, &intent.id).await?;
+    let defer = |why: String, tried: bool| {
+        let (t, left_files, right_files, id) = (t.clone(), &left_files, &right_files, &id);
+        async move {
+            tracing::error!(table = %name, reason = %why,
+                "interval join round deferred: its rows wait in the join's backlog; the other tables go on");
+            let (files, replaced) = join::deferred_state(
+                backend,
+                &t,
+                name,
+                &intent.id,
+                left_files,
+                right_files,
+                now_ms,
+                join::Deferral { tried },
+            )
+            .await?;
+            let mut report = commit_table(backend, tables, &c.turns, t, name, id, &files).await?;
+            report.join = Some(JoinStats {
+                deferred: true,
                 ..Default::default()
             });
-            continue;
-        }
-        let files = |f: Option<&TableFiles>| f.map(|f| f.data_files.clone()).unwrap_or_default();
-        let (left_files, right_files) = (files(left), files(right));
-        let now_ms = intent.created_at_ms;
-        // A round that cannot run must not hold the other tables back: after it failed (or
-        // crashed the process) twice for this intent, or while a deferred backlog waits for
-        // its retry, its files go to the join's backlog in an empty snapshot under its commit
-        // id, and the intent finishes.
-        let attempts = join_attempts(backend, name, &intent.id).await?;
-        let defer = |why: String, tried: bool| {
-            let (t, left_files, right_files, id) = (t.clone(), &left_files, &right_files, &id);
-            async move {
-                tracing::error!(table = %name, reason = %why,
-                    "interval join round deferred: its rows wait in the join's backlog; the other tables go on");
-                let (files, replaced) = join::deferred_state(
-                    backend,
-                    &t,
-                    name,
-                    &intent.id,
-                    left_files,
-                    right_files,
-                    now_ms,
-                    join::Deferral { tried },
-                )
-                .await?;
-                let mut report = commit_table(backend, tables, t, name, id, &files).await?;
-                report.join = Some(JoinStats {
-                    deferred: true,
-                    ..Default::default()
-                });
-                if let Some(old) = replaced
-                    && ours(backend, tables, name, id, &files).await?
-                    && let Err(e) = backend.warehouse.delete(&old).await
-                {
-                    tracing::warn!(object = %old, error = %e, "a replaced join backlog was not deleted");
-                }
-                Ok::<_, Error>(report)
+            if let Some(old) = replaced
+                && ours(backend, tables, name, id, &files).await?
+                && let Err(e) = backend.warehouse.delete(&old).await
+            {
+                tracing::warn!(object = %old, error = %e, "a replaced join backlog was not deleted");
             }
-        };
-        if attempts >= MAX_JOIN_ATTEMPTS {
-            out.push(
-                defer(
-                    format!("{attempts} attempts of this round did not finish"),
-                    true,
-                )
-                .await?,
-            );
-            continue;
+            Ok::<_, Error>(report)
         }
-        if join::backlog_waits(&t, name, now_ms)? {
-            out.push(
-                defer(
-                    "an earlier round failed less than 10 minutes ago".into(),
-                    false,
-                )
-                .await?,
-            );
-            continue;
+    };
+    if attempts >= MAX_JOIN_ATTEMPTS {
+        out.push(
+            defer(
+                format!("{attempts} attempts of this round did not finish"),
+                true,
+            )
+            .await?,
+        );
+        return Ok(out);
+    }
+    if join::backlog_waits(&t, name, now_ms)? {
+        out.push(
+            defer(
+                "an earlier round failed less than 10 minutes ago".into(),
+                false,
+            )
+            .await?,
+        );
+        return Ok(out);
+    }
+    record_join_attempt(backend, name, &intent.id, attempts + 1).await?;
+    let round = match join::run_join(
+        backend,
+        tables,
+        name,
+        &j,
+        &intent.id,
+        intent.created_at_ms.saturating_mul(1000),
+        &t,
+        &left_files,
+        &right_files,
+        c.join_max_kept_rows,
+    )
+    .await
+    {
+        Ok(round) => round,
+        // An outage (throttling, a timeout) is no attempt of the round's own: the intent is
+        // resumed, and only failures of the round itself (and deaths) count.
+        Err(e) if e.is_retryable() => {
+            let _ = record_join_attempt(backend, name, &intent.id, attempts).await;
+            return Err(e);
         }
-        record_join_attempt(backend, name, &intent.id, attempts + 1).await?;
-        let round = match join::run_join(
-            backend,
-            tables,
-            name,
-            j,
-            &intent.id,
-            intent.created_at_ms.saturating_mul(1000),
-            &t,
-            &left_files,
-            &right_files,
-            selector.options().join_max_kept_rows,
-        )
-        .await
-        {
-            Ok(round) => round,
-            // An outage (throttling, a timeout) is no attempt of the round's own: the intent is
-            // resumed, and only failures of the round itself (and deaths) count.
-            Err(e) if e.is_retryable() => {
-                let _ = record_join_attempt(backend, name, &intent.id, attempts).await;
-                return Err(e);
-            }
-            Err(e) => {
-                out.push(defer(e.to_string(), true).await?);
-                continue;
-            }
-        };
-        if !round.late.data_files.is_empty() {
-            let dl = selector.table(crate::spec::DEAD_LETTER_TABLE).await?;
-            out.push(
-                commit_table(
-                    backend,
-                    tables,
-                    dl,
-                    crate::spec::DEAD_LETTER_TABLE,
-                    &format!("{id}/late"),
-                    &round.late,
-                )
-                .await?,
-            );
+        Err(e) => {
+            out.push(defer(e.to_string(), true).await?);
+            return Ok(out);
         }
-        let mut report = commit_table(backend, tables, t, name, &id, &round.output).await?;
-        report.join = Some(JoinStats {
-            kept_rows: round.kept_rows,
-            state_bytes: round.state_bytes,
-            state_rows_written: round.state_rows_written,
-            new_rows: round.new_rows,
-            evicted_rows: round.evicted_rows,
-            late_rows: round.late.data_files.iter().map(|f| f.record_count()).sum(),
-            idle_partitions: round.idle_partitions,
-            backlog_files_lost: round.backlog_files_lost,
-            deferred: false,
-        });
-        // Another committer (one that took the lease over) may have landed this round with
-        // other state objects: what this round replaced is deleted only if the snapshot
-        // holding the commit id carries this round's state.
-        let mine = ours(backend, tables, name, &id, &round.output).await?;
-        out.push(report);
-        tracing::info!(table = %name, kept_rows = round.kept_rows, state_bytes = round.state_bytes,
-            evicted = round.evicted_rows, idle_partitions = round.idle_partitions,
-            late = round.late.files.iter().map(|f| f.rows).sum::<u64>(), "interval join round");
-        for old in round.replaced.iter().filter(|_| mine) {
-            if let Err(e) = backend.warehouse.delete(old).await {
-                tracing::warn!(object = %old, error = %e, "a replaced join state object was not deleted");
-            }
+    };
+    if !round.late.data_files.is_empty() {
+        out.push(
+            commit_table(
+                backend,
+                tables,
+                &c.turns,
+                dead_letters?,
+                crate::spec::DEAD_LETTER_TABLE,
+                &format!("{id}/late"),
+                &round.late,
+            )
+            .await?,
+        );
+    }
+    let mut report = commit_table(backend, tables, &c.turns, t, name, &id, &round.output).await?;
+    report.join = Some(JoinStats {
+        kept_rows: round.kept_rows,
+        state_bytes: round.state_bytes,
+        state_rows_written: round.state_rows_written,
+        new_rows: round.new_rows,
+        evicted_rows: round.evicted_rows,
+        late_rows: round.late.data_files.iter().map(|f| f.record_count()).sum(),
+        idle_partitions: round.idle_partitions,
+        backlog_files_lost: round.backlog_files_lost,
+        deferred: false,
+    });
+    // Another committer (one that took the lease over) may have landed this round with
+    // other state objects: what this round replaced is deleted only if the snapshot
+    // holding the commit id carries this round's state.
+    let mine = ours(backend, tables, name, &id, &round.output).await?;
+    out.push(report);
+    tracing::info!(table = %name, kept_rows = round.kept_rows, state_bytes = round.state_bytes,
+        evicted = round.evicted_rows, idle_partitions = round.idle_partitions,
+        late = round.late.files.iter().map(|f| f.rows).sum::<u64>(), "interval join round");
+    for old in round.replaced.iter().filter(|_| mine) {
+        if let Err(e) = backend.warehouse.delete(old).await {
+            tracing::warn!(object = %old, error = %e, "a replaced join state object was not deleted");
         }
     }
     Ok(out)
@@ -658,6 +787,7 @@ pub fn find_commit(table: &Table, commit_id: &str) -> Option<i64> {
 async fn commit_table(
     backend: &Backend,
     tables: &TableSet,
+    turns: &Turns,
     table: Table,
     name: &str,
     commit_id: &str,
@@ -674,6 +804,9 @@ async fn commit_table(
             .sum(),
         ..Default::default()
     };
+    // The round's units that commit to one table take turns (the join's late rows and the
+    // round's own dead letters).
+    let _turn = turns.take(name).await;
     let table = match backend.catalog.load(&tables.ident(name)).await? {
         Some((t, _)) => t,
         None => table,

@@ -103,7 +103,6 @@ pub(super) struct Selector<'a> {
 
 impl<'a> Selector<'a> {
     /// The commit stage's options.
-    #[cfg(feature = "sql")]
     pub fn options(&self) -> &'a CommitOptions {
         self.options
     }
@@ -149,6 +148,7 @@ impl<'a> Selector<'a> {
         let per_round = self.options.max_batches_per_round.max(1);
         let mut chosen: Vec<PendingBatch> = Vec::new();
         let mut bytes = 0usize;
+        let mut file_bytes = 0u64;
         let mut after: Option<String> = None;
         loop {
             let page = self
@@ -165,16 +165,27 @@ impl<'a> Selector<'a> {
                     continue;
                 }
                 match self.resolve(&b).await {
-                    Ok(_) => {
+                    Ok(resolved) => {
                         let size = serde_json::to_vec(&key).map_or(256, |v| v.len() + 1);
-                        if chosen.len() >= per_round || bytes + size > self.options.max_intent_bytes
-                        {
+                        // Its files as resolved: a long file list is spilled out of the item.
+                        let batch_bytes: u64 = resolved
+                            .values()
+                            .flat_map(|t| &t.files)
+                            .map(|f| f.bytes)
+                            .sum();
+                        let full = chosen.len() >= per_round
+                            || bytes + size > self.options.max_intent_bytes
+                            || (!chosen.is_empty()
+                                && file_bytes.saturating_add(batch_bytes)
+                                    > self.options.max_round_bytes);
+                        if full {
                             return Ok(Round {
                                 batches: chosen,
                                 more: true,
                             });
                         }
                         bytes += size;
+                        file_bytes = file_bytes.saturating_add(batch_bytes);
                         chosen.push(b);
                     }
                     Err(Blocked::Refused(refusal)) => self.block(&key, refusal),
@@ -191,6 +202,13 @@ impl<'a> Selector<'a> {
                 }
             }
         }
+    }
+
+    /// Forgets the rows decoded for a finished round: what the selector holds is one round's,
+    /// never the run's.
+    pub fn forget_round(&mut self) {
+        self.carried.clear();
+        self.decoded.clear();
     }
 
     /// The table, created from the spec if absent, checked against it; refused tables are

@@ -10,9 +10,11 @@ pub mod rewrite;
 mod row_group;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use iceberg::spec::{ManifestEntryRef, Struct};
+use iceberg::table::Table;
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -20,6 +22,7 @@ use crate::error::Result;
 use crate::failure::Failure;
 use crate::partition::partition_path;
 use crate::table::files;
+use crate::table::lock::Turns;
 use crate::table::replace::{self, ReplaceOutcome};
 use crate::tables::TableSet;
 
@@ -50,6 +53,8 @@ pub struct CompactOptions {
     /// not once per run). When no run qualifies, every small file, as without tiers. `None`:
     /// every small file, every run. Default [`DEFAULT_TIER_RATIO`].
     pub tier_ratio: Option<f64>,
+    /// Runs the tables' planning and the partitions' rewrites in parallel.
+    pub runner: crate::scheduled::runner::Runner,
 }
 
 /// The default size-tier ratio: a compacted file is rewritten once the smaller files beside it
@@ -66,6 +71,7 @@ impl Default for CompactOptions {
             stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
             max_row_group_bytes: rewrite::ROW_GROUP_BYTES,
             tier_ratio: Some(DEFAULT_TIER_RATIO),
+            runner: crate::scheduled::runner::Runner::per_core(),
         }
     }
 }
@@ -139,88 +145,151 @@ pub async fn compact_all_until(
 ) -> (Vec<PartitionCompaction>, Vec<Failure>) {
     let mut out = Vec::new();
     let mut failures = Vec::new();
+    let shared = Arc::new(tables.clone());
+    // Units of planning: one per table, in parallel.
+    let names: Vec<String> = tables.tables.keys().cloned().collect();
+    let planned = options
+        .runner
+        .run(names.clone(), |name| {
+            let (backend, tables, options) = (backend.clone(), shared.clone(), options.clone());
+            async move { plan_table(&backend, &tables, &name, &options).await }
+        })
+        .await;
     // Every table's jobs first, then the smallest first: a partition larger than the budget
     // (a backfill) gets what is left, capped, and never stops the others.
     let mut jobs = Vec::new();
-    for (name, def) in &tables.tables {
-        let ident = tables.ident(name);
-        let loaded = async {
-            let Some((table, _)) = backend.catalog.load(&ident).await? else {
-                return Ok(None);
-            };
-            let current = files::load_current(&table).await?;
-            Ok::<_, crate::Error>(Some((table, current)))
-        };
-        let (table, current) = match loaded.await {
-            Ok(Some(t)) => t,
-            Ok(None) => continue,
-            Err(e) => {
-                failures.push(Failure::new("compaction", Some(name), None, &e));
-                continue;
+    for (name, planned) in names.into_iter().zip(planned) {
+        match planned {
+            Ok(Ok(picked)) => {
+                for (table, job) in picked {
+                    jobs.push((name.clone(), table, job));
+                }
             }
-        };
-        let deletes = match apply::TableDeletes::load(&table, &current).await {
-            Ok(d) => d,
-            Err(e) => {
-                failures.push(Failure::new("compaction", Some(name), None, &e));
-                continue;
-            }
-        };
-        if deletes.equality {
-            tracing::warn!(table = %name, "the table has equality delete files, which compaction does not apply; it is left as it is");
-            continue;
-        }
-        let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
-        let table = std::sync::Arc::new(table);
-        let mut picked = plan(
-            &table,
-            current.live(),
-            small_below,
-            options.min_input_files,
-            options.tier_ratio,
-        );
-        if !deletes.is_empty() {
-            with_deleted_rows(&table, &current, &mut picked, deletes);
-        }
-        for job in picked {
-            jobs.push((name, def, table.clone(), job));
+            Ok(Err(e)) => failures.push(Failure::new("compaction", Some(&name), None, &e)),
+            Err(panic) => failures.push(Failure::new(
+                "compaction",
+                Some(&name),
+                None,
+                &crate::Error::Internal(panic.to_string()),
+            )),
         }
     }
-    jobs.sort_by_key(|(name, _, _, job)| (job.input_bytes(), (*name).clone(), job.path.clone()));
-    let mut budget = options.max_rewrite_bytes_per_run;
-    for (name, def, table, mut job) in jobs {
-        if Instant::now() >= deadline {
-            tracing::info!("compaction time of this run used up; the rest waits for the next run");
-            break;
-        }
-        // A rewrite cannot be interrupted: cap it to what the time left can rewrite at a
-        // conservative rate, so that it ends by the deadline.
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .as_secs_f64();
-        let time_cap = (left * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
-        // With size tiers a cut keeps the smallest files: a large one rewritten with a few
-        // small ones would undo the tier.
-        let smallest_first = options.tier_ratio.is_some();
-        // A file with deleted rows is worth rewriting on its own.
-        let min_files = if job.deletes.is_some() {
-            1
-        } else {
-            options.min_input_files.max(2)
-        };
-        if !job.fit_budget(budget.min(time_cap), min_files, smallest_first) {
-            tracing::info!(table = %name, partition = %job.path, "compaction byte budget of this run used up for this partition");
-            continue;
-        }
-        budget -= job.input_bytes().min(budget);
-        let ident = tables.ident(name);
-        match compact_job(backend, tables, &table, &ident, name, def, &job, options).await {
-            Ok(Some(report)) => out.push(report),
-            Ok(None) => {}
-            Err(e) => failures.push(Failure::new("compaction", Some(name), Some(&job.path), &e)),
+    jobs.sort_by_key(|(name, _, job)| (job.input_bytes(), name.clone(), job.path.clone()));
+    // Units of rewriting: one per partition, in parallel, started smallest first; each takes
+    // its share of the run's byte budget as it starts.
+    let budget = Arc::new(Mutex::new(options.max_rewrite_bytes_per_run));
+    let turns = Turns::default();
+    let described: Vec<(String, String)> = jobs
+        .iter()
+        .map(|(name, _, job)| (name.clone(), job.path.clone()))
+        .collect();
+    let done = options
+        .runner
+        .run(jobs, |(name, table, job)| {
+            let (backend, tables, options, budget, turns) = (
+                backend.clone(),
+                shared.clone(),
+                options.clone(),
+                budget.clone(),
+                turns.clone(),
+            );
+            async move {
+                let Some(job) = take_budget(&budget, &options, &name, job, deadline) else {
+                    return Ok(None);
+                };
+                let def = tables.get(&name)?;
+                let ident = tables.ident(&name);
+                compact_job(
+                    &backend, &tables, &table, &ident, &name, def, &job, &options, &turns,
+                )
+                .await
+            }
+        })
+        .await;
+    for ((name, path), result) in described.into_iter().zip(done) {
+        match result {
+            Ok(Ok(Some(report))) => out.push(report),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => failures.push(Failure::new("compaction", Some(&name), Some(&path), &e)),
+            Err(panic) => failures.push(Failure::new(
+                "compaction",
+                Some(&name),
+                Some(&path),
+                &crate::Error::Internal(panic.to_string()),
+            )),
         }
     }
     (out, failures)
+}
+
+/// A table's compaction jobs (none when the table does not exist yet or has equality deletes).
+async fn plan_table(
+    backend: &Backend,
+    tables: &TableSet,
+    name: &str,
+    options: &CompactOptions,
+) -> Result<Vec<(Arc<Table>, Job)>> {
+    let def = tables.get(name)?;
+    let Some((table, _)) = backend.catalog.load(&tables.ident(name)).await? else {
+        return Ok(Vec::new());
+    };
+    let current = files::load_current(&table).await?;
+    let deletes = apply::TableDeletes::load(&table, &current).await?;
+    if deletes.equality {
+        tracing::warn!(table = %name, "the table has equality delete files, which compaction does not apply; it is left as it is");
+        return Ok(Vec::new());
+    }
+    let small_below = (def.target_file_size_bytes as f64 * options.small_file_ratio) as u64;
+    let mut picked = plan(
+        &table,
+        current.live(),
+        small_below,
+        options.min_input_files,
+        options.tier_ratio,
+    );
+    if !deletes.is_empty() {
+        with_deleted_rows(&table, &current, &mut picked, deletes);
+    }
+    let table = Arc::new(table);
+    Ok(picked.into_iter().map(|job| (table.clone(), job)).collect())
+}
+
+/// `job` cut to what is left of the run's byte budget and time, the budget taken; `None` when
+/// the run is out of either (the rest waits for the next run).
+fn take_budget(
+    budget: &Mutex<u64>,
+    options: &CompactOptions,
+    name: &str,
+    mut job: Job,
+    deadline: Instant,
+) -> Option<Job> {
+    if Instant::now() >= deadline {
+        tracing::info!(table = %name, partition = %job.path, "compaction time of this run used up; the rest waits for the next run");
+        return None;
+    }
+    // A rewrite cannot be interrupted: cap it to what the time left can rewrite at a
+    // conservative rate, so that it ends by the deadline.
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
+    let time_cap = (left * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
+    // With size tiers a cut keeps the smallest files: a large one rewritten with a few small
+    // ones would undo the tier.
+    let smallest_first = options.tier_ratio.is_some();
+    // A file with deleted rows is worth rewriting on its own.
+    let min_files = if job.deletes.is_some() {
+        1
+    } else {
+        options.min_input_files.max(2)
+    };
+    // A poisoned budget only means a unit panicked while holding it: the number is intact.
+    let mut budget = budget.lock().unwrap_or_else(|p| p.into_inner());
+    if !job.fit_budget((*budget).min(time_cap), min_files, smallest_first) {
+        tracing::info!(table = %name, partition = %job.path, "compaction byte budget of this run used up for this partition");
+        return None;
+    }
+    *budget -= job.input_bytes().min(*budget);
+    Some(job)
 }
 
 impl Job {
@@ -268,6 +337,7 @@ async fn compact_job(
     def: &crate::tables::TableDef,
     job: &Job,
     options: &CompactOptions,
+    turns: &Turns,
 ) -> Result<Option<PartitionCompaction>> {
     let started = Instant::now();
     let prefix = format!("compact-{}", uuid::Uuid::new_v4());
@@ -322,6 +392,8 @@ async fn compact_job(
         })
         .map(|s| s.topic.clone())
         .filter(|_| !dropped.is_empty());
+    // Rewrites of a table's partitions run in parallel; their commits take turns.
+    let _turn = turns.take(name).await;
     let outcome = replace::commit_replace_setting(
         &backend.catalog,
         ident,

@@ -40,6 +40,8 @@ pub struct MaintenanceOptions {
     pub orphan_grace_ms: i64,
     /// Merge the current snapshot's manifests when there are more than this many.
     pub max_manifests: usize,
+    /// Runs the tables' maintenance in parallel.
+    pub runner: crate::scheduled::runner::Runner,
 }
 
 impl Default for MaintenanceOptions {
@@ -49,6 +51,7 @@ impl Default for MaintenanceOptions {
             snapshot_retention_ms: crate::table::properties::DEFAULT_SNAPSHOT_RETENTION_MS,
             orphan_grace_ms: 24 * 3600 * 1000,
             max_manifests: 100,
+            runner: crate::scheduled::runner::Runner::per_core(),
         }
     }
 }
@@ -118,40 +121,55 @@ pub async fn maintain_all_until(
             return (out, failures);
         }
     };
-    for name in tables.tables.keys() {
-        if Instant::now() >= deadline {
-            tracing::info!("maintenance time of this run used up; the rest waits for the next run");
-            break;
-        }
-        let ident = tables.ident(name);
-        let mut report = TableMaintenance {
-            table: name.clone(),
-            ..Default::default()
-        };
-        let done = async {
-            if backend.catalog.load(&ident).await?.is_none() {
-                return Ok(false);
+    // Units: one per table, in parallel; a unit that starts past the deadline does nothing.
+    let waiting = std::sync::Arc::new(waiting);
+    let names: Vec<String> = tables.tables.keys().cloned().collect();
+    let results = options
+        .runner
+        .run(names.clone(), |name| {
+            let (backend, options, waiting) = (backend.clone(), options.clone(), waiting.clone());
+            let ident = tables.ident(&name);
+            async move {
+                if Instant::now() >= deadline {
+                    tracing::info!(table = %name, "maintenance time of this run used up; the rest waits for the next run");
+                    return Ok(None);
+                }
+                let mut report = TableMaintenance {
+                    table: name.clone(),
+                    ..Default::default()
+                };
+                if backend.catalog.load(&ident).await?.is_none() {
+                    return Ok(None);
+                }
+                sync_retention(&backend, &ident, &options).await?;
+                merge_manifests(&backend, &ident, &options, &mut report).await?;
+                if expire {
+                    expire_snapshots(
+                        &backend,
+                        &ident,
+                        &options,
+                        backend.clock.now_ms(),
+                        &waiting,
+                        &mut report,
+                    )
+                    .await?;
+                }
+                remove_orphans(&backend, &ident, &options, &waiting, &mut report).await?;
+                Ok::<_, Error>(Some(report))
             }
-            sync_retention(backend, &ident, options).await?;
-            merge_manifests(backend, &ident, options, &mut report).await?;
-            if expire {
-                expire_snapshots(
-                    backend,
-                    &ident,
-                    options,
-                    backend.clock.now_ms(),
-                    &waiting,
-                    &mut report,
-                )
-                .await?;
-            }
-            remove_orphans(backend, &ident, options, &waiting, &mut report).await?;
-            Ok::<_, Error>(true)
-        };
-        match done.await {
-            Ok(true) => out.push(report),
-            Ok(false) => {}
-            Err(e) => failures.push(Failure::new("maintenance", Some(name), None, &e)),
+        })
+        .await;
+    for (name, result) in names.into_iter().zip(results) {
+        match result {
+            Ok(Ok(Some(report))) => out.push(report),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => failures.push(Failure::new("maintenance", Some(&name), None, &e)),
+            Err(panic) => failures.push(Failure::new(
+                "maintenance",
+                Some(&name),
+                None,
+                &Error::Internal(panic.to_string()),
+            )),
         }
     }
     if let Err(e) = remove_spilled_lists(backend, options).await {

@@ -6,6 +6,7 @@
 
 pub mod encode;
 pub mod files;
+pub mod lock;
 pub mod pending;
 pub mod project;
 pub mod properties;

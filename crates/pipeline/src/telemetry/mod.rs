@@ -302,6 +302,10 @@ pub fn scheduled_metrics(
         now_ms,
         &[
             ("BatchesCommitted", report.commit.batches as f64, "Count"),
+            ("UnitsRun", report.units.run as f64, "Count"),
+            ("UnitsFailed", report.failures.len() as f64, "Count"),
+            ("UnitBusyMs", report.units.busy_ms, "Milliseconds"),
+            ("UnitLongestMs", report.units.longest_ms, "Milliseconds"),
             ("FilesCommitted", report.commit.files() as f64, "Count"),
             ("RowsCommitted", report.commit.rows() as f64, "Count"),
             ("CommitLatencyMs", report.commit.duration_ms, "Milliseconds"),

@@ -7,6 +7,8 @@
 //! isolated: a table or partition that fails is reported ([`ScheduledReport::failures`]) and the
 //! others proceed.
 
+pub mod runner;
+
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -24,6 +26,8 @@ pub use crate::failure::Failure;
 pub const COMMIT_SHARE: f64 = 0.4;
 /// Share of a run's time after which no new rewrite starts.
 pub const COMPACT_SHARE: f64 = 0.8;
+/// Most units of work one process runs at once, whatever it is told.
+pub const MAX_CONCURRENCY: usize = 256;
 /// A run's time when no deadline is given (the CLI).
 pub const DEFAULT_RUN_BUDGET: Duration = Duration::from_secs(600);
 
@@ -39,6 +43,29 @@ pub struct ScheduledOptions {
 }
 
 impl ScheduledOptions {
+    /// Most units of work run at once (default: one per core).
+    pub fn concurrency(&self) -> usize {
+        self.commit.runner.concurrency()
+    }
+
+    /// Runs at most `n` units of work at once, in every step.
+    pub fn set_concurrency(&mut self, n: usize) {
+        let runner = runner::Runner::new(n.min(MAX_CONCURRENCY));
+        self.commit.runner = runner.clone();
+        self.compaction.runner = runner.clone();
+        self.maintenance.runner = runner;
+    }
+
+    /// These options with every step's units counted into the counters returned.
+    fn counted(&self) -> (ScheduledOptions, std::sync::Arc<runner::UnitCounters>) {
+        let (runner, counters) = self.commit.runner.clone().counted();
+        let mut o = self.clone();
+        o.commit.runner = runner;
+        o.compaction.runner = o.compaction.runner.clone().counting_into(&counters);
+        o.maintenance.runner = o.maintenance.runner.clone().counting_into(&counters);
+        (o, counters)
+    }
+
     /// The defaults, overridden by the environment: `STREAMTABLE_COMMIT_INTERVAL_S` (least
     /// seconds between triggered commits), `STREAMTABLE_COMMIT_MAX_ROUNDS`,
     /// `STREAMTABLE_JOIN_MAX_KEPT_ROWS` (rows an interval join keeps per side),
@@ -46,7 +73,9 @@ impl ScheduledOptions {
     /// [`crate::compact::CompactOptions::tier_ratio`]), `STREAMTABLE_COMPACT_MAX_REWRITE_MB`,
     /// `STREAMTABLE_SNAPSHOT_KEEP_LAST`, `STREAMTABLE_SNAPSHOT_RETENTION_HOURS` (at least 1),
     /// `STREAMTABLE_ORPHAN_GRACE_HOURS`, `STREAMTABLE_MAX_MANIFESTS`, `STREAMTABLE_AUDIT_ROUNDS`
-    /// (`off`: no audit of each commit round).
+    /// (`off`: no audit of each commit round), `STREAMTABLE_SCHEDULED_CONCURRENCY` (most units
+    /// of work at once; default one per core), `STREAMTABLE_COMMIT_MAX_ROUND_MB` (most MB of
+    /// files one commit round covers).
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
@@ -70,6 +99,12 @@ impl ScheduledOptions {
         }
         if let Some(n) = num("STREAMTABLE_COMMIT_MAX_ROUNDS", 1)? {
             o.commit.max_rounds = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(n) = num("STREAMTABLE_SCHEDULED_CONCURRENCY", 1)? {
+            o.set_concurrency(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        if let Some(n) = num("STREAMTABLE_COMMIT_MAX_ROUND_MB", 1)? {
+            o.commit.max_round_bytes = n.saturating_mul(1024 * 1024);
         }
         if let Some(n) = num("STREAMTABLE_JOIN_MAX_KEPT_ROWS", 1)? {
             o.commit.join_max_kept_rows = usize::try_from(n).unwrap_or(usize::MAX);
@@ -139,6 +174,8 @@ pub struct ScheduledReport {
     pub state_items_upgraded: u64,
     /// Idle partitions whose windows were closed at their topic's watermark.
     pub idle: crate::ingest::IdleFlush,
+    /// The units of work the steps ran.
+    pub units: runner::UnitStats,
     /// Time the run took.
     pub duration_ms: f64,
 }
@@ -262,6 +299,18 @@ impl ScheduledReport {
         out.push(format!(
             "maintenance: {expired} snapshots expired, {deleted} files deleted"
         ));
+        let u = &self.units;
+        if u.run > 0 {
+            out.push(format!(
+                "units of work: {} run, at most {} at once: {:.2} s of work in {:.2} s ({:.2} at once on average); the longest {:.0} ms",
+                u.run,
+                u.concurrency,
+                u.busy_ms / 1e3,
+                self.duration_ms / 1e3,
+                u.busy_ms / self.duration_ms.max(1.0),
+                u.longest_ms
+            ));
+        }
         for f in &self.failures {
             let what = match (&f.table, &f.partition) {
                 (Some(t), Some(p)) => format!(" {t} {p}"),
@@ -348,6 +397,8 @@ pub async fn run_until(
     deadline: Instant,
 ) -> Result<ScheduledReport> {
     let started = Instant::now();
+    let (counted, counters) = options.counted();
+    let options = &counted;
     let budget = deadline.saturating_duration_since(started);
     let at = |share: f64| started + budget.mul_f64(share);
     let mut report = ScheduledReport {
@@ -415,6 +466,7 @@ pub async fn run_until(
     report.maintenance = maintenance;
     report.failures.extend(failures);
     report.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    report.units = counters.stats(options.concurrency());
     // The status is one item (DynamoDB: at most 400 KB): every message is cut to its first
     // STATUS_MESSAGE_BYTES, so 20 failures and 20 blocked batches always fit.
     let status = RunStatus {
@@ -502,6 +554,24 @@ mod tests {
             );
         }
         assert_eq!(o.maintenance.snapshot_retention_ms, 7_200_000);
+        let o = ScheduledOptions::from_lookup(|k| match k {
+            "STREAMTABLE_SCHEDULED_CONCURRENCY" => Some("100000".into()),
+            "STREAMTABLE_COMMIT_MAX_ROUND_MB" => Some("8".into()),
+            _ => None,
+        })
+        .expect("valid");
+        assert_eq!(o.concurrency(), MAX_CONCURRENCY, "capped");
+        assert_eq!(o.compaction.runner.concurrency(), MAX_CONCURRENCY);
+        assert_eq!(o.maintenance.runner.concurrency(), MAX_CONCURRENCY);
+        assert_eq!(o.commit.max_round_bytes, 8 * 1024 * 1024);
+        for bad in ["0", "-2", "many"] {
+            let err = ScheduledOptions::from_lookup(|k| {
+                (k == "STREAMTABLE_SCHEDULED_CONCURRENCY").then(|| bad.to_string())
+            })
+            .expect_err(bad);
+            assert!(err.to_string().contains("at least 1"), "{err}");
+        }
+        assert!(ScheduledOptions::default().concurrency() >= 1);
         assert_eq!(o.compaction.min_input_files, 3);
         assert_eq!(o.commit.max_rounds, 4);
     }
