@@ -254,22 +254,34 @@ pub async fn rounds_bounded_by_bytes_with_parallel_units_land_each_batch_once(mu
     assert!(pending >= 3, "at least a batch per delivery: {pending}");
     let mut options = CommitOptions {
         max_round_bytes: 1,
+        max_rounds: 1,
         ..CommitOptions::default()
     };
     options.runner = streamtable::scheduled::runner::Runner::new(4);
-    let report = commit_pending_with(
-        &h.backend,
-        &tables,
-        &options,
-        Some(std::time::Instant::now() + std::time::Duration::from_secs(120)),
-    )
-    .await
-    .expect("commit");
-    assert_eq!(report.rounds, pending, "one batch per round: {report:?}");
-    assert_eq!(report.batches, pending);
-    assert!(report.audit.ok(), "{:?}", report.audit);
-    assert_eq!(report.audit.rounds, pending);
-    assert_eq!(report.audit.delivered, 2 * N as u64);
+    let deadline = || Some(std::time::Instant::now() + std::time::Duration::from_secs(120));
+    // A run of one round leaves the rest, counted by batches (not what fits one round).
+    let first = commit_pending_with(&h.backend, &tables, &options, deadline())
+        .await
+        .expect("commit");
+    assert_eq!((first.rounds, first.batches), (1, 1), "{first:?}");
+    assert_eq!(first.backlog.batches, pending - 1, "{:?}", first.backlog);
+    assert!(!first.backlog.more);
+    options.max_rounds = 100;
+    let report = commit_pending_with(&h.backend, &tables, &options, deadline())
+        .await
+        .expect("commit");
+    assert_eq!(
+        report.rounds,
+        pending - 1,
+        "one batch per round: {report:?}"
+    );
+    assert_eq!(report.batches, pending - 1);
+    assert_eq!(report.backlog.batches, 0);
+    for r in [&first, &report] {
+        assert!(r.audit.ok(), "{:?}", r.audit);
+    }
+    assert_eq!(first.audit.rounds + report.audit.rounds, pending);
+    assert_eq!(first.audit.delivered + report.audit.delivered, 2 * N as u64);
     each_commit_id_once(&h, &["orders", "payments", "order_payments"]).await;
     assert_eq!(super::count(&h, "SELECT COUNT(*) FROM orders").await, N);
     assert_eq!(

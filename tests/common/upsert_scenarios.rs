@@ -715,3 +715,94 @@ pub async fn the_audit_counts_every_record_of_an_upsert_table(h: &mut Harness) {
     assert!(!since.ok(), "{}", streamtable::cli::audit::render(&since));
     assert!(!since.tables[0].notes.is_empty());
 }
+
+/// A data file too large to rewrite for a few deleted rows (here: every file, with
+/// `rewrite_with_deletes_below` 0) keeps its position deletes through compaction — readers
+/// apply them — until 30% of its rows are deleted; then compaction rewrites it without them
+/// and drops the delete files that named only it.
+pub async fn a_large_file_keeps_its_deletes_until_enough_of_its_rows_are_gone(h: &mut Harness) {
+    h.spec = upsert_spec();
+    let tables = h.tables();
+    let base = 1_795_946_400_000i64; // 2026-11-29T08:00:00Z: one day, one partition
+    let mut offsets = [0i64; 2];
+    let mut batch = |keys: std::ops::Range<u64>, status: &str| -> Vec<SourceRecord> {
+        keys.map(|k| {
+            let partition = (k % 2) as i32;
+            let offset = offsets[partition as usize];
+            offsets[partition as usize] += 1;
+            let value = serde_json::json!({
+                "order_id": format!("o{k}"),
+                "status": status,
+                "amount": "1.00",
+                "updated_at": streamtable::clock::rfc3339_ms(base + offset),
+            });
+            SourceRecord {
+                topic: "order-status".into(),
+                partition,
+                offset,
+                timestamp_ms: base + offset,
+                key: Some(format!("o{k}").into_bytes()),
+                value: Some(value.to_string().into_bytes()),
+                raw_value_field: None,
+            }
+        })
+        .collect()
+    };
+    let compact = CompactOptions {
+        min_input_files: 100,
+        rewrite_with_deletes_below: 0,
+        ..CompactOptions::default()
+    };
+    let land = |records: Vec<SourceRecord>| {
+        let (h, tables) = (&*h, &tables);
+        async move {
+            h.ingestor().handle(&event(&records)).await.expect("ingest");
+            commit_pending(&h.backend, tables).await.expect("commit");
+        }
+    };
+    land(batch(0..100, "placed")).await;
+    // 10 of the first file's 100 rows superseded: it keeps its deletes.
+    land(batch(0..10, "paid")).await;
+    let done = compact_all(&h.backend, &tables, &compact)
+        .await
+        .expect("compact");
+    assert!(done.is_empty(), "nothing worth rewriting yet: {done:?}");
+    let v = h.read_external("pyiceberg", "order_status");
+    assert_eq!(summary(&v, "total-delete-files"), 1, "the deletes stay");
+    assert_eq!(v["count"], 100, "pyiceberg applies them");
+    assert_eq!(
+        super::count(h, "SELECT COUNT(*) FROM order_status").await,
+        100
+    );
+    assert_eq!(
+        super::count(h, "SELECT COUNT(*) FROM order_status WHERE status = 'paid'").await,
+        10
+    );
+    // 30 more: 40% of the first file's rows are gone, and compaction rewrites it.
+    land(batch(10..40, "shipped")).await;
+    let done = compact_all(&h.backend, &tables, &compact)
+        .await
+        .expect("compact");
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].input_files, 1, "the first file alone: {done:?}");
+    assert_eq!(done[0].rows, 60, "its 60 live rows: {done:?}");
+    let v = h.read_external("pyiceberg", "order_status");
+    assert_eq!(
+        summary(&v, "total-delete-files"),
+        0,
+        "both delete files named only the first file"
+    );
+    assert_eq!(v["count"], 100);
+    assert_eq!(
+        super::count(h, "SELECT COUNT(*) FROM order_status").await,
+        100
+    );
+    assert_eq!(
+        super::count(
+            h,
+            "SELECT COUNT(*) FROM order_status WHERE status = 'shipped'"
+        )
+        .await,
+        30
+    );
+}

@@ -113,3 +113,12 @@ async fn the_audit_counts_every_record_of_an_upsert_table() {
     let mut h = common::embedded().await;
     common::upsert_scenarios::the_audit_counts_every_record_of_an_upsert_table(&mut h).await;
 }
+
+#[tokio::test]
+async fn a_large_file_keeps_its_deletes_until_enough_of_its_rows_are_gone() {
+    let mut h = common::embedded().await;
+    common::upsert_scenarios::a_large_file_keeps_its_deletes_until_enough_of_its_rows_are_gone(
+        &mut h,
+    )
+    .await;
+}

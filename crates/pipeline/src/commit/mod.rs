@@ -56,6 +56,10 @@ use select::{Selector, TableFiles};
 /// Default of [`CommitOptions::join_max_kept_rows`].
 pub const DEFAULT_JOIN_MAX_KEPT_ROWS: usize = 1_000_000;
 
+/// Default of [`CommitOptions::max_rounds`]: a run stops starting rounds at 40% of its time
+/// anyway.
+pub const DEFAULT_MAX_ROUNDS: u32 = 100;
+
 /// Default of [`CommitOptions::max_round_bytes`].
 pub const DEFAULT_MAX_ROUND_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -86,7 +90,7 @@ pub struct CommitOptions {
 impl Default for CommitOptions {
     fn default() -> Self {
         CommitOptions {
-            max_rounds: 20,
+            max_rounds: DEFAULT_MAX_ROUNDS,
             max_batches_per_round: 2_000,
             max_intent_bytes: 300 * 1024,
             max_round_bytes: DEFAULT_MAX_ROUND_BYTES,
@@ -290,7 +294,9 @@ pub(crate) async fn commit_rounds(
     loop {
         let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
         if report.rounds >= u64::from(options.max_rounds) || out_of_time {
-            let left = selector.next_round(now).await?;
+            // Counted as rounds used to be taken, by batch count alone: a round of the byte
+            // bound would say how much fits one round, not how much is left.
+            let left = selector.left(now).await?;
             report.backlog.batches = left.batches.len() as u64;
             report.backlog.more = left.more;
             oldest_left = left.batches.iter().map(|b| b.created_at_ms).min();

@@ -144,7 +144,19 @@ impl<'a> Selector<'a> {
     }
 
     /// The oldest committable batches, within the round's limits.
-    pub async fn next_round(&mut self, _now_ms: i64) -> Result<Round> {
+    pub async fn next_round(&mut self, now_ms: i64) -> Result<Round> {
+        self.take(now_ms, self.options.max_round_bytes).await
+    }
+
+    /// The committable batches left (at most a round's count of them, `more` past it),
+    /// whatever their bytes: the backlog a run leaves.
+    pub async fn left(&mut self, now_ms: i64) -> Result<Round> {
+        let left = self.take(now_ms, u64::MAX).await;
+        self.forget_round();
+        left
+    }
+
+    async fn take(&mut self, _now_ms: i64, max_bytes: u64) -> Result<Round> {
         let per_round = self.options.max_batches_per_round.max(1);
         let mut chosen: Vec<PendingBatch> = Vec::new();
         let mut bytes = 0usize;
@@ -176,8 +188,7 @@ impl<'a> Selector<'a> {
                         let full = chosen.len() >= per_round
                             || bytes + size > self.options.max_intent_bytes
                             || (!chosen.is_empty()
-                                && file_bytes.saturating_add(batch_bytes)
-                                    > self.options.max_round_bytes);
+                                && file_bytes.saturating_add(batch_bytes) > max_bytes);
                         if full {
                             return Ok(Round {
                                 batches: chosen,
@@ -204,10 +215,10 @@ impl<'a> Selector<'a> {
         }
     }
 
-    /// Forgets the rows decoded for a finished round: what the selector holds is one round's,
-    /// never the run's.
+    /// Forgets the rows decoded for a finished round: what the selector holds decoded is one
+    /// round's, never the run's. The state files' bytes stay (a state file carries the small
+    /// files of many batches, and they are small by design: `max_carried_file_bytes`).
     pub fn forget_round(&mut self) {
-        self.carried.clear();
         self.decoded.clear();
     }
 

@@ -5,14 +5,19 @@
 //! those of an append-only table.
 //!
 //! Byte-for-byte stitching ([`super::rewrite`]) cannot drop rows, so such a partition always
-//! takes this path; the partition's rows are held decoded while they are written (its files
-//! are at most the run's byte budget).
+//! takes this path, streaming: an input record batch and the output row group being encoded
+//! are held at a time, the outputs rolled at the table's target file size.
 
 use std::collections::{HashMap, HashSet};
 
 use arrow_array::{BooleanArray, RecordBatch};
 use futures::TryStreamExt;
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
+use iceberg::writer::CurrentFileStatus;
+use iceberg::writer::file_writer::{
+    FileWriter, FileWriterBuilder, ParquetWriter, ParquetWriterBuilder,
+};
 
 use super::rewrite::{Rewritten, compacted_file_properties};
 use crate::error::{Error, Result};
@@ -84,31 +89,86 @@ impl TableDeletes {
     }
 }
 
-/// Rewrites the job's inputs without their deleted rows into one file per partition value.
+/// Rewrites the job's inputs (one partition's) without their deleted rows into files of about
+/// `target_bytes`, streaming: one input record batch and the output row group being encoded
+/// are held, never the partition.
 pub async fn rewrite(
     table: &Table,
     layout: &TableLayout,
     job: &super::Job,
     deletes: &TableDeletes,
     prefix: &str,
+    target_bytes: u64,
 ) -> Result<Rewritten> {
     let location = table.metadata().location().trim_end_matches('/');
-    let mut kept: Vec<RecordBatch> = Vec::new();
+    let dir = if job.path.is_empty() {
+        format!("{location}/data")
+    } else {
+        format!("{location}/data/{}", job.path)
+    };
+    let mut out = Rolling {
+        table,
+        layout,
+        dir,
+        prefix,
+        target_bytes: usize::try_from(target_bytes.max(1)).unwrap_or(usize::MAX),
+        partition: job.partition.clone(),
+        writer: None,
+        written: Vec::new(),
+        locations: Vec::new(),
+    };
     let mut dropped: std::collections::BTreeMap<i32, u64> = Default::default();
+    let copied = copy_kept(table, layout, job, deletes, &mut out, &mut dropped).await;
+    let outputs = match copied {
+        Ok(()) => out.finish().await,
+        Err(e) => Err(e),
+    };
+    let outputs = match outputs {
+        Ok(o) => o,
+        Err(e) => {
+            // Nothing names the files written so far: they go now, not at orphan clean-up.
+            for at in &out.locations {
+                let _ = table.file_io().delete(at).await;
+            }
+            return Err(e);
+        }
+    };
+    let removed: Vec<String> = job
+        .inputs
+        .iter()
+        .map(|e| e.file_path().to_string())
+        .collect();
+    Ok(Rewritten {
+        removed,
+        outputs,
+        dropped,
+    })
+}
+
+/// Reads every input of `job` a record batch at a time and writes the rows no position delete
+/// names to `out`, counting those it leaves out in `dropped`.
+async fn copy_kept(
+    table: &Table,
+    layout: &TableLayout,
+    job: &super::Job,
+    deletes: &TableDeletes,
+    out: &mut Rolling<'_>,
+    dropped: &mut std::collections::BTreeMap<i32, u64>,
+) -> Result<()> {
     for input in &job.inputs {
         let path = input.file_path();
         let gone = deletes.positions.get(path);
-        let batches: Vec<RecordBatch> =
-            files::open_parquet(table, path, input.file_size_in_bytes())
-                .await?
-                .with_batch_size(64 * 1024)
-                .build()
-                .map_err(|e| Error::Internal(format!("read {path}: {e}")))?
-                .try_collect()
-                .await
-                .map_err(|e| Error::Internal(format!("read {path}: {e}")))?;
+        let mut batches = files::open_parquet(table, path, input.file_size_in_bytes())
+            .await?
+            .with_batch_size(64 * 1024)
+            .build()
+            .map_err(|e| Error::Internal(format!("read {path}: {e}")))?;
         let mut pos = 0u64;
-        for batch in batches {
+        while let Some(batch) = batches
+            .try_next()
+            .await
+            .map_err(|e| Error::Internal(format!("read {path}: {e}")))?
+        {
             let rows = batch.num_rows();
             let projected = crate::table::project::project(&batch, &layout.arrow_schema)
                 .map_err(|e| Error::Internal(format!("{path}: {e}")))?;
@@ -117,7 +177,7 @@ pub async fn rewrite(
                     let keep = BooleanArray::from_iter(
                         (0..rows as u64).map(|r| Some(!g.contains(&(pos + r)))),
                     );
-                    count_dropped(&projected, &keep, &mut dropped);
+                    count_dropped(&projected, &keep, dropped);
                     arrow_select::filter::filter_record_batch(&projected, &keep)
                         .map_err(|e| Error::Internal(format!("{path}: {e}")))?
                 }
@@ -125,44 +185,90 @@ pub async fn rewrite(
             };
             pos += rows as u64;
             if batch.num_rows() > 0 {
-                kept.push(batch);
+                out.write(&batch).await?;
             }
         }
     }
-    let removed: Vec<String> = job
-        .inputs
-        .iter()
-        .map(|e| e.file_path().to_string())
-        .collect();
-    if kept.is_empty() {
-        return Ok(Rewritten {
-            removed,
-            outputs: Vec::new(),
-            dropped,
-        });
+    Ok(())
+}
+
+/// Output files of one partition's rewrite, each closed once it reaches the target size.
+struct Rolling<'a> {
+    table: &'a Table,
+    layout: &'a TableLayout,
+    dir: String,
+    prefix: &'a str,
+    target_bytes: usize,
+    partition: iceberg::spec::Struct,
+    writer: Option<ParquetWriter>,
+    written: Vec<DataFile>,
+    /// Every file opened, closed or not (removed again when the rewrite fails).
+    locations: Vec<String>,
+}
+
+impl Rolling<'_> {
+    fn ctx(&self, what: &str) -> String {
+        format!("compaction of {}: {what}", self.layout.name)
     }
-    let all = arrow_select::concat::concat_batches(&layout.arrow_schema, &kept)
-        .map_err(|e| Error::Internal(format!("compaction of {}: {e}", job.path)))?;
-    drop(kept);
-    let encoded =
-        crate::table::encode::encode(layout, &all, location, prefix, &compacted_file_properties())
-            .await?;
-    let mut outputs = Vec::with_capacity(encoded.len());
-    for f in encoded {
-        table
-            .file_io()
-            .new_output(&f.location)
-            .map_err(|e| Error::iceberg(f.location.clone(), e))?
-            .write(f.bytes)
+
+    async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let writer = match &mut self.writer {
+            Some(w) => w,
+            None => {
+                let at = format!(
+                    "{}/{}-{:05}.parquet",
+                    self.dir,
+                    self.prefix,
+                    self.locations.len()
+                );
+                let output = self
+                    .table
+                    .file_io()
+                    .new_output(&at)
+                    .map_err(|e| Error::iceberg(at.clone(), e))?;
+                self.locations.push(at);
+                let w = ParquetWriterBuilder::new(
+                    compacted_file_properties(),
+                    self.layout.schema.clone(),
+                )
+                .build(output)
+                .await
+                .map_err(|e| Error::iceberg(self.ctx("parquet writer"), e))?;
+                self.writer.insert(w)
+            }
+        };
+        writer.write(batch).await.map_err(|e| {
+            Error::iceberg(format!("compaction of {}: encode", self.layout.name), e)
+        })?;
+        if writer.current_written_size() >= self.target_bytes {
+            self.close().await?;
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        let Some(writer) = self.writer.take() else {
+            return Ok(());
+        };
+        let mut closed = writer
+            .close()
             .await
-            .map_err(|e| Error::iceberg(format!("write {}", f.location), e))?;
-        outputs.push(f.data_file);
+            .map_err(|e| Error::iceberg(self.ctx("finish parquet"), e))?;
+        let file = closed
+            .pop()
+            .ok_or_else(|| Error::Internal(self.ctx("the parquet writer returned no file")))?
+            .partition(self.partition.clone())
+            .partition_spec_id(self.layout.partition_spec.spec_id())
+            .build()
+            .map_err(|e| Error::Internal(self.ctx(&format!("data file description: {e}"))))?;
+        self.written.push(file);
+        Ok(())
     }
-    Ok(Rewritten {
-        removed,
-        outputs,
-        dropped,
-    })
+
+    async fn finish(&mut self) -> Result<Vec<DataFile>> {
+        self.close().await?;
+        Ok(std::mem::take(&mut self.written))
+    }
 }
 
 /// Adds the rows `keep` leaves out of `batch` to `dropped`, by their `kafka_partition` (-1: a

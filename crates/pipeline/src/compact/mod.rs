@@ -53,6 +53,11 @@ pub struct CompactOptions {
     /// not once per run). When no run qualifies, every small file, as without tiers. `None`:
     /// every small file, every run. Default [`DEFAULT_TIER_RATIO`].
     pub tier_ratio: Option<f64>,
+    /// A data file of at most this many bytes is rewritten as soon as rows of it are deleted;
+    /// a larger one once [`DELETED_SHARE_TO_REWRITE`] of its rows are, or
+    /// [`DELETE_FILES_TO_REWRITE`] delete files name it. Default
+    /// [`REWRITE_WITH_DELETES_BELOW`].
+    pub rewrite_with_deletes_below: u64,
     /// Runs the tables' planning and the partitions' rewrites in parallel.
     pub runner: crate::scheduled::runner::Runner,
 }
@@ -71,6 +76,7 @@ impl Default for CompactOptions {
             stitch_min_row_group_bytes: rewrite::STITCH_MIN_ROW_GROUP_BYTES,
             max_row_group_bytes: rewrite::ROW_GROUP_BYTES,
             tier_ratio: Some(DEFAULT_TIER_RATIO),
+            rewrite_with_deletes_below: REWRITE_WITH_DELETES_BELOW,
             runner: crate::scheduled::runner::Runner::per_core(),
         }
     }
@@ -248,7 +254,13 @@ async fn plan_table(
         options.tier_ratio,
     );
     if !deletes.is_empty() {
-        with_deleted_rows(&table, &current, &mut picked, deletes);
+        with_deleted_rows(
+            &table,
+            &current,
+            &mut picked,
+            deletes,
+            options.rewrite_with_deletes_below,
+        );
     }
     let table = Arc::new(table);
     Ok(picked.into_iter().map(|job| (table.clone(), job)).collect())
@@ -268,11 +280,15 @@ fn take_budget(
         return None;
     }
     // A rewrite cannot be interrupted: cap it to what the time left can rewrite at a
-    // conservative rate, so that it ends by the deadline.
+    // conservative rate, so that it ends by the deadline; with more units at once than cores,
+    // each gets its share of a core.
     let left = deadline
         .saturating_duration_since(Instant::now())
         .as_secs_f64();
-    let time_cap = (left * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
+    let share = (crate::scheduled::runner::default_concurrency() as f64
+        / options.runner.concurrency() as f64)
+        .min(1.0);
+    let time_cap = (left * share * REWRITE_BYTES_PER_SEC_FLOOR as f64) as u64;
     // With size tiers a cut keeps the smallest files: a large one rewritten with a few small
     // ones would undo the tier.
     let smallest_first = options.tier_ratio.is_some();
@@ -344,7 +360,15 @@ async fn compact_job(
     let rewritten = match &job.deletes {
         Some(deletes) => {
             let layout = tables.catalog_layout(name, table)?;
-            apply::rewrite(table, &layout, job, deletes, &prefix).await?
+            apply::rewrite(
+                table,
+                &layout,
+                job,
+                deletes,
+                &prefix,
+                def.target_file_size_bytes,
+            )
+            .await?
         }
         None => {
             rewrite::rewrite(
@@ -477,25 +501,71 @@ fn undominated(sizes: &[u64], ratio: f64) -> usize {
     n
 }
 
-/// Jobs for the files with deleted rows: each joins its partition's job (made when the
-/// partition has none), and such jobs drop the deleted rows.
+/// Default of [`CompactOptions::rewrite_with_deletes_below`]: a data file at most this large is
+/// rewritten as soon as rows of it are deleted (it is cheap).
+pub const REWRITE_WITH_DELETES_BELOW: u64 = 8 * 1024 * 1024;
+/// A larger one once this share of its rows is deleted (Iceberg's `delete-ratio-threshold`)...
+pub const DELETED_SHARE_TO_REWRITE: f64 = 0.3;
+/// ...or once this many delete files name it (what a reader opens with it).
+pub const DELETE_FILES_TO_REWRITE: usize = 16;
+
+/// Whether a file with `deleted` of its rows deleted, named by `delete_files` delete files, is
+/// worth rewriting: an upsert table's round deletes a few rows of every large file it touches,
+/// and rewriting each of them every run would cost the whole table per round.
+fn worth_rewriting(
+    file: &iceberg::spec::DataFile,
+    deleted: u64,
+    delete_files: usize,
+    small: u64,
+) -> bool {
+    file.file_size_in_bytes() <= small
+        || deleted as f64 >= DELETED_SHARE_TO_REWRITE * file.record_count() as f64
+        || delete_files >= DELETE_FILES_TO_REWRITE
+}
+
+/// Jobs for the files with deleted rows: a file some job rewrites drops them; another joins its
+/// partition's job (made when the partition has none) when it is [`worth_rewriting`]. Such
+/// jobs drop the deleted rows.
 fn with_deleted_rows(
     table: &iceberg::table::Table,
     current: &files::SnapshotFiles,
     jobs: &mut Vec<Job>,
     deletes: apply::TableDeletes,
+    small: u64,
 ) {
     let spec = table.metadata().default_partition_spec();
     let Ok(partition_type) = spec.partition_type(table.metadata().current_schema()) else {
         return;
     };
     let deletes = std::sync::Arc::new(deletes);
+    let mut naming: HashMap<&str, usize> = HashMap::new();
+    for names in deletes.names.values() {
+        for n in names {
+            *naming.entry(n.as_str()).or_default() += 1;
+        }
+    }
     for files::FileEntry { spec_id, entry } in current.live() {
-        if *spec_id != spec.spec_id() || !deletes.positions.contains_key(entry.file_path()) {
+        let Some(gone) = deletes.positions.get(entry.file_path()) else {
+            continue;
+        };
+        if *spec_id != spec.spec_id() {
             continue;
         }
         let partition = entry.data_file().partition();
-        let job = match jobs.iter_mut().position(|j| &j.partition == partition) {
+        let at = jobs.iter().position(|j| &j.partition == partition);
+        // A file the job rewrites anyway must drop its deleted rows (a copy would bring them
+        // back); another is rewritten only when that is worth it.
+        let in_job = at.is_some_and(|i| {
+            jobs[i]
+                .inputs
+                .iter()
+                .any(|e| e.file_path() == entry.file_path())
+        });
+        let delete_files = naming.get(entry.file_path()).copied().unwrap_or(0);
+        if !in_job && !worth_rewriting(entry.data_file(), gone.len() as u64, delete_files, small) {
+            continue;
+        }
+        let job = match at {
             Some(i) => &mut jobs[i],
             None => {
                 jobs.push(Job {
@@ -594,6 +664,36 @@ fn plan<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_file_with_few_deleted_rows_waits_and_a_small_one_does_not() {
+        let file = |bytes: u64, rows: u64| {
+            iceberg::spec::DataFileBuilder::default()
+                .content(iceberg::spec::DataContentType::Data)
+                .file_format(iceberg::spec::DataFileFormat::Parquet)
+                .file_path("s3://b/w/t/data/f.parquet".into())
+                .file_size_in_bytes(bytes)
+                .record_count(rows)
+                .partition_spec_id(0)
+                .partition(Struct::empty())
+                .build()
+                .expect("data file")
+        };
+        let large = file(100 * 1024 * 1024, 2_000_000);
+        // A round of 10,000 changes over 2M keys deletes 0.5% of the table's rows.
+        let small = REWRITE_WITH_DELETES_BELOW;
+        assert!(!worth_rewriting(&large, 10_000, 1, small));
+        assert!(!worth_rewriting(&large, 599_999, 15, small));
+        assert!(
+            worth_rewriting(&large, 600_000, 1, small),
+            "30% of its rows"
+        );
+        assert!(
+            worth_rewriting(&large, 10_000, 16, small),
+            "16 delete files"
+        );
+        assert!(worth_rewriting(&file(small, 1_000), 1, 1, small));
+    }
 
     #[test]
     fn a_size_tier_takes_the_small_files_and_leaves_a_larger_one_for_later() {

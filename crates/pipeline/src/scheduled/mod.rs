@@ -554,16 +554,16 @@ mod tests {
             );
         }
         assert_eq!(o.maintenance.snapshot_retention_ms, 7_200_000);
-        let o = ScheduledOptions::from_lookup(|k| match k {
+        let wide = ScheduledOptions::from_lookup(|k| match k {
             "STREAMTABLE_SCHEDULED_CONCURRENCY" => Some("100000".into()),
             "STREAMTABLE_COMMIT_MAX_ROUND_MB" => Some("8".into()),
             _ => None,
         })
         .expect("valid");
-        assert_eq!(o.concurrency(), MAX_CONCURRENCY, "capped");
-        assert_eq!(o.compaction.runner.concurrency(), MAX_CONCURRENCY);
-        assert_eq!(o.maintenance.runner.concurrency(), MAX_CONCURRENCY);
-        assert_eq!(o.commit.max_round_bytes, 8 * 1024 * 1024);
+        assert_eq!(wide.concurrency(), MAX_CONCURRENCY, "capped");
+        assert_eq!(wide.compaction.runner.concurrency(), MAX_CONCURRENCY);
+        assert_eq!(wide.maintenance.runner.concurrency(), MAX_CONCURRENCY);
+        assert_eq!(wide.commit.max_round_bytes, 8 * 1024 * 1024);
         for bad in ["0", "-2", "many"] {
             let err = ScheduledOptions::from_lookup(|k| {
                 (k == "STREAMTABLE_SCHEDULED_CONCURRENCY").then(|| bad.to_string())

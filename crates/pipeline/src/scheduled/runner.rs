@@ -37,11 +37,11 @@ pub struct UnitCounters {
 /// What a run's units did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UnitStats {
-    /// Units run.
+    /// Units that ended (with a result or an error).
     pub run: u64,
     /// Units that panicked (a bug; reported as their failure).
     pub panicked: u64,
-    /// Most units at once.
+    /// The runner's limit of units at once.
     pub concurrency: usize,
     /// Time the units took, added up.
     pub busy_ms: f64,

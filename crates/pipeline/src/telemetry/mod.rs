@@ -303,7 +303,9 @@ pub fn scheduled_metrics(
         &[
             ("BatchesCommitted", report.commit.batches as f64, "Count"),
             ("UnitsRun", report.units.run as f64, "Count"),
-            ("UnitsFailed", report.failures.len() as f64, "Count"),
+            // Units that fail are `Failures` (with blocked batches), which `ScheduledFailuresAlarm`
+            // watches.
+            ("UnitsPanicked", report.units.panicked as f64, "Count"),
             ("UnitBusyMs", report.units.busy_ms, "Milliseconds"),
             ("UnitLongestMs", report.units.longest_ms, "Milliseconds"),
             ("FilesCommitted", report.commit.files() as f64, "Count"),
