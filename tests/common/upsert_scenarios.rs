@@ -718,8 +718,8 @@ pub async fn the_audit_counts_every_record_of_an_upsert_table(h: &mut Harness) {
 
 /// A data file too large to rewrite for a few deleted rows (here: every file, with
 /// `rewrite_with_deletes_below` 0) keeps its position deletes through compaction — readers
-/// apply them — until 30% of its rows are deleted; then compaction rewrites it without them
-/// and drops the delete files that named only it.
+/// apply them — until 30% of its rows are deleted, or its partition has 16 delete files; then
+/// compaction rewrites it without them and drops the delete files that named only it.
 pub async fn a_large_file_keeps_its_deletes_until_enough_of_its_rows_are_gone(h: &mut Harness) {
     h.spec = upsert_spec();
     let tables = h.tables();
@@ -804,5 +804,41 @@ pub async fn a_large_file_keeps_its_deletes_until_enough_of_its_rows_are_gone(h:
         )
         .await,
         30
+    );
+    // Rounds that each supersede a row of one of the three files (the first's rewrite, the
+    // 10 paid, the 30 shipped), none of them reaching 30% or 16 delete files of its own: the
+    // partition's 16th delete file has its files rewritten.
+    let keys = |j: u64| match j {
+        0..2 => j,
+        2..8 => 10 + j,
+        _ => 40 + j,
+    };
+    for j in 0..16u64 {
+        if j == 15 {
+            let done = compact_all(&h.backend, &tables, &compact)
+                .await
+                .expect("compact");
+            assert!(done.is_empty(), "15 delete files wait: {done:?}");
+        }
+        land(batch(keys(j)..keys(j) + 1, "cancelled")).await;
+    }
+    let done = compact_all(&h.backend, &tables, &compact)
+        .await
+        .expect("compact");
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(
+        done[0].input_files, 3,
+        "the three files with deleted rows: {done:?}"
+    );
+    let v = h.read_external("pyiceberg", "order_status");
+    assert_eq!(summary(&v, "total-delete-files"), 0);
+    assert_eq!(v["count"], 100);
+    assert_eq!(
+        super::count(
+            h,
+            "SELECT COUNT(*) FROM order_status WHERE status = 'cancelled'"
+        )
+        .await,
+        16
     );
 }

@@ -231,6 +231,13 @@ pub enum BenchCommand {
         /// Keep each home (its path is printed).
         #[arg(long)]
         keep: bool,
+        /// Instead: an unpartitioned upsert table of each of these many keys, then
+        /// `--changes` changes of existing keys committed by one cold scheduled run.
+        #[arg(long, value_delimiter = ',')]
+        upsert_keys: Vec<u64>,
+        /// Changes of existing keys (with `--upsert-keys`).
+        #[arg(long, default_value_t = 10_000)]
+        changes: u64,
     },
     /// One scheduled run on HOME, printed as a JSON line (used by `bench scale`).
     #[command(hide = true)]
@@ -391,7 +398,15 @@ async fn run(config: &Config, which: &BenchCommand) -> Result<()> {
             records,
             partitions,
             keep,
-        } => scale::scale(config, backlogs, *records, *partitions, *keep).await,
+            upsert_keys,
+            changes,
+        } => {
+            if upsert_keys.is_empty() {
+                scale::scale(config, backlogs, *records, *partitions, *keep).await
+            } else {
+                scale::upsert_scale(upsert_keys, *changes).await
+            }
+        }
         BenchCommand::ScaleOnce { home } => scale::scale_once(config, home).await,
         BenchCommand::Audit { records } => audit::audit(*records).await,
         BenchCommand::Upsert {

@@ -176,10 +176,14 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 fn scheduled_in_fresh_process(config: &Config, home: &Path) -> Result<Run> {
+    scheduled_with_spec(config.pipeline.as_deref(), home)
+}
+
+fn scheduled_with_spec(pipeline: Option<&Path>, home: &Path) -> Result<Run> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("find executable", "streamtable-bench", e))?;
     let mut cmd = std::process::Command::new(exe);
-    if let Some(p) = &config.pipeline {
+    if let Some(p) = pipeline {
         cmd.arg("--pipeline").arg(p);
     }
     cmd.args(["scale-once", "--home"]).arg(home);
@@ -242,5 +246,132 @@ pub(super) async fn scale_once(config: &Config, home: &Path) -> Result<()> {
         "{}",
         serde_json::to_string(&run).map_err(|e| Error::Internal(e.to_string()))?
     );
+    Ok(())
+}
+
+/// The upsert table of these measurements: `orders_current` as shipped (keyed by `order_id`,
+/// unpartitioned).
+const UPSERT_SPEC: &str = r#"
+[[tables]]
+name = "orders_current"
+topic = "order_status"
+mode = "upsert"
+primary_key = ["order_id"]
+columns = [
+  { name = "order_id", type = "string", required = true },
+  { name = "status", type = "string" },
+  { name = "amount", type = "decimal(12,2)" },
+  { name = "updated_at", type = "timestamp", required = true },
+]
+"#;
+
+/// Status records of `keys` (a key always on the same partition of 4).
+fn status_records(
+    keys: impl Iterator<Item = u64>,
+    offsets: &mut [i64; 4],
+    rng: &mut crate::generate::Rng,
+    at_ms: i64,
+) -> Vec<crate::generate::SourceRecord> {
+    const STATUS: [&str; 4] = ["placed", "paid", "shipped", "cancelled"];
+    keys.map(|k| {
+        let partition = (k % 4) as i32;
+        let offset = offsets[partition as usize];
+        offsets[partition as usize] += 1;
+        let value = format!(
+            r#"{{"order_id":"ord-{k:010}","status":"{}","amount":"{}.{:02}","updated_at":"{}"}}"#,
+            STATUS[rng.below(4) as usize],
+            rng.below(500),
+            rng.below(100),
+            crate::clock::rfc3339_ms(at_ms)
+        );
+        crate::generate::SourceRecord {
+            topic: "order_status".into(),
+            partition,
+            offset,
+            timestamp_ms: at_ms,
+            key: Some(format!("ord-{k:010}").into_bytes()),
+            value: Some(value.into_bytes()),
+            raw_value_field: None,
+        }
+    })
+    .collect()
+}
+
+/// `streamtable-bench scale --upsert-keys K,...`: an unpartitioned upsert table of K keys
+/// (landed in batches of 10,000, committed every 20 batches, then compacted), then 10,000
+/// changes of existing keys, then ONE scheduled run in a fresh process (the key index read cold).
+pub(super) async fn upsert_scale(keys: &[u64], changes: u64) -> Result<()> {
+    println!(
+        "upsert: an unpartitioned upsert table of K keys, then {changes} changes of existing keys, \
+         then one `streamtable scheduled` in a fresh process"
+    );
+    for &k in keys {
+        let home = tempdir(&format!("bench-scale-upsert-{k}"))?;
+        let spec_path = home.join("upsert.toml");
+        std::fs::write(&spec_path, UPSERT_SPEC).map_err(|e| Error::io("write", &spec_path, e))?;
+        let spec = crate::spec::PipelineSpec::load(&spec_path, &streamtable::process::Planner)?;
+        let backend = Backend::connect(&BackendConfig::Embedded {
+            home: home.to_path_buf(),
+        })
+        .await?;
+        let tables = TableSet::new(&spec, &backend.namespace)?;
+        let ingestor = Ingestor::new(&spec, &backend)?;
+        let mut rng = crate::generate::Rng::new(7);
+        let mut offsets = [0i64; 4];
+        let at = now_ms() - 3_600_000;
+        let started = Instant::now();
+        let batch = 10_000u64;
+        let mut n = 0u64;
+        while n < k {
+            let end = (n + batch).min(k);
+            let records = status_records(n..end, &mut offsets, &mut rng, at);
+            ingestor
+                .handle(&crate::generate::kafka_event(&records))
+                .await?;
+            n = end;
+            if (n / batch).is_multiple_of(20) || n == k {
+                streamtable::commit::commit_pending(&backend, &tables).await?;
+            }
+        }
+        streamtable::compact::compact_all(
+            &backend,
+            &tables,
+            &streamtable::compact::CompactOptions {
+                min_input_files: 2,
+                ..Default::default()
+            },
+        )
+        .await?;
+        let changed: Vec<u64> = (0..changes).map(|_| rng.below(k.max(1))).collect();
+        let records = status_records(changed.into_iter(), &mut offsets, &mut rng, at + 60_000);
+        ingestor
+            .handle(&crate::generate::kafka_event(&records))
+            .await?;
+        eprintln!(
+            "  ({k} keys landed, committed and compacted, {changes} changes landed, in {:.1} s: {:.0} MB in the warehouse)",
+            started.elapsed().as_secs_f64(),
+            dir_bytes(&home.join("warehouse")) as f64 / 1e6
+        );
+        drop(ingestor);
+        drop(backend);
+        let run = scheduled_with_spec(Some(&spec_path), &home)?;
+        println!(
+            "{k} keys: scheduled {:.2} s wall, {:.2} CPU-s, peak RSS {:.0} MB; commit {:.2} s ({} rows), \
+             {} partitions compacted ({:.2} s){}",
+            run.wall_s,
+            run.cpu_s,
+            run.rss_mb,
+            run.commit_s,
+            run.rows,
+            run.partitions_compacted,
+            run.compaction_s,
+            if run.failures.is_empty() {
+                String::new()
+            } else {
+                format!("; FAILURES: {}", run.failures.join(" | "))
+            }
+        );
+        let _ = std::fs::remove_dir_all(&home);
+    }
     Ok(())
 }

@@ -215,10 +215,11 @@ impl<'a> Selector<'a> {
         }
     }
 
-    /// Forgets the rows decoded for a finished round: what the selector holds decoded is one
-    /// round's, never the run's. The state files' bytes stay (a state file carries the small
-    /// files of many batches, and they are small by design: `max_carried_file_bytes`).
+    /// Forgets the state files read and the rows decoded for a finished round: what the
+    /// selector holds is one round's, never the run's (a state file shared by the batches of
+    /// two rounds is read again by the second).
     pub fn forget_round(&mut self) {
+        self.carried.clear();
         self.decoded.clear();
     }
 

@@ -19,7 +19,7 @@ use iceberg::writer::file_writer::{
     FileWriter, FileWriterBuilder, ParquetWriter, ParquetWriterBuilder,
 };
 
-use super::rewrite::{Rewritten, compacted_file_properties};
+use super::rewrite::{ROW_GROUP_BYTES, Rewritten, compacted_file_properties};
 use crate::error::{Error, Result};
 use crate::schema::TableLayout;
 use crate::table::files::{self, FileEntry, SnapshotFiles};
@@ -227,13 +227,16 @@ impl Rolling<'_> {
                     .new_output(&at)
                     .map_err(|e| Error::iceberg(at.clone(), e))?;
                 self.locations.push(at);
-                let w = ParquetWriterBuilder::new(
-                    compacted_file_properties(),
-                    self.layout.schema.clone(),
-                )
-                .build(output)
-                .await
-                .map_err(|e| Error::iceberg(self.ctx("parquet writer"), e))?;
+                // Row groups closed at a byte bound too: rows of up to a MiB (dead letters keep
+                // whole values) must not make a 256k-row group as large as the file.
+                let props = compacted_file_properties()
+                    .into_builder()
+                    .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+                    .build();
+                let w = ParquetWriterBuilder::new(props, self.layout.schema.clone())
+                    .build(output)
+                    .await
+                    .map_err(|e| Error::iceberg(self.ctx("parquet writer"), e))?;
                 self.writer.insert(w)
             }
         };

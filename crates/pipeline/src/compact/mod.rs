@@ -506,11 +506,12 @@ fn undominated(sizes: &[u64], ratio: f64) -> usize {
 pub const REWRITE_WITH_DELETES_BELOW: u64 = 8 * 1024 * 1024;
 /// A larger one once this share of its rows is deleted (Iceberg's `delete-ratio-threshold`)...
 pub const DELETED_SHARE_TO_REWRITE: f64 = 0.3;
-/// ...or once this many delete files name it (what a reader opens with it).
+/// ...or once this many delete files name it or its partition's files (what a reader opens
+/// with it).
 pub const DELETE_FILES_TO_REWRITE: usize = 16;
 
-/// Whether a file with `deleted` of its rows deleted, named by `delete_files` delete files, is
-/// worth rewriting: an upsert table's round deletes a few rows of every large file it touches,
+/// Whether a file with `deleted` of its rows deleted, named by `delete_files` delete files (or
+/// its partition by that many), is worth rewriting: an upsert table's round deletes a few rows of every large file it touches,
 /// and rewriting each of them every run would cost the whole table per round.
 fn worth_rewriting(
     file: &iceberg::spec::DataFile,
@@ -538,10 +539,25 @@ fn with_deleted_rows(
         return;
     };
     let deletes = std::sync::Arc::new(deletes);
+    // How many delete files name each file, and each partition's files.
     let mut naming: HashMap<&str, usize> = HashMap::new();
     for names in deletes.names.values() {
         for n in names {
             *naming.entry(n.as_str()).or_default() += 1;
+        }
+    }
+    let partition_of: HashMap<&str, &Struct> = current
+        .live()
+        .map(|f| (f.entry.file_path(), f.entry.data_file().partition()))
+        .collect();
+    let mut in_partition: HashMap<&Struct, usize> = HashMap::new();
+    for names in deletes.names.values() {
+        let partitions: HashSet<&Struct> = names
+            .iter()
+            .filter_map(|n| partition_of.get(n.as_str()).copied())
+            .collect();
+        for p in partitions {
+            *in_partition.entry(p).or_default() += 1;
         }
     }
     for files::FileEntry { spec_id, entry } in current.live() {
@@ -561,7 +577,13 @@ fn with_deleted_rows(
                 .iter()
                 .any(|e| e.file_path() == entry.file_path())
         });
-        let delete_files = naming.get(entry.file_path()).copied().unwrap_or(0);
+        // A partition's delete files are bounded too: each round that touches it adds one,
+        // whose rows may be spread over files none of which reaches the share.
+        let delete_files = naming
+            .get(entry.file_path())
+            .copied()
+            .unwrap_or(0)
+            .max(in_partition.get(partition).copied().unwrap_or(0));
         if !in_job && !worth_rewriting(entry.data_file(), gone.len() as u64, delete_files, small) {
             continue;
         }
