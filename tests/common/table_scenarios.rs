@@ -198,16 +198,20 @@ pub async fn commit_crash_between_tables_is_resumed(h: &Harness) {
         .expect("ingest");
     let tables = h.tables();
     tables.ensure_all(&h.backend).await.expect("tables");
-    // Tables commit in name order: dead_letters (swap 0), orders (swap 1), payments, readings.
-    // The process dies at swap 1: every swap from then on fails (an error alone would be an
-    // unknown outcome, checked and retried).
+    // With one unit at a time, tables commit in name order: dead_letters (swap 0), orders
+    // (swap 1), payments, readings. The process dies at swap 1: every swap from then on fails
+    // (an error alone would be an unknown outcome, checked and retried).
     let faulty = FaultyPointers::new(
         h.backend.catalog.pointers().clone(),
         (1..100).collect(),
         vec![],
     )
     .backend(&h.backend);
-    commit_pending(&faulty, &tables)
+    let one_at_a_time = streamtable::commit::CommitOptions {
+        runner: streamtable::scheduled::runner::Runner::new(1),
+        ..Default::default()
+    };
+    streamtable::commit::commit_pending_with(&faulty, &tables, &one_at_a_time, None)
         .await
         .expect_err("injected crash");
     let resumed = commit_pending(&h.backend, &tables).await.expect("resume");

@@ -525,8 +525,6 @@ struct JoinUnit {
     name: String,
     join: crate::spec::IntervalJoin,
     table: Table,
-    /// The dead-letter table, for the rows that come too late to join.
-    dead_letters: Result<Table>,
     left: Vec<iceberg::spec::DataFile>,
     right: Vec<iceberg::spec::DataFile>,
 }
@@ -551,7 +549,6 @@ async fn join_units(
             name: name.clone(),
             join: j.clone(),
             table: selector.table(name).await?,
-            dead_letters: selector.table(crate::spec::DEAD_LETTER_TABLE).await,
             left: files(left),
             right: files(right),
         })));
@@ -569,7 +566,6 @@ async fn commit_join(c: &UnitContext, unit: JoinUnit) -> Result<Vec<TableCommitR
         name,
         join: j,
         table: t,
-        dead_letters,
         left: left_files,
         right: right_files,
     } = unit;
@@ -673,12 +669,16 @@ async fn commit_join(c: &UnitContext, unit: JoinUnit) -> Result<Vec<TableCommitR
         }
     };
     if !round.late.data_files.is_empty() {
+        // Looked up only now, as the round needs it (a lookup that fails fails the round).
+        let dead_letters = tables
+            .ensure(backend, crate::spec::DEAD_LETTER_TABLE)
+            .await?;
         out.push(
             commit_table(
                 backend,
                 tables,
                 &c.turns,
-                dead_letters?,
+                dead_letters,
                 crate::spec::DEAD_LETTER_TABLE,
                 &format!("{id}/late"),
                 &round.late,
