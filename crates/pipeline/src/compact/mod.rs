@@ -116,6 +116,10 @@ pub struct Job {
     /// The table's live delete files, when some of them name rows of the inputs: the job
     /// then drops those rows ([`apply`]).
     pub deletes: Option<std::sync::Arc<apply::TableDeletes>>,
+    /// For a job without deletes: the delete files live when it was planned, none of which
+    /// names its inputs (else they would be its deletes), so that its replace checks only
+    /// delete files that came later.
+    pub seen: Option<std::sync::Arc<HashSet<String>>>,
 }
 
 /// Compacts every table of the set; the first failure is returned (see [`compact_all_until`]
@@ -253,6 +257,7 @@ async fn plan_table(
         options.min_input_files,
         options.tier_ratio,
     );
+    let seen = Arc::new(deletes.seen.clone());
     if !deletes.is_empty() {
         with_deleted_rows(
             &table,
@@ -261,6 +266,9 @@ async fn plan_table(
             deletes,
             options.rewrite_with_deletes_below,
         );
+    }
+    for job in picked.iter_mut().filter(|j| j.deletes.is_none()) {
+        job.seen = Some(seen.clone());
     }
     let table = Arc::new(table);
     Ok(picked.into_iter().map(|job| (table.clone(), job)).collect())
@@ -393,7 +401,10 @@ async fn compact_job(
             removed: d.covered_by(&removed),
             seen: Some(d.seen.clone()),
         },
-        None => replace::Deletes::default(),
+        None => replace::Deletes {
+            removed: HashSet::new(),
+            seen: job.seen.as_ref().map(|s| (**s).clone()),
+        },
     };
     let input_bytes: u64 = job
         .inputs
@@ -595,6 +606,7 @@ fn with_deleted_rows(
                     path: partition_path(spec, &partition_type, partition),
                     inputs: Vec::new(),
                     deletes: None,
+                    seen: None,
                 });
                 let last = jobs.len() - 1;
                 &mut jobs[last]
@@ -678,6 +690,7 @@ fn plan<'a>(
                 path,
                 inputs,
                 deletes: None,
+                seen: None,
             }
         })
         .collect()
